@@ -1,0 +1,132 @@
+#include "common/cpu_device.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace ps {
+
+absl::StatusOr<DeviceBuffer> CpuDevice::Allocate(size_t bytes) {
+  // 64-byte alignment keeps BLAS and vector loops on whole cache lines.
+  const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
+  void* p = std::aligned_alloc(64, rounded);
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
+  }
+  std::memset(p, 0, rounded);
+  return DeviceBuffer(p, bytes, [](void* q) { std::free(q); });
+}
+
+absl::Status CpuDevice::CopyToDevice(const void* host, size_t bytes, void* device) {
+  if (bytes > 0) std::memcpy(device, host, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::CopyToHost(const void* device, size_t bytes, void* host) {
+  if (bytes > 0) std::memcpy(host, device, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::Fill(float value, int64_t n, float* x) {
+  std::fill(x, x + n, value);
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                             const float* a, const float* b, float beta, float* c) {
+  if (m < 0 || n < 0 || k < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Gemm: negative size ", m, "x", n, "x", k));
+  }
+  if (m == 0 || n == 0) return absl::OkStatus();
+  const int lda = trans_a ? m : k;
+  const int ldb = trans_b ? k : n;
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, std::max(1, lda), b,
+              std::max(1, ldb), beta, c, std::max(1, n));
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::AddBias(int rows, int cols, const float* bias, float* x) {
+  for (int r = 0; r < rows; ++r) {
+    float* row = x + static_cast<int64_t>(r) * cols;
+    for (int j = 0; j < cols; ++j) row[j] += bias[j];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::SumRows(int rows, int cols, const float* x, float beta, float* out) {
+  for (int j = 0; j < cols; ++j) out[j] *= beta;
+  for (int r = 0; r < rows; ++r) {
+    const float* row = x + static_cast<int64_t>(r) * cols;
+    for (int j = 0; j < cols; ++j) out[j] += row[j];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::ReluForward(int64_t n, const float* x, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::ReluBackward(int64_t n, const float* y, const float* dy, float* dx) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::SoftmaxCrossEntropy(int rows, int classes, const float* logits,
+                                            const int32_t* labels, float* probs,
+                                            float* loss_per_row, float* correct_per_row) {
+  for (int r = 0; r < rows; ++r) {
+    const int32_t label = labels[r];
+    if (label < 0 || label >= classes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("label ", label, " of row ", r, " is outside [0, ", classes, ")"));
+    }
+    const float* z = logits + static_cast<int64_t>(r) * classes;
+    float* p = probs + static_cast<int64_t>(r) * classes;
+    int argmax = 0;
+    for (int j = 1; j < classes; ++j) {
+      if (z[j] > z[argmax]) argmax = j;
+    }
+    // Subtracting the max keeps exp() in range; log-sum-exp gives the loss without log(0).
+    const float zmax = z[argmax];
+    double denom = 0.0;
+    for (int j = 0; j < classes; ++j) denom += std::exp(static_cast<double>(z[j] - zmax));
+    const double log_denom = std::log(denom);
+    for (int j = 0; j < classes; ++j) {
+      p[j] = static_cast<float>(std::exp(static_cast<double>(z[j] - zmax) - log_denom));
+    }
+    loss_per_row[r] = static_cast<float>(log_denom - static_cast<double>(z[label] - zmax));
+    correct_per_row[r] = argmax == label ? 1.0f : 0.0f;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::SoftmaxCrossEntropyBackward(int rows, int classes, const float* probs,
+                                                    const int32_t* labels, float scale,
+                                                    float* dlogits) {
+  for (int r = 0; r < rows; ++r) {
+    const int32_t label = labels[r];
+    if (label < 0 || label >= classes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("label ", label, " of row ", r, " is outside [0, ", classes, ")"));
+    }
+    const float* p = probs + static_cast<int64_t>(r) * classes;
+    float* d = dlogits + static_cast<int64_t>(r) * classes;
+    for (int j = 0; j < classes; ++j) d[j] = scale * (p[j] - (j == label ? 1.0f : 0.0f));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> CpuDevice::Sum(int64_t n, const float* x) {
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i) s += x[i];
+  return s;
+}
+
+}  // namespace ps

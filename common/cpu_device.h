@@ -1,0 +1,35 @@
+#ifndef PS_COMMON_CPU_DEVICE_H_
+#define PS_COMMON_CPU_DEVICE_H_
+
+#include "common/device.h"
+
+namespace ps {
+
+// The reference device: host memory, OpenBLAS sgemm for every matrix product, plain loops for
+// the elementwise ops. Not thread-safe (one per worker thread), like every Device.
+class CpuDevice final : public Device {
+ public:
+  std::string name() const override { return "cpu"; }
+  absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
+  absl::Status CopyToDevice(const void* host, size_t bytes, void* device) override;
+  absl::Status CopyToHost(const void* device, size_t bytes, void* host) override;
+  absl::Status Fill(float value, int64_t n, float* x) override;
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+  absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                    const float* b, float beta, float* c) override;
+  absl::Status AddBias(int rows, int cols, const float* bias, float* x) override;
+  absl::Status SumRows(int rows, int cols, const float* x, float beta, float* out) override;
+  absl::Status ReluForward(int64_t n, const float* x, float* y) override;
+  absl::Status ReluBackward(int64_t n, const float* y, const float* dy, float* dx) override;
+  absl::Status SoftmaxCrossEntropy(int rows, int classes, const float* logits,
+                                   const int32_t* labels, float* probs, float* loss_per_row,
+                                   float* correct_per_row) override;
+  absl::Status SoftmaxCrossEntropyBackward(int rows, int classes, const float* probs,
+                                           const int32_t* labels, float scale,
+                                           float* dlogits) override;
+  absl::StatusOr<double> Sum(int64_t n, const float* x) override;
+};
+
+}  // namespace ps
+
+#endif  // PS_COMMON_CPU_DEVICE_H_

@@ -1,0 +1,80 @@
+#ifndef PS_COMMON_DEVICE_H_
+#define PS_COMMON_DEVICE_H_
+
+// The compute device a worker runs forward and backward on. Every pointer passed to an op is
+// device memory obtained from Allocate(); host data crosses only through CopyToDevice and
+// CopyToHost. Matrices are row-major. Ops are issued in order; results are visible to the host
+// after Synchronize() (CopyToHost synchronises by itself). A Device is used by one thread.
+//
+// CpuDevice (cpu_device.h) is the reference; other devices are validated against it.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace ps {
+
+// An owning handle to device memory of `bytes()` bytes; released by the device's deleter.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(void* ptr, size_t bytes, std::function<void(void*)> deleter)
+      : ptr_(ptr, std::move(deleter)), bytes_(bytes) {}
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_.get());
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  std::unique_ptr<void, std::function<void(void*)>> ptr_{nullptr, [](void*) {}};
+  size_t bytes_ = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual std::string name() const = 0;
+
+  // Memory. Allocate returns zero-filled memory or RESOURCE_EXHAUSTED.
+  virtual absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) = 0;
+  virtual absl::Status CopyToDevice(const void* host, size_t bytes, void* device) = 0;
+  virtual absl::Status CopyToHost(const void* device, size_t bytes, void* host) = 0;
+  virtual absl::Status Fill(float value, int64_t n, float* x) = 0;
+  virtual absl::Status Synchronize() = 0;
+
+  // c(m,n) = alpha * op(a) * op(b) + beta * c, with op(a) (m,k) and op(b) (k,n); a is (m,k) or
+  // (k,m) when trans_a, b is (k,n) or (n,k) when trans_b.
+  virtual absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                            const float* a, const float* b, float beta, float* c) = 0;
+  // x (rows, cols) += bias (cols), broadcast over rows.
+  virtual absl::Status AddBias(int rows, int cols, const float* bias, float* x) = 0;
+  // out (cols) = beta * out + sum over rows of x (rows, cols).
+  virtual absl::Status SumRows(int rows, int cols, const float* x, float beta, float* out) = 0;
+  // y = max(x, 0), elementwise over n; y may alias x.
+  virtual absl::Status ReluForward(int64_t n, const float* x, float* y) = 0;
+  // dx = dy where y > 0, else 0; dx may alias dy.
+  virtual absl::Status ReluBackward(int64_t n, const float* y, const float* dy, float* dx) = 0;
+  // Softmax cross-entropy over `rows` rows of `classes` logits with integer labels.
+  // probs (rows, classes) receives the softmax; loss_per_row (rows) the cross-entropy of each row
+  // (-log p[label]); correct_per_row (rows) 1 when the arg-max equals the label, else 0.
+  // Labels outside [0, classes) give INVALID_ARGUMENT.
+  virtual absl::Status SoftmaxCrossEntropy(int rows, int classes, const float* logits,
+                                           const int32_t* labels, float* probs,
+                                           float* loss_per_row, float* correct_per_row) = 0;
+  // dlogits = scale * (probs - onehot(labels)); the gradient of scale * sum of row losses.
+  virtual absl::Status SoftmaxCrossEntropyBackward(int rows, int classes, const float* probs,
+                                                   const int32_t* labels, float scale,
+                                                   float* dlogits) = 0;
+  // Sum of the n elements of x, returned to the host.
+  virtual absl::StatusOr<double> Sum(int64_t n, const float* x) = 0;
+};
+
+}  // namespace ps
+
+#endif  // PS_COMMON_DEVICE_H_

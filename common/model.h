@@ -1,0 +1,79 @@
+#ifndef PS_COMMON_MODEL_H_
+#define PS_COMMON_MODEL_H_
+
+// A sequential classifier: layers, then softmax cross-entropy. The model owns its activation
+// buffers (device memory, sized for `max_batch` rows) but not its parameters or gradients, which
+// live in the caller's flat buffers laid out by layout().
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/device.h"
+#include "common/layers.h"
+#include "common/param_layout.h"
+
+namespace ps {
+
+// Sums over the rows of one batch.
+struct BatchStats {
+  double loss_sum = 0.0;  // sum of per-sample cross-entropy (nats)
+  double correct = 0.0;   // samples whose arg-max equals the label
+  int64_t count = 0;
+};
+
+class Model {
+ public:
+  // Takes ownership of the layers; their sizes must chain (INVALID_ARGUMENT otherwise).
+  static absl::StatusOr<std::unique_ptr<Model>> Create(std::string name,
+                                                       std::vector<std::unique_ptr<Layer>> layers,
+                                                       Device& device, int max_batch);
+
+  const std::string& name() const { return name_; }
+  const ParamLayout& layout() const { return layout_; }
+  int64_t input_size() const { return layers_.front()->input_size(); }
+  int64_t num_classes() const { return layers_.back()->output_size(); }
+  int max_batch() const { return max_batch_; }
+
+  // Fills host memory `params` (layout().total() floats) with the initial weights of `seed`.
+  void InitParams(uint64_t seed, float* params) const;
+
+  // Forward and backward over `batch` <= max_batch() samples x (batch, input_size) and labels
+  // (batch), all device memory. Adds grad_scale * d(mean loss over the batch)/d(params) to
+  // `grads`; a caller accumulating K micro-batches zeroes grads first and passes 1/K.
+  absl::StatusOr<BatchStats> ForwardBackward(const float* params, const float* x,
+                                             const int32_t* labels, int batch, float grad_scale,
+                                             float* grads);
+  // Forward only: the loss and accuracy sums of the batch.
+  absl::StatusOr<BatchStats> Evaluate(const float* params, const float* x, const int32_t* labels,
+                                      int batch);
+
+ private:
+  Model(std::string name, std::vector<std::unique_ptr<Layer>> layers, ParamLayout layout,
+        Device& device, int max_batch);
+  absl::StatusOr<BatchStats> Forward(const float* params, const float* x, const int32_t* labels,
+                                     int batch);
+
+  std::string name_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  ParamLayout layout_;
+  std::vector<int64_t> param_offsets_;  // offset of each layer's first parameter
+  Device& device_;
+  int max_batch_;
+  std::vector<DeviceBuffer> activations_;  // output of layer i, (max_batch, output_size)
+  std::vector<DeviceBuffer> gradients_;    // d loss / d output of layer i
+  DeviceBuffer probs_;
+  DeviceBuffer loss_rows_;
+  DeviceBuffer correct_rows_;
+};
+
+// The MLP: input -> [Linear -> ReLU] per hidden size -> Linear -> classes.
+// Tensors are named fc1.weight, fc1.bias, fc2.weight, ...
+absl::StatusOr<std::unique_ptr<Model>> MakeMlp(int64_t input_size,
+                                               const std::vector<int64_t>& hidden,
+                                               int64_t classes, Device& device, int max_batch);
+
+}  // namespace ps
+
+#endif  // PS_COMMON_MODEL_H_

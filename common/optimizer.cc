@@ -1,0 +1,122 @@
+#include "common/optimizer.h"
+
+#include <cassert>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace ps {
+
+absl::StatusOr<OptimizerKind> ParseOptimizerKind(const std::string& name) {
+  if (name == "sgd") return OptimizerKind::kSgd;
+  if (name == "momentum") return OptimizerKind::kMomentum;
+  if (name == "adam") return OptimizerKind::kAdam;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown optimizer '", name, "' (sgd|momentum|adam)"));
+}
+
+std::string OptimizerKindName(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kSgd:
+      return "sgd";
+    case OptimizerKind::kMomentum:
+      return "momentum";
+    case OptimizerKind::kAdam:
+      return "adam";
+  }
+  return "unknown";
+}
+
+absl::Status ValidateOptimizerOptions(const OptimizerOptions& o) {
+  if (!(o.lr > 0.0f) || !std::isfinite(o.lr)) {
+    return absl::InvalidArgumentError(absl::StrCat("lr must be positive, got ", o.lr));
+  }
+  if (!(o.momentum >= 0.0f && o.momentum < 1.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("momentum must be in [0, 1), got ", o.momentum));
+  }
+  if (!(o.beta1 >= 0.0f && o.beta1 < 1.0f) || !(o.beta2 >= 0.0f && o.beta2 < 1.0f)) {
+    return absl::InvalidArgumentError("adam betas must be in [0, 1)");
+  }
+  if (!(o.epsilon > 0.0f)) return absl::InvalidArgumentError("adam epsilon must be positive");
+  if (!(o.weight_decay >= 0.0f) || !std::isfinite(o.weight_decay)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight_decay must be >= 0, got ", o.weight_decay));
+  }
+  if (o.warmup_updates < 0) return absl::InvalidArgumentError("warmup_updates must be >= 0");
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The one elementwise loop every rule shares: `rule(i, g)` updates element i given its
+// weight-decayed gradient g. Written so the compiler vectorises the common case.
+template <typename Rule>
+void ApplyElementwise(int64_t n, const float* grad, float* params, float weight_decay,
+                      Rule rule) {
+  if (weight_decay == 0.0f) {
+    for (int64_t i = 0; i < n; ++i) rule(i, grad[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) rule(i, grad[i] + weight_decay * params[i]);
+  }
+}
+
+}  // namespace
+
+Optimizer::Optimizer(const OptimizerOptions& options, int64_t size)
+    : options_(options), size_(size) {
+  assert(ValidateOptimizerOptions(options).ok());
+  if (options.kind != OptimizerKind::kSgd) slot0_.assign(size, 0.0f);
+  if (options.kind == OptimizerKind::kAdam) slot1_.assign(size, 0.0f);
+}
+
+float Optimizer::LearningRate(int64_t update_index) const {
+  const int64_t warmup = options_.warmup_updates;
+  if (warmup > 0 && update_index < warmup) {
+    return options_.lr * static_cast<float>(update_index + 1) / static_cast<float>(warmup);
+  }
+  return options_.lr;
+}
+
+void Optimizer::Apply(int64_t update_index, absl::Span<const float> grad,
+                      absl::Span<float> params) {
+  assert(static_cast<int64_t>(grad.size()) == size_ && grad.size() == params.size());
+  const float lr = LearningRate(update_index);
+  float* w = params.data();
+  const float* g = grad.data();
+  const float wd = options_.weight_decay;
+  switch (options_.kind) {
+    case OptimizerKind::kSgd:
+      ApplyElementwise(size_, g, w, wd, [&](int64_t i, float gi) { w[i] -= lr * gi; });
+      break;
+    case OptimizerKind::kMomentum: {
+      float* v = slot0_.data();
+      const float mu = options_.momentum;
+      ApplyElementwise(size_, g, w, wd, [&](int64_t i, float gi) {
+        v[i] = mu * v[i] + gi;
+        w[i] -= lr * v[i];
+      });
+      break;
+    }
+    case OptimizerKind::kAdam: {
+      float* m = slot0_.data();
+      float* v = slot1_.data();
+      const float b1 = options_.beta1;
+      const float b2 = options_.beta2;
+      const double t = static_cast<double>(update_index + 1);
+      // Bias corrections folded into the step size and epsilon (Kingma & Ba, section 2).
+      const float c1 = static_cast<float>(1.0 - std::pow(static_cast<double>(b1), t));
+      const float c2 = static_cast<float>(1.0 - std::pow(static_cast<double>(b2), t));
+      const float step = lr / c1;
+      const float inv_sqrt_c2 = 1.0f / std::sqrt(c2);
+      const float eps = options_.epsilon;
+      ApplyElementwise(size_, g, w, wd, [&](int64_t i, float gi) {
+        m[i] = b1 * m[i] + (1.0f - b1) * gi;
+        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+        w[i] -= step * m[i] / (std::sqrt(v[i]) * inv_sqrt_c2 + eps);
+      });
+      break;
+    }
+  }
+}
+
+}  // namespace ps

@@ -1,0 +1,60 @@
+#ifndef PS_COMMON_OPTIMIZER_H_
+#define PS_COMMON_OPTIMIZER_H_
+
+// The update rules a shard applies to its slice. Every rule is one elementwise pass over the
+// slice (see ApplyElementwise in optimizer.cc); the state it needs (momentum buffer, Adam's
+// moments) lives in "slots" of the slice's length owned by the Optimizer.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace ps {
+
+enum class OptimizerKind { kSgd, kMomentum, kAdam };
+
+absl::StatusOr<OptimizerKind> ParseOptimizerKind(const std::string& name);
+std::string OptimizerKindName(OptimizerKind kind);
+
+struct OptimizerOptions {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  float lr = 0.01f;             // peak learning rate
+  float momentum = 0.9f;        // kMomentum: v = momentum * v + g; w -= lr * v (PyTorch's form)
+  float beta1 = 0.9f;           // kAdam
+  float beta2 = 0.999f;         // kAdam
+  float epsilon = 1e-8f;        // kAdam
+  float weight_decay = 0.0f;    // L2 penalty: g += weight_decay * w before the rule (all kinds)
+  int64_t warmup_updates = 0;   // lr ramps linearly from lr/warmup to lr over the first updates
+};
+
+// Fails with INVALID_ARGUMENT naming the field when an option is out of range.
+absl::Status ValidateOptimizerOptions(const OptimizerOptions& options);
+
+class Optimizer {
+ public:
+  // `size` elements of state per slot. Options must be valid.
+  Optimizer(const OptimizerOptions& options, int64_t size);
+
+  // Applies one update with `grad` to `params` (both of size()); `update_index` is the number of
+  // updates applied before this one (the shard's version), which drives warmup and Adam's bias
+  // correction.
+  void Apply(int64_t update_index, absl::Span<const float> grad, absl::Span<float> params);
+
+  // The learning rate of update number `update_index` (0-based).
+  float LearningRate(int64_t update_index) const;
+  const OptimizerOptions& options() const { return options_; }
+  int64_t size() const { return size_; }
+
+ private:
+  OptimizerOptions options_;
+  int64_t size_;
+  std::vector<float> slot0_;  // momentum buffer, or Adam's first moment
+  std::vector<float> slot1_;  // Adam's second moment
+};
+
+}  // namespace ps
+
+#endif  // PS_COMMON_OPTIMIZER_H_

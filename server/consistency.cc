@@ -1,0 +1,123 @@
+#include "server/consistency.h"
+
+#include <algorithm>
+#include <cassert>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace ps {
+
+absl::StatusOr<ConsistencyMode> ParseConsistencyMode(const std::string& name) {
+  if (name == "bsp") return ConsistencyMode::kBsp;
+  if (name == "ssp") return ConsistencyMode::kSsp;
+  if (name == "asp") return ConsistencyMode::kAsp;
+  return absl::InvalidArgumentError(absl::StrCat("unknown mode '", name, "' (bsp|ssp|asp)"));
+}
+
+std::string ConsistencyModeName(ConsistencyMode mode) {
+  switch (mode) {
+    case ConsistencyMode::kBsp:
+      return "bsp";
+    case ConsistencyMode::kSsp:
+      return "ssp";
+    case ConsistencyMode::kAsp:
+      return "asp";
+  }
+  return "unknown";
+}
+
+absl::Status ValidateConsistencyOptions(const ConsistencyOptions& o) {
+  if (o.num_workers < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("num_workers must be >= 1, got ", o.num_workers));
+  }
+  if (o.staleness < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("staleness must be >= 0, got ", o.staleness));
+  }
+  return absl::OkStatus();
+}
+
+const char* WorkerStateName(WorkerState state) {
+  switch (state) {
+    case WorkerState::kPending:
+      return "pending";
+    case WorkerState::kLive:
+      return "live";
+    case WorkerState::kExpired:
+      return "expired";
+  }
+  return "unknown";
+}
+
+ConsistencyController::ConsistencyController(const ConsistencyOptions& options)
+    : options_(options), workers_(options.num_workers) {
+  assert(ValidateConsistencyOptions(options).ok());
+}
+
+int64_t ConsistencyController::Register(int rank) {
+  Worker& w = workers_[rank];
+  if (options_.mode == ConsistencyMode::kBsp && w.state == WorkerState::kExpired) {
+    w.clock = std::max(w.clock, rounds_);
+  }
+  w.state = WorkerState::kLive;
+  return w.clock;
+}
+
+void ConsistencyController::Expire(int rank) {
+  if (workers_[rank].state == WorkerState::kLive) workers_[rank].state = WorkerState::kExpired;
+}
+
+int64_t ConsistencyController::MinClock() const {
+  int64_t min_clock = std::numeric_limits<int64_t>::max();
+  int64_t max_clock = 0;
+  for (const Worker& w : workers_) {
+    max_clock = std::max(max_clock, w.clock);
+    if (w.state != WorkerState::kExpired) min_clock = std::min(min_clock, w.clock);
+  }
+  return min_clock == std::numeric_limits<int64_t>::max() ? max_clock : min_clock;
+}
+
+bool ConsistencyController::PullReady(int64_t clock) const {
+  switch (options_.mode) {
+    case ConsistencyMode::kBsp:
+      return rounds_ >= clock;
+    case ConsistencyMode::kSsp:
+      return MinClock() >= clock - options_.staleness;
+    case ConsistencyMode::kAsp:
+      return true;
+  }
+  return true;
+}
+
+absl::StatusOr<PushAction> ConsistencyController::ClassifyPush(int rank, int64_t clock) const {
+  const Worker& w = workers_[rank];
+  if (clock < w.clock) return PushAction::kDuplicate;
+  if (clock > w.clock) {
+    return absl::FailedPreconditionError(absl::StrCat("worker ", rank, " pushed clock ", clock,
+                                                      " but its next step is ", w.clock));
+  }
+  if (options_.mode != ConsistencyMode::kBsp) return PushAction::kApply;
+  // A BSP worker can only push the open round: its pull of that step waited for the round.
+  if (clock != rounds_) {
+    return absl::FailedPreconditionError(absl::StrCat("worker ", rank, " pushed clock ", clock,
+                                                      " but the open BSP round is ", rounds_));
+  }
+  return PushAction::kBuffer;
+}
+
+void ConsistencyController::RecordPush(int rank) { ++workers_[rank].clock; }
+
+bool ConsistencyController::RoundReady() const {
+  bool any = false;
+  for (const Worker& w : workers_) {
+    if (w.state == WorkerState::kExpired) {
+      any = any || w.clock > rounds_;
+      continue;
+    }
+    if (w.clock <= rounds_) return false;
+    any = true;
+  }
+  return any;
+}
+
+}  // namespace ps

@@ -1,0 +1,127 @@
+// ps_server: one parameter-server shard. Parses flags into ShardServerOptions, serves until
+// SIGINT or SIGTERM, then shuts down in order and exits 0.
+
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "common/cli.h"
+#include "common/logging.h"
+#include "common/shutdown_signal.h"
+#include "server/shard_server.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(int32_t, shard_id, 0, "This shard's index in [0, num_shards).");
+ABSL_FLAG(int32_t, num_shards, 1, "Number of shards the parameters are split over.");
+ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on; 0.0.0.0 for all interfaces.");
+ABSL_FLAG(int32_t, port, 0, "TCP port; 0 picks a free one (see --port_file).");
+ABSL_FLAG(std::string, port_file, "",
+          "If set, the bound port is written to this file (atomically) once serving.");
+ABSL_FLAG(int32_t, num_workers, 1, "Number of workers in the job (ranks 0..num_workers-1).");
+ABSL_FLAG(std::string, mode, "bsp", "Consistency mode: bsp, ssp or asp.");
+ABSL_FLAG(int32_t, staleness, 0, "SSP bound s: a pull for step c waits until min clock >= c-s.");
+ABSL_FLAG(std::string, optimizer, "sgd", "Update rule: sgd, momentum or adam.");
+ABSL_FLAG(double, lr, 0.01, "Learning rate (peak, after warmup).");
+ABSL_FLAG(double, momentum, 0.9, "Momentum coefficient (--optimizer momentum).");
+ABSL_FLAG(double, beta1, 0.9, "Adam beta1.");
+ABSL_FLAG(double, beta2, 0.999, "Adam beta2.");
+ABSL_FLAG(double, epsilon, 1e-8, "Adam epsilon.");
+ABSL_FLAG(double, weight_decay, 0.0, "L2 weight decay added to the gradient.");
+ABSL_FLAG(int64_t, warmup_updates, 0, "Linear learning-rate warmup over this many updates.");
+ABSL_FLAG(int64_t, lease_ms, 10000, "A worker silent this long leaves the barrier set.");
+ABSL_FLAG(int32_t, max_message_mb, 256, "Largest gRPC message accepted or sent, in MiB.");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn or error.");
+
+namespace {
+
+absl::StatusOr<ps::ShardServerOptions> OptionsFromFlags() {
+  ps::ShardServerOptions o;
+  o.host = absl::GetFlag(FLAGS_host);
+  o.port = absl::GetFlag(FLAGS_port);
+  if (o.port < 0 || o.port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("--port ", o.port, " is not a TCP port"));
+  }
+  if (absl::GetFlag(FLAGS_max_message_mb) < 1 || absl::GetFlag(FLAGS_max_message_mb) > 2047) {
+    return absl::InvalidArgumentError("--max_message_mb must be in [1, 2047]");
+  }
+  o.max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
+  ps::ShardOptions& s = o.shard;
+  s.shard_id = absl::GetFlag(FLAGS_shard_id);
+  s.num_shards = absl::GetFlag(FLAGS_num_shards);
+  s.consistency.num_workers = absl::GetFlag(FLAGS_num_workers);
+  auto mode = ps::ParseConsistencyMode(absl::GetFlag(FLAGS_mode));
+  if (!mode.ok()) return mode.status();
+  s.consistency.mode = *mode;
+  s.consistency.staleness = absl::GetFlag(FLAGS_staleness);
+  auto kind = ps::ParseOptimizerKind(absl::GetFlag(FLAGS_optimizer));
+  if (!kind.ok()) return kind.status();
+  s.optimizer.kind = *kind;
+  s.optimizer.lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
+  s.optimizer.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
+  s.optimizer.beta1 = static_cast<float>(absl::GetFlag(FLAGS_beta1));
+  s.optimizer.beta2 = static_cast<float>(absl::GetFlag(FLAGS_beta2));
+  s.optimizer.epsilon = static_cast<float>(absl::GetFlag(FLAGS_epsilon));
+  s.optimizer.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
+  s.optimizer.warmup_updates = absl::GetFlag(FLAGS_warmup_updates);
+  s.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
+  return o;
+}
+
+// Writes via a temporary file and rename, so a reader never sees a partial number.
+bool WritePortFile(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) return false;
+  const bool ok = std::fprintf(f, "%d\n", port) > 0;
+  return std::fclose(f) == 0 && ok && std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> rest = ps::ParseCommandLine(
+      argc, argv,
+      "One parameter-server shard: holds a slice of the model and applies the workers' "
+      "gradients.\n"
+      "  ps_server --shard_id 0 --num_shards 2 --num_workers 4 --port 5000 --mode ssp "
+      "--staleness 2 --optimizer momentum --lr 0.05");
+  if (!rest.empty()) {
+    std::fprintf(stderr, "ps_server: unexpected argument '%s' (see --help)\n", rest[0].c_str());
+    return 2;
+  }
+  ps::BlockShutdownSignals();
+  ps::SetUpLogging(absl::StrCat("ps-", absl::GetFlag(FLAGS_shard_id)),
+                   absl::GetFlag(FLAGS_log_level));
+  absl::StatusOr<ps::ShardServerOptions> options = OptionsFromFlags();
+  if (!options.ok()) {
+    spdlog::error("bad flags: {}", options.status().ToString());
+    return 2;
+  }
+  auto server = ps::ShardServer::Start(*options);
+  if (!server.ok()) {
+    spdlog::error("cannot start: {}", server.status().ToString());
+    return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  const ps::ShardOptions& s = options->shard;
+  spdlog::info("shard {}/{} serving on {}:{} mode={} staleness={} workers={} optimizer={} lr={}",
+               s.shard_id, s.num_shards, options->host, (*server)->port(),
+               ps::ConsistencyModeName(s.consistency.mode), s.consistency.staleness,
+               s.consistency.num_workers, ps::OptimizerKindName(s.optimizer.kind),
+               s.optimizer.lr);
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty() && !WritePortFile(port_file, (*server)->port())) {
+    spdlog::error("cannot write --port_file {}", port_file);
+    return 1;
+  }
+  ps::ShardServer* raw = server->get();
+  ps::ShutdownSignalWatcher watcher([raw](int signo) {
+    spdlog::info("signal {}: shutting down", signo);
+    raw->Shutdown();
+  });
+  raw->Wait();
+  watcher.Stop();
+  const ps::ShardStatus status = raw->shard().GetStatus();
+  spdlog::info("stopped at version {}", status.version);
+  return 0;
+}

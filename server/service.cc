@@ -1,0 +1,142 @@
+#include "server/service.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/time/clock.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
+#include "common/tensor_bytes.h"
+
+namespace ps {
+
+namespace {
+
+KeyRange RangeOf(int64_t begin, int64_t end) { return KeyRange{begin, end}; }
+
+absl::Status CheckRange(int64_t begin, int64_t end) {
+  if (begin < 0 || end < begin) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed key range [", begin, ", ", end, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+grpc::Status ParameterServerService::Register(grpc::ServerContext*,
+                                              const ps::v1::RegisterRequest* req,
+                                              ps::v1::RegisterResponse* resp) {
+  absl::StatusOr<Shard::RegisterResult> r = shard_.Register(req->rank(), req->layout_fingerprint());
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  const ShardStatus status = shard_.GetStatus();
+  resp->set_shard_id(status.shard_id);
+  resp->set_num_shards(status.num_shards);
+  resp->set_num_workers(static_cast<int32_t>(status.workers.size()));
+  resp->set_clock(r->clock);
+  resp->set_initialized(r->initialized);
+  resp->set_mode(ConsistencyModeName(status.mode));
+  resp->set_staleness(status.staleness_bound);
+  resp->set_lease_ms(absl::ToInt64Milliseconds(shard_.options().lease));
+  return grpc::Status::OK;
+}
+
+grpc::Status ParameterServerService::Heartbeat(grpc::ServerContext*,
+                                               const ps::v1::HeartbeatRequest* req,
+                                               ps::v1::HeartbeatResponse* resp) {
+  resp->set_lease_ms(absl::ToInt64Milliseconds(shard_.options().lease));
+  return ToGrpcStatus(shard_.Heartbeat(req->rank()));
+}
+
+grpc::Status ParameterServerService::Init(grpc::ServerContext*, const ps::v1::InitRequest* req,
+                                          ps::v1::InitResponse* resp) {
+  absl::Status s = CheckRange(req->begin(), req->end());
+  if (!s.ok()) return ToGrpcStatus(s);
+  absl::StatusOr<absl::Span<const float>> values = FloatView(req->values(), "values");
+  if (!values.ok()) return ToGrpcStatus(values.status());
+  absl::StatusOr<Shard::InitResult> r = shard_.Init(
+      req->layout_fingerprint(), req->total_params(), RangeOf(req->begin(), req->end()), *values);
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  resp->set_already_initialized(r->already_initialized);
+  resp->set_version(r->version);
+  return grpc::Status::OK;
+}
+
+grpc::Status ParameterServerService::Pull(grpc::ServerContext* ctx,
+                                          const ps::v1::PullRequest* req,
+                                          ps::v1::PullResponse* resp) {
+  absl::Status s = CheckRange(req->begin(), req->end());
+  if (!s.ok()) return ToGrpcStatus(s);
+  Shard::PullArgs args;
+  args.rank = req->rank();
+  args.fingerprint = req->layout_fingerprint();
+  args.range = RangeOf(req->begin(), req->end());
+  args.clock = req->clock();
+  args.no_wait = req->no_wait();
+  const absl::Time deadline =
+      std::min(absl::FromChrono(ctx->deadline()), absl::Now() + max_pull_wait_);
+  // The slice is copied once, straight into the response's bytes field.
+  absl::Span<float> out = ResizeForFloats(resp->mutable_values(), args.range.size());
+  absl::StatusOr<Shard::PullResult> r = shard_.Pull(args, deadline, out);
+  if (!r.ok()) {
+    resp->clear_values();
+    return ToGrpcStatus(r.status());
+  }
+  resp->set_version(r->version);
+  resp->set_min_clock(r->min_clock);
+  resp->set_wait_us(absl::ToInt64Microseconds(r->waited));
+  return grpc::Status::OK;
+}
+
+grpc::Status ParameterServerService::Push(grpc::ServerContext*, const ps::v1::PushRequest* req,
+                                          ps::v1::PushResponse* resp) {
+  absl::Status s = CheckRange(req->begin(), req->end());
+  if (!s.ok()) return ToGrpcStatus(s);
+  absl::StatusOr<absl::Span<const float>> grad = FloatView(req->gradient(), "gradient");
+  if (!grad.ok()) return ToGrpcStatus(grad.status());
+  Shard::PushArgs args;
+  args.rank = req->rank();
+  args.fingerprint = req->layout_fingerprint();
+  args.range = RangeOf(req->begin(), req->end());
+  args.clock = req->clock();
+  args.base_version = req->base_version();
+  args.gradient = *grad;
+  absl::StatusOr<Shard::PushResult> r = shard_.Push(args);
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  resp->set_applied(r->applied);
+  resp->set_buffered(r->buffered);
+  resp->set_duplicate(r->duplicate);
+  resp->set_version(r->version);
+  resp->set_staleness(r->staleness);
+  return grpc::Status::OK;
+}
+
+grpc::Status ParameterServerService::GetStatus(grpc::ServerContext*,
+                                               const ps::v1::GetStatusRequest*,
+                                               ps::v1::GetStatusResponse* resp) {
+  const ShardStatus s = shard_.GetStatus();
+  resp->set_shard_id(s.shard_id);
+  resp->set_num_shards(s.num_shards);
+  resp->set_mode(ConsistencyModeName(s.mode));
+  resp->set_staleness(s.staleness_bound);
+  resp->set_initialized(s.initialized);
+  resp->set_begin(s.range.begin);
+  resp->set_end(s.range.end);
+  resp->set_version(s.version);
+  resp->set_min_clock(s.min_clock);
+  resp->set_rejected_nonfinite(s.rejected_nonfinite);
+  resp->set_layout_fingerprint(s.fingerprint);
+  for (const WorkerStatusInfo& w : s.workers) {
+    ps::v1::WorkerStatus* out = resp->add_workers();
+    out->set_rank(w.rank);
+    out->set_clock(w.clock);
+    out->set_state(WorkerStateName(w.state));
+    out->set_applied(w.staleness.count());
+    out->set_max_staleness(w.staleness.max());
+    out->set_mean_staleness(w.staleness.mean());
+    for (int64_t c : w.staleness.TrimmedCounts()) out->add_staleness_counts(c);
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace ps

@@ -1,0 +1,312 @@
+#include "server/shard.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace ps {
+
+namespace {
+
+bool AllFinite(absl::Span<const float> values) {
+  // Accumulating x - x yields NaN exactly when some x is NaN or Inf; one branch-free pass.
+  float acc = 0.0f;
+  for (float x : values) acc += x - x;
+  return acc == 0.0f;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& options) {
+  if (options.num_shards < 1 || options.shard_id < 0 || options.shard_id >= options.num_shards) {
+    return absl::InvalidArgumentError(absl::StrCat("shard_id ", options.shard_id,
+                                                   " is not in [0, ", options.num_shards, ")"));
+  }
+  RETURN_IF_ERROR(ValidateConsistencyOptions(options.consistency));
+  RETURN_IF_ERROR(ValidateOptimizerOptions(options.optimizer));
+  if (options.lease <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("lease must be positive");
+  }
+  return std::unique_ptr<Shard>(new Shard(options));
+}
+
+Shard::Shard(const ShardOptions& options)
+    : options_(options),
+      controller_(options.consistency),
+      lease_deadline_(options.consistency.num_workers, absl::InfiniteFuture()),
+      staleness_(options.consistency.num_workers),
+      round_gradients_(options.consistency.num_workers),
+      round_base_versions_(options.consistency.num_workers, 0),
+      round_has_gradient_(options.consistency.num_workers, false) {
+  lease_thread_ = std::thread([this] { LeaseLoop(); });
+}
+
+Shard::~Shard() { Shutdown(); }
+
+void Shard::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    shutdown_ = true;
+  }
+  if (lease_thread_.joinable()) lease_thread_.join();
+}
+
+absl::Status Shard::CheckRank(int rank) const {
+  if (rank < 0 || rank >= options_.consistency.num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", rank, " is not in [0, ", options_.consistency.num_workers, ")"));
+  }
+  return absl::OkStatus();
+}
+
+void Shard::RenewLease(int rank) {
+  lease_deadline_[rank] = absl::Now() + options_.lease;
+}
+
+absl::StatusOr<Shard::RegisterResult> Shard::Register(int rank, uint64_t fingerprint) {
+  RETURN_IF_ERROR(CheckRank(rank));
+  absl::MutexLock lock(&mu_);
+  if (shutdown_) return absl::UnavailableError("shard is shutting down");
+  if (initialized_ && fingerprint != fingerprint_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("layout fingerprint ", fingerprint, " differs from the shard's ", fingerprint_,
+                     ": the worker runs another model"));
+  }
+  RegisterResult result;
+  result.clock = controller_.Register(rank);
+  result.initialized = initialized_;
+  RenewLease(rank);
+  lease_changed_ = true;
+  return result;
+}
+
+absl::Status Shard::Heartbeat(int rank) {
+  RETURN_IF_ERROR(CheckRank(rank));
+  absl::MutexLock lock(&mu_);
+  switch (controller_.state(rank)) {
+    case WorkerState::kPending:
+      return absl::NotFoundError(absl::StrCat("worker ", rank, " has not registered"));
+    case WorkerState::kExpired:
+      return absl::AbortedError(absl::StrCat("the lease of worker ", rank, " expired; register again"));
+    case WorkerState::kLive:
+      RenewLease(rank);
+      return absl::OkStatus();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Shard::InitResult> Shard::Init(uint64_t fingerprint, int64_t total_params,
+                                              KeyRange range, absl::Span<const float> values) {
+  if (total_params < 0) return absl::InvalidArgumentError("total_params < 0");
+  const KeyRange mine = ShardRange(total_params, options_.num_shards, options_.shard_id);
+  if (!(range == mine)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shard ", options_.shard_id, " of ", options_.num_shards, " owns [", mine.begin,
+                     ", ", mine.end, ") of ", total_params, " but Init names [", range.begin, ", ",
+                     range.end, ")"));
+  }
+  if (static_cast<int64_t>(values.size()) != range.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("Init carries ", values.size(),
+                                                   " values for a range of ", range.size()));
+  }
+  if (!AllFinite(values)) return absl::InvalidArgumentError("Init values contain NaN or Inf");
+  absl::MutexLock lock(&mu_);
+  if (shutdown_) return absl::UnavailableError("shard is shutting down");
+  if (initialized_) {
+    if (fingerprint != fingerprint_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "shard already holds layout ", fingerprint_, "; Init names layout ", fingerprint));
+    }
+    return InitResult{true, version_};
+  }
+  fingerprint_ = fingerprint;
+  range_ = range;
+  values_.assign(values.begin(), values.end());
+  optimizer_ = std::make_unique<Optimizer>(options_.optimizer, range.size());
+  round_sum_.assign(range.size(), 0.0f);
+  initialized_ = true;
+  return InitResult{false, version_};
+}
+
+absl::Status Shard::ValidateAccess(int rank, uint64_t fingerprint, KeyRange range,
+                                   size_t length, bool observer) const {
+  if (shutdown_) return absl::UnavailableError("shard is shutting down");
+  if (!initialized_) return absl::FailedPreconditionError("shard is not initialised; call Init");
+  if (fingerprint != fingerprint_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "layout fingerprint ", fingerprint, " differs from the shard's ", fingerprint_));
+  }
+  if (!(range == range_)) {
+    return absl::FailedPreconditionError(absl::StrCat("shard owns [", range_.begin, ", ",
+                                                      range_.end, "), request names [", range.begin,
+                                                      ", ", range.end, ")"));
+  }
+  if (static_cast<int64_t>(length) != range_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("payload of ", length, " floats for a range of ", range_.size()));
+  }
+  if (observer) return absl::OkStatus();
+  switch (controller_.state(rank)) {
+    case WorkerState::kPending:
+      return absl::FailedPreconditionError(absl::StrCat("worker ", rank, " has not registered"));
+    case WorkerState::kExpired:
+      return absl::AbortedError(absl::StrCat("the lease of worker ", rank, " expired; register again"));
+    case WorkerState::kLive:
+      break;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Shard::PullResult> Shard::Pull(const PullArgs& args, absl::Time deadline,
+                                              absl::Span<float> out) {
+  // A no-wait read is an observer's (evaluation, monitoring): it needs no worker identity.
+  const bool observer = args.no_wait;
+  if (!observer) RETURN_IF_ERROR(CheckRank(args.rank));
+  const absl::Time start = absl::Now();
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(ValidateAccess(args.rank, args.fingerprint, args.range, out.size(), observer));
+  if (!observer) {
+    RenewLease(args.rank);
+    const int64_t clock = args.clock;
+    auto ready = [this, clock]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return shutdown_ || controller_.PullReady(clock);
+    };
+    // absl::Mutex re-evaluates the condition whenever the mutex is released, so a push or an
+    // expiry that makes it true wakes this pull; nothing polls.
+    if (!mu_.AwaitWithDeadline(absl::Condition(&ready), deadline)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "pull of clock ", clock, " by worker ", args.rank, " still waits (min clock ",
+          controller_.MinClock(), ", version ", version_, ")"));
+    }
+    if (shutdown_) return absl::UnavailableError("shard is shutting down");
+  }
+  std::copy(values_.begin(), values_.end(), out.begin());
+  PullResult result;
+  result.version = version_;
+  result.min_clock = controller_.MinClock();
+  result.waited = absl::Now() - start;
+  return result;
+}
+
+absl::StatusOr<Shard::PushResult> Shard::Push(const PushArgs& args) {
+  RETURN_IF_ERROR(CheckRank(args.rank));
+  // The finiteness scan runs before taking the lock: it reads only the request.
+  const bool finite = AllFinite(args.gradient);
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(ValidateAccess(args.rank, args.fingerprint, args.range, args.gradient.size(),
+                                 /*observer=*/false));
+  if (!finite) {
+    ++rejected_nonfinite_;
+    return absl::InvalidArgumentError(absl::StrCat("gradient of worker ", args.rank, " clock ",
+                                                   args.clock, " contains NaN or Inf"));
+  }
+  if (args.base_version < 0 || args.base_version > version_) {
+    return absl::InvalidArgumentError(absl::StrCat("base_version ", args.base_version,
+                                                   " is not in [0, ", version_, "]"));
+  }
+  ASSIGN_OR_RETURN(PushAction action, controller_.ClassifyPush(args.rank, args.clock));
+  RenewLease(args.rank);
+  PushResult result;
+  switch (action) {
+    case PushAction::kDuplicate:
+      result.duplicate = true;
+      break;
+    case PushAction::kApply:
+      controller_.RecordPush(args.rank);
+      result.staleness = version_ - args.base_version;
+      staleness_[args.rank].Record(result.staleness);
+      ApplyGradient(args.gradient);
+      result.applied = true;
+      break;
+    case PushAction::kBuffer: {
+      controller_.RecordPush(args.rank);
+      round_gradients_[args.rank].assign(args.gradient.begin(), args.gradient.end());
+      round_base_versions_[args.rank] = args.base_version;
+      round_has_gradient_[args.rank] = true;
+      const int64_t before = version_;
+      MaybeApplyRound();
+      result.applied = version_ != before;
+      result.buffered = !result.applied;
+      break;
+    }
+  }
+  result.version = version_;
+  return result;
+}
+
+void Shard::ApplyGradient(absl::Span<const float> gradient) {
+  optimizer_->Apply(version_, gradient, absl::MakeSpan(values_));
+  ++version_;
+}
+
+void Shard::MaybeApplyRound() {
+  if (!initialized_ || !controller_.RoundReady()) return;
+  // Sum in rank order so that the result does not depend on arrival order.
+  std::fill(round_sum_.begin(), round_sum_.end(), 0.0f);
+  int contributors = 0;
+  for (size_t r = 0; r < round_gradients_.size(); ++r) {
+    if (!round_has_gradient_[r]) continue;
+    const std::vector<float>& g = round_gradients_[r];
+    for (size_t i = 0; i < g.size(); ++i) round_sum_[i] += g[i];
+    staleness_[r].Record(version_ - round_base_versions_[r]);
+    round_has_gradient_[r] = false;
+    ++contributors;
+  }
+  const float inv = 1.0f / static_cast<float>(contributors);
+  for (float& x : round_sum_) x *= inv;
+  ApplyGradient(round_sum_);
+  controller_.CompleteRound();
+}
+
+void Shard::LeaseLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!shutdown_) {
+    absl::Time next = absl::InfiniteFuture();
+    const absl::Time now = absl::Now();
+    for (int r = 0; r < options_.consistency.num_workers; ++r) {
+      if (controller_.state(r) != WorkerState::kLive) continue;
+      if (lease_deadline_[r] <= now) {
+        controller_.Expire(r);
+        MaybeApplyRound();
+      } else {
+        next = std::min(next, lease_deadline_[r]);
+      }
+    }
+    lease_changed_ = false;
+    auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_ || lease_changed_; };
+    mu_.AwaitWithDeadline(absl::Condition(&wake), next);
+  }
+}
+
+ShardStatus Shard::GetStatus() const {
+  absl::MutexLock lock(&mu_);
+  ShardStatus s;
+  s.shard_id = options_.shard_id;
+  s.num_shards = options_.num_shards;
+  s.mode = options_.consistency.mode;
+  s.staleness_bound = options_.consistency.staleness;
+  s.initialized = initialized_;
+  s.fingerprint = fingerprint_;
+  s.range = range_;
+  s.version = version_;
+  s.min_clock = controller_.MinClock();
+  s.rejected_nonfinite = rejected_nonfinite_;
+  for (int r = 0; r < options_.consistency.num_workers; ++r) {
+    WorkerStatusInfo w;
+    w.rank = r;
+    w.clock = controller_.clock(r);
+    w.state = controller_.state(r);
+    w.staleness = staleness_[r];
+    s.workers.push_back(std::move(w));
+  }
+  return s;
+}
+
+std::vector<float> Shard::Values() const {
+  absl::MutexLock lock(&mu_);
+  return values_;
+}
+
+}  // namespace ps

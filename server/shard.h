@@ -1,0 +1,163 @@
+#ifndef PS_SERVER_SHARD_H_
+#define PS_SERVER_SHARD_H_
+
+// One parameter-server shard: its slice of the flat parameter array, the optimizer state of that
+// slice, the consistency controller and the workers' leases. This is the domain object behind
+// the gRPC service (service.h), which only converts messages; it never sees proto types.
+//
+// Thread-safe: every method may be called concurrently. Pull blocks (without holding a thread
+// busy: it sleeps on the shard's mutex condition) until the consistency rule allows it or its
+// deadline passes; pushes, lease expiry and Shutdown wake it.
+
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/optimizer.h"
+#include "common/param_layout.h"
+#include "server/consistency.h"
+#include "server/staleness_histogram.h"
+
+namespace ps {
+
+struct ShardOptions {
+  int shard_id = 0;                          // 0 <= shard_id < num_shards
+  int num_shards = 1;
+  ConsistencyOptions consistency;            // mode, SSP bound, number of workers
+  OptimizerOptions optimizer;                // the update rule applied to the slice
+  absl::Duration lease = absl::Seconds(10);  // a worker silent this long leaves the barrier set
+};
+
+struct WorkerStatusInfo {
+  int rank = 0;
+  int64_t clock = 0;
+  WorkerState state = WorkerState::kPending;
+  StalenessHistogram staleness;
+};
+
+struct ShardStatus {
+  int shard_id = 0;
+  int num_shards = 1;
+  ConsistencyMode mode = ConsistencyMode::kBsp;
+  int staleness_bound = 0;
+  bool initialized = false;
+  uint64_t fingerprint = 0;
+  KeyRange range;
+  int64_t version = 0;
+  int64_t min_clock = 0;
+  int64_t rejected_nonfinite = 0;
+  std::vector<WorkerStatusInfo> workers;
+};
+
+class Shard {
+ public:
+  // INVALID_ARGUMENT when an option is out of range.
+  static absl::StatusOr<std::unique_ptr<Shard>> Create(const ShardOptions& options);
+  ~Shard();  // Shutdown()s
+
+  struct RegisterResult {
+    int64_t clock = 0;  // where the worker resumes
+    bool initialized = false;
+  };
+  // Starts or renews `rank`'s lease. INVALID_ARGUMENT for a bad rank; FAILED_PRECONDITION when
+  // the shard holds another layout.
+  absl::StatusOr<RegisterResult> Register(int rank, uint64_t fingerprint);
+  // Renews a lease. NOT_FOUND if the rank never registered; ABORTED if its lease expired (the
+  // worker must Register again).
+  absl::Status Heartbeat(int rank);
+
+  struct InitResult {
+    bool already_initialized = false;
+    int64_t version = 0;
+  };
+  // Sets the slice once; see the Init rpc in parameter_server.proto for the rules.
+  absl::StatusOr<InitResult> Init(uint64_t fingerprint, int64_t total_params, KeyRange range,
+                                  absl::Span<const float> values);
+
+  struct PullArgs {
+    int rank = 0;
+    uint64_t fingerprint = 0;
+    KeyRange range;
+    int64_t clock = 0;
+    bool no_wait = false;  // observer read: at once, whatever the mode; `rank` is ignored
+  };
+  struct PullResult {
+    int64_t version = 0;
+    int64_t min_clock = 0;
+    absl::Duration waited;
+  };
+  // Waits until the mode allows step args.clock (or `deadline`: DEADLINE_EXCEEDED), then copies
+  // the slice into `out` (range.size() floats). UNAVAILABLE after Shutdown().
+  absl::StatusOr<PullResult> Pull(const PullArgs& args, absl::Time deadline, absl::Span<float> out);
+
+  struct PushArgs {
+    int rank = 0;
+    uint64_t fingerprint = 0;
+    KeyRange range;
+    int64_t clock = 0;
+    int64_t base_version = 0;
+    absl::Span<const float> gradient;
+  };
+  struct PushResult {
+    bool applied = false;
+    bool buffered = false;
+    bool duplicate = false;
+    int64_t version = 0;
+    int64_t staleness = 0;  // of this gradient, when applied
+  };
+  // Validates everything before touching state: a rejected push changes nothing but the
+  // rejection counter. Codes as documented on the Push rpc.
+  absl::StatusOr<PushResult> Push(const PushArgs& args);
+
+  ShardStatus GetStatus() const;
+  const ShardOptions& options() const { return options_; }
+  // A copy of the slice (empty before Init). For tests and checkpoints.
+  std::vector<float> Values() const;
+
+  // Fails every waiting and later Pull/Push with UNAVAILABLE and stops the lease thread.
+  // Idempotent.
+  void Shutdown();
+
+ private:
+  explicit Shard(const ShardOptions& options);
+  // Checks a Pull or Push against the shard's state; an observer (no-wait read) skips the
+  // worker-membership checks.
+  absl::Status ValidateAccess(int rank, uint64_t fingerprint, KeyRange range, size_t length,
+                              bool observer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckRank(int rank) const;
+  void RenewLease(int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies the BSP round when it is complete (after a push or an expiry).
+  void MaybeApplyRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyGradient(absl::Span<const float> gradient) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LeaseLoop();
+
+  const ShardOptions options_;
+  mutable absl::Mutex mu_;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  bool initialized_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t fingerprint_ ABSL_GUARDED_BY(mu_) = 0;
+  KeyRange range_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> values_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
+  int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t rejected_nonfinite_ ABSL_GUARDED_BY(mu_) = 0;
+  ConsistencyController controller_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::Time> lease_deadline_ ABSL_GUARDED_BY(mu_);
+  std::vector<StalenessHistogram> staleness_ ABSL_GUARDED_BY(mu_);
+  // BSP: the gradient each worker pushed for the open round, and the version it was based on.
+  std::vector<std::vector<float>> round_gradients_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> round_base_versions_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> round_has_gradient_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> round_sum_ ABSL_GUARDED_BY(mu_);
+  bool lease_changed_ ABSL_GUARDED_BY(mu_) = false;  // wakes the lease thread early
+  std::thread lease_thread_;
+};
+
+}  // namespace ps
+
+#endif  // PS_SERVER_SHARD_H_

@@ -1,0 +1,42 @@
+#include "server/shard_server.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
+
+namespace ps {
+
+absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
+    const ShardServerOptions& options) {
+  std::unique_ptr<ShardServer> s(new ShardServer());
+  ASSIGN_OR_RETURN(s->shard_, Shard::Create(options.shard));
+  s->service_ = std::make_unique<ParameterServerService>(*s->shard_, options.max_pull_wait);
+  grpc::ServerBuilder builder;
+  const std::string address = absl::StrCat(
+      options.host.find(':') != std::string::npos ? "[" + options.host + "]" : options.host, ":",
+      options.port);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &s->port_);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  builder.RegisterService(s->service_.get());
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || s->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+  }
+  return s;
+}
+
+ShardServer::~ShardServer() { Shutdown(); }
+
+void ShardServer::Shutdown(absl::Duration grace) {
+  if (shard_ != nullptr) shard_->Shutdown();
+  // grpc::Server::Shutdown is idempotent and thread-safe.
+  if (server_ != nullptr) server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+}
+
+void ShardServer::Wait() {
+  if (server_ != nullptr) server_->Wait();
+}
+
+}  // namespace ps

@@ -1,0 +1,53 @@
+#ifndef PS_SERVER_STALENESS_HISTOGRAM_H_
+#define PS_SERVER_STALENESS_HISTOGRAM_H_
+
+// Counts of applied gradients by staleness (the shard's version at apply minus the version the
+// gradient was computed from), with the exact maximum and mean.
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+namespace ps {
+
+class StalenessHistogram {
+ public:
+  // Staleness values >= kBuckets - 1 share the last bucket; max() stays exact.
+  static constexpr int kBuckets = 64;
+
+  void Record(int64_t staleness) {
+    if (counts_.empty()) counts_.assign(kBuckets, 0);
+    ++counts_[std::min<int64_t>(staleness, kBuckets - 1)];
+    ++count_;
+    sum_ += staleness;
+    max_ = std::max(max_, staleness);
+  }
+  void Merge(const StalenessHistogram& other) {
+    if (other.count_ == 0) return;
+    if (counts_.empty()) counts_.assign(kBuckets, 0);
+    for (int i = 0; i < kBuckets; ++i) counts_[i] += other.counts_[i];
+    count_ += other.count_;
+    sum_ += other.sum_;
+    max_ = std::max(max_, other.max_);
+  }
+
+  int64_t count() const { return count_; }
+  int64_t max() const { return max_; }
+  double mean() const { return count_ == 0 ? 0.0 : static_cast<double>(sum_) / count_; }
+  // Counts up to the largest non-empty bucket (empty when nothing was recorded).
+  std::vector<int64_t> TrimmedCounts() const {
+    size_t n = counts_.size();
+    while (n > 0 && counts_[n - 1] == 0) --n;
+    return std::vector<int64_t>(counts_.begin(), counts_.begin() + n);
+  }
+
+ private:
+  std::vector<int64_t> counts_;
+  int64_t count_ = 0;
+  int64_t sum_ = 0;
+  int64_t max_ = 0;
+};
+
+}  // namespace ps
+
+#endif  // PS_SERVER_STALENESS_HISTOGRAM_H_
