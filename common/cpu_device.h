@@ -9,6 +9,10 @@ namespace ps {
 // the elementwise ops. Not thread-safe (one per worker thread), like every Device.
 class CpuDevice final : public Device {
  public:
+  // `blas_threads` sets OpenBLAS's thread count for the whole process (OpenBLAS has one global
+  // pool). One is best for the small GEMMs of a worker that shares its cores with other
+  // processes: OpenBLAS's spinning helper threads otherwise steal the cores the servers need.
+  explicit CpuDevice(int blas_threads = 1);
   std::string name() const override { return "cpu"; }
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
   absl::Status CopyToDevice(const void* host, size_t bytes, void* device) override;

@@ -117,4 +117,10 @@ absl::StatusOr<std::unique_ptr<Model>> MakeMlp(int64_t input_size,
   return Model::Create("mlp", std::move(layers), device, max_batch);
 }
 
+absl::StatusOr<std::unique_ptr<Model>> MakeModel(const ModelSpec& spec, int64_t input_size,
+                                                 int64_t classes, Device& device, int max_batch) {
+  if (spec.name == "mlp") return MakeMlp(input_size, spec.hidden, classes, device, max_batch);
+  return absl::InvalidArgumentError(absl::StrCat("unknown model '", spec.name, "' (mlp)"));
+}
+
 }  // namespace ps

@@ -74,6 +74,15 @@ absl::StatusOr<std::unique_ptr<Model>> MakeMlp(int64_t input_size,
                                                const std::vector<int64_t>& hidden,
                                                int64_t classes, Device& device, int max_batch);
 
+// A model by name, as the binaries' --model and --hidden flags give it.
+struct ModelSpec {
+  std::string name = "mlp";               // "mlp"
+  std::vector<int64_t> hidden = {256, 128};  // hidden layer widths of the MLP
+};
+// INVALID_ARGUMENT for an unknown name or a bad size.
+absl::StatusOr<std::unique_ptr<Model>> MakeModel(const ModelSpec& spec, int64_t input_size,
+                                                 int64_t classes, Device& device, int max_batch);
+
 }  // namespace ps
 
 #endif  // PS_COMMON_MODEL_H_

@@ -1,0 +1,337 @@
+// ps_launch: a local cluster on loopback. Starts --shards ps_server processes and --workers
+// ps_worker processes, streams their output with a name prefix, shows rank 0's progress line per
+// epoch, evaluates the final weights once every worker has finished, and writes
+// <metrics_dir>/summary.json. Exit code 0 only on success. On SIGINT, SIGTERM or any child's
+// failure it stops every child.
+
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/cli.h"
+#include "common/json_lines.h"
+#include "deploy/local/child_processes.h"
+
+ABSL_FLAG(int32_t, shards, 2, "Number of ps_server shards.");
+ABSL_FLAG(int32_t, workers, 2, "Number of ps_worker processes.");
+ABSL_FLAG(std::string, mode, "bsp", "Consistency mode: bsp, ssp or asp.");
+ABSL_FLAG(int32_t, staleness, 0, "SSP staleness bound s.");
+ABSL_FLAG(std::string, model, "mlp", "Model: mlp.");
+ABSL_FLAG(std::string, hidden, "256,128", "Hidden layer widths of the MLP.");
+ABSL_FLAG(int32_t, epochs, 5, "Epochs.");
+ABSL_FLAG(int32_t, batch_size, 32, "Samples per worker per micro-batch.");
+ABSL_FLAG(int32_t, accumulate, 1, "Micro-batches per push (gradient accumulation).");
+ABSL_FLAG(std::string, optimizer, "momentum", "Update rule on the shards: sgd, momentum, adam.");
+ABSL_FLAG(double, lr, 0.05, "Learning rate.");
+ABSL_FLAG(double, momentum, 0.9, "Momentum (--optimizer momentum).");
+ABSL_FLAG(double, weight_decay, 0.0, "L2 weight decay.");
+ABSL_FLAG(int64_t, warmup_updates, 0, "Linear learning-rate warmup, in updates of a shard.");
+ABSL_FLAG(uint64_t, seed, 1, "Seed of the weights and the sample order.");
+ABSL_FLAG(std::vector<std::string>, straggler, {},
+          "RANK:FACTOR makes that worker's compute FACTOR times slower; repeatable, or "
+          "comma-separated.");
+ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist", "Fashion-MNIST folder.");
+ABSL_FLAG(int64_t, train_limit, 0, "Use only the first N training samples (0: all).");
+ABSL_FLAG(int64_t, test_limit, 0, "Use only the first N test samples (0: all).");
+ABSL_FLAG(std::string, metrics_dir, "",
+          "Where summary.json and the per-worker JSON lines go (default runs/<time>).");
+ABSL_FLAG(std::string, bin_dir, "", "Folder of ps_server and ps_worker (default: beside ps_launch).");
+ABSL_FLAG(int64_t, lease_ms, 10000, "Worker lease on the shards.");
+ABSL_FLAG(bool, quiet, false, "Show only progress lines, warnings and errors of the children.");
+ABSL_FLAG(std::string, log_level, "info", "Log level passed to the children.");
+
+namespace {
+
+using ps::ChildProcesses;
+
+std::string SelfDir() {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : exe.parent_path().string();
+}
+
+// Waits for a server's --port_file. Returns 0 if the server died or the launcher was told to
+// stop first.
+int WaitForPort(ChildProcesses& children, int id, const std::string& path, int signal_fd,
+                bool* interrupted) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < deadline) {
+    std::ifstream in(path);
+    int port = 0;
+    if (in >> port && port > 0) return port;
+    if (!children.running(id)) return 0;
+    if (children.Poll(absl::Milliseconds(20), signal_fd)) {
+      *interrupted = true;
+      return 0;
+    }
+  }
+  return 0;
+}
+
+// Sums "samples" over the "step" lines of a worker's metrics file.
+int64_t SamplesIn(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  int64_t total = 0;
+  while (std::getline(in, line)) {
+    if (!absl::StrContains(line, "\"kind\":\"step\"")) continue;
+    const size_t at = line.find("\"samples\":");
+    if (at == std::string::npos) continue;
+    int64_t n = 0;
+    const std::string rest = line.substr(at + 10, line.find_first_of(",}", at + 10) - at - 10);
+    if (absl::SimpleAtoi(rest, &n)) total += n;
+  }
+  return total;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> rest = ps::ParseCommandLine(
+      argc, argv,
+      "Runs a local parameter-server cluster on loopback and trains on Fashion-MNIST.\n"
+      "  ps_launch --shards 2 --workers 2 --mode bsp --model mlp --epochs 5\n"
+      "  ps_launch --workers 3 --mode ssp --staleness 2 --straggler 1:3");
+  if (!rest.empty()) {
+    std::fprintf(stderr, "ps_launch: unexpected argument '%s' (see --help)\n", rest[0].c_str());
+    return 2;
+  }
+  const int shards = absl::GetFlag(FLAGS_shards);
+  const int workers = absl::GetFlag(FLAGS_workers);
+  if (shards < 1 || workers < 1) {
+    std::fprintf(stderr, "ps_launch: --shards and --workers must be >= 1\n");
+    return 2;
+  }
+  std::vector<double> slowdown(workers, 1.0);
+  for (const std::string& s : absl::GetFlag(FLAGS_straggler)) {
+    std::vector<std::string> parts = absl::StrSplit(s, ':');
+    int rank = -1;
+    double factor = 0.0;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &rank) ||
+        !absl::SimpleAtod(parts[1], &factor) || rank < 0 || rank >= workers || factor < 1.0) {
+      std::fprintf(stderr,
+                   "ps_launch: --straggler '%s' must be RANK:FACTOR with 0 <= RANK < %d and "
+                   "FACTOR >= 1\n",
+                   s.c_str(), workers);
+      return 2;
+    }
+    slowdown[rank] = factor;
+  }
+  std::string metrics_dir = absl::GetFlag(FLAGS_metrics_dir);
+  if (metrics_dir.empty()) {
+    metrics_dir = absl::StrCat("runs/", absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(),
+                                                         absl::LocalTimeZone()));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(metrics_dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "ps_launch: cannot create --metrics_dir %s: %s\n", metrics_dir.c_str(),
+                 ec.message().c_str());
+    return 2;
+  }
+  const std::string bin_dir =
+      absl::GetFlag(FLAGS_bin_dir).empty() ? SelfDir() : absl::GetFlag(FLAGS_bin_dir);
+  const std::string server_bin = bin_dir + "/ps_server";
+  const std::string worker_bin = bin_dir + "/ps_worker";
+  for (const std::string& b : {server_bin, worker_bin}) {
+    if (access(b.c_str(), X_OK) != 0) {
+      std::fprintf(stderr, "ps_launch: %s is missing or not executable (see --bin_dir)\n", b.c_str());
+      return 2;
+    }
+  }
+
+  // Signals arrive on a descriptor polled with the children's output.
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  sigprocmask(SIG_BLOCK, &mask, nullptr);
+  const int signal_fd = signalfd(-1, &mask, SFD_CLOEXEC);
+
+  const bool quiet = absl::GetFlag(FLAGS_quiet);
+  ChildProcesses children([quiet](const std::string& name, const std::string& line) {
+    // Rank 0's progress lines are for the user and shown plain.
+    if (name == "worker-0" && absl::StartsWith(line, "epoch ")) {
+      std::printf("%s\n", line.c_str());
+    } else if (!quiet || absl::StrContains(line, " E ") || absl::StrContains(line, " W ") ||
+               absl::StartsWith(line, "test_accuracy")) {
+      const std::string prefix = "[" + name + "]";
+      std::printf("%s\n", absl::StartsWith(line, prefix) ? line.c_str()
+                                                         : (prefix + " " + line).c_str());
+    }
+    std::fflush(stdout);
+  });
+
+  const std::string common_log = absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level));
+  auto fail = [&](const std::string& why) {
+    std::fprintf(stderr, "ps_launch: %s; stopping every process\n", why.c_str());
+    children.StopAll();
+    return 1;
+  };
+  auto interrupted_exit = [&]() {
+    signalfd_siginfo info;
+    const int signo = read(signal_fd, &info, sizeof(info)) == sizeof(info) ? info.ssi_signo : SIGINT;
+    std::fprintf(stderr, "ps_launch: signal %d; stopping every process\n", signo);
+    children.StopAll();
+    return 128 + signo;
+  };
+
+  // Servers first; their ports come back through --port_file.
+  std::vector<int> server_ids;
+  std::vector<std::string> addresses;
+  for (int s = 0; s < shards; ++s) {
+    const std::string port_file = absl::StrCat(metrics_dir, "/ps-", s, ".port");
+    std::filesystem::remove(port_file, ec);
+    std::vector<std::string> args = {
+        server_bin,
+        absl::StrCat("--shard_id=", s),
+        absl::StrCat("--num_shards=", shards),
+        absl::StrCat("--num_workers=", workers),
+        "--host=127.0.0.1",
+        "--port=0",
+        absl::StrCat("--port_file=", port_file),
+        absl::StrCat("--mode=", absl::GetFlag(FLAGS_mode)),
+        absl::StrCat("--staleness=", absl::GetFlag(FLAGS_staleness)),
+        absl::StrCat("--optimizer=", absl::GetFlag(FLAGS_optimizer)),
+        absl::StrCat("--lr=", absl::GetFlag(FLAGS_lr)),
+        absl::StrCat("--momentum=", absl::GetFlag(FLAGS_momentum)),
+        absl::StrCat("--weight_decay=", absl::GetFlag(FLAGS_weight_decay)),
+        absl::StrCat("--warmup_updates=", absl::GetFlag(FLAGS_warmup_updates)),
+        absl::StrCat("--lease_ms=", absl::GetFlag(FLAGS_lease_ms)),
+        common_log};
+    auto id = children.Start(absl::StrCat("ps-", s), args);
+    if (!id.ok()) return fail(std::string(id.status().message()));
+    server_ids.push_back(*id);
+    bool interrupted = false;
+    const int port = WaitForPort(children, *id, port_file, signal_fd, &interrupted);
+    if (interrupted) return interrupted_exit();
+    if (port == 0) return fail(absl::StrCat("ps-", s, " did not start"));
+    addresses.push_back(absl::StrCat("127.0.0.1:", port));
+  }
+  const std::string servers = absl::StrJoin(addresses, ",");
+  std::vector<std::string> model_args = {
+      absl::StrCat("--servers=", servers),
+      absl::StrCat("--model=", absl::GetFlag(FLAGS_model)),
+      absl::StrCat("--hidden=", absl::GetFlag(FLAGS_hidden)),
+      absl::StrCat("--data_dir=", absl::GetFlag(FLAGS_data_dir)),
+      absl::StrCat("--test_limit=", absl::GetFlag(FLAGS_test_limit)),
+      common_log};
+
+  const absl::Time train_start = absl::Now();
+  std::vector<int> worker_ids;
+  for (int r = 0; r < workers; ++r) {
+    std::vector<std::string> args = {
+        worker_bin,
+        absl::StrCat("--rank=", r),
+        absl::StrCat("--num_workers=", workers),
+        absl::StrCat("--batch_size=", absl::GetFlag(FLAGS_batch_size)),
+        absl::StrCat("--accumulate=", absl::GetFlag(FLAGS_accumulate)),
+        absl::StrCat("--epochs=", absl::GetFlag(FLAGS_epochs)),
+        absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
+        absl::StrCat("--train_limit=", absl::GetFlag(FLAGS_train_limit)),
+        absl::StrCat("--slowdown=", slowdown[r]),
+        absl::StrCat("--metrics_file=", metrics_dir, "/worker-", r, ".jsonl")};
+    args.insert(args.end(), model_args.begin(), model_args.end());
+    auto id = children.Start(absl::StrCat("worker-", r), args);
+    if (!id.ok()) return fail(std::string(id.status().message()));
+    worker_ids.push_back(*id);
+  }
+
+  // Train until every worker has exited; any failure stops the cluster.
+  for (;;) {
+    if (children.Poll(absl::Milliseconds(200), signal_fd)) return interrupted_exit();
+    for (int id : server_ids) {
+      if (!children.running(id)) {
+        return fail(absl::StrCat(children.name(id), " exited with code ", children.exit_code(id)));
+      }
+    }
+    bool all_done = true;
+    for (int id : worker_ids) {
+      if (children.running(id)) {
+        all_done = false;
+      } else if (children.exit_code(id) != 0) {
+        return fail(absl::StrCat(children.name(id), " exited with code ", children.exit_code(id)));
+      }
+    }
+    if (all_done) break;
+  }
+  const absl::Duration train_wall = absl::Now() - train_start;
+
+  // The final weights, measured once every worker has finished.
+  const std::string eval_path = metrics_dir + "/eval.json";
+  std::vector<std::string> eval_args = {worker_bin, "--evaluate",
+                                        absl::StrCat("--summary_out=", eval_path)};
+  eval_args.insert(eval_args.end(), model_args.begin(), model_args.end());
+  auto eval_id = children.Start("eval", eval_args);
+  if (!eval_id.ok()) return fail(std::string(eval_id.status().message()));
+  while (children.running(*eval_id)) {
+    if (children.Poll(absl::Milliseconds(200), signal_fd)) return interrupted_exit();
+  }
+  if (children.exit_code(*eval_id) != 0) return fail("the final evaluation failed");
+  children.StopAll();
+  for (int id : server_ids) {
+    if (children.exit_code(id) != 0) {
+      std::fprintf(stderr, "ps_launch: %s exited with code %d at shutdown\n",
+                   children.name(id).c_str(), children.exit_code(id));
+      return 1;
+    }
+  }
+
+  int64_t samples = 0;
+  for (int r = 0; r < workers; ++r) {
+    samples += SamplesIn(absl::StrCat(metrics_dir, "/worker-", r, ".jsonl"));
+  }
+  const double wall_s = absl::ToDoubleSeconds(train_wall);
+  std::string eval = ReadFile(eval_path);
+  while (!eval.empty() && (eval.back() == '\n' || eval.back() == '}')) eval.pop_back();
+  if (eval.size() < 2 || eval.front() != '{') return fail("eval.json is malformed");
+  ps::JsonObject summary;
+  summary.Add("mode", absl::GetFlag(FLAGS_mode))
+      .Add("staleness", absl::GetFlag(FLAGS_staleness))
+      .Add("shards", shards)
+      .Add("workers", workers)
+      .Add("model", absl::GetFlag(FLAGS_model))
+      .Add("epochs", absl::GetFlag(FLAGS_epochs))
+      .Add("batch_size", absl::GetFlag(FLAGS_batch_size))
+      .Add("accumulate", absl::GetFlag(FLAGS_accumulate))
+      .Add("effective_batch", int64_t{workers} * absl::GetFlag(FLAGS_batch_size) *
+                                  absl::GetFlag(FLAGS_accumulate))
+      .Add("optimizer", absl::GetFlag(FLAGS_optimizer))
+      .Add("lr", absl::GetFlag(FLAGS_lr))
+      .Add("seed", static_cast<int64_t>(absl::GetFlag(FLAGS_seed)))
+      .Add("samples", samples)
+      .Add("samples_per_sec", samples / wall_s)
+      .Add("wall_seconds", wall_s);
+  // eval.json's fields (test_accuracy, final_loss, staleness, ...) complete the object.
+  const std::string text = summary.str().substr(0, summary.str().size() - 1) + "," +
+                           eval.substr(1) + "}\n";
+  const std::string summary_path = metrics_dir + "/summary.json";
+  std::ofstream out(summary_path);
+  out << text;
+  out.close();
+  if (!out) return fail("cannot write " + summary_path);
+  std::printf("done: %lld samples in %.1fs (%.0f samples/s); summary in %s\n",
+              static_cast<long long>(samples), wall_s, samples / wall_s, summary_path.c_str());
+  return 0;
+}

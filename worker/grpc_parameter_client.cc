@@ -1,0 +1,270 @@
+#include "worker/grpc_parameter_client.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
+#include "common/tensor_bytes.h"
+
+namespace ps {
+
+absl::StatusOr<std::unique_ptr<GrpcParameterClient>> GrpcParameterClient::Create(
+    const GrpcClientOptions& options) {
+  if (options.servers.empty()) return absl::InvalidArgumentError("no servers given");
+  for (const std::string& s : options.servers) {
+    if (s.empty() || s.find(':') == std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("server '", s, "' is not host:port"));
+    }
+  }
+  if (options.max_attempts < 1) return absl::InvalidArgumentError("max_attempts must be >= 1");
+  return std::unique_ptr<GrpcParameterClient>(new GrpcParameterClient(options));
+}
+
+GrpcParameterClient::GrpcParameterClient(const GrpcClientOptions& options) : options_(options) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(options.max_message_bytes);
+  args.SetMaxSendMessageSize(options.max_message_bytes);
+  for (const std::string& server : options.servers) {
+    stubs_.push_back(ps::v1::ParameterServer::NewStub(
+        grpc::CreateCustomChannel(server, grpc::InsecureChannelCredentials(), args)));
+  }
+}
+
+KeyRange GrpcParameterClient::range(int shard) const {
+  return ShardRange(options_.total_params, static_cast<int>(stubs_.size()), shard);
+}
+
+template <typename Request, typename Response>
+absl::Status GrpcParameterClient::CallAll(const char* method, StartFn<Request, Response> start,
+                                          const std::vector<Request>& requests,
+                                          std::vector<Response>* responses,
+                                          absl::Duration timeout, bool wait_for_ready) {
+  const size_t n = stubs_.size();
+  responses->assign(n, Response());
+  std::vector<size_t> pending(n);
+  for (size_t i = 0; i < n; ++i) pending[i] = i;
+  absl::Duration backoff = options_.initial_backoff;
+  for (int attempt = 1;; ++attempt) {
+    grpc::CompletionQueue cq;
+    std::vector<std::unique_ptr<grpc::ClientContext>> contexts(n);
+    std::vector<grpc::Status> statuses(n);
+    std::vector<std::unique_ptr<grpc::ClientAsyncResponseReader<Response>>> readers(n);
+    {
+      absl::MutexLock lock(&mu_);
+      if (cancelled_) return absl::CancelledError(absl::StrCat(method, ": client cancelled"));
+      for (size_t s : pending) {
+        contexts[s] = std::make_unique<grpc::ClientContext>();
+        contexts[s]->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+        contexts[s]->set_wait_for_ready(wait_for_ready);
+        active_.push_back(contexts[s].get());
+      }
+    }
+    for (size_t s : pending) {
+      readers[s] = (stubs_[s].get()->*start)(contexts[s].get(), requests[s], &cq);
+      readers[s]->StartCall();
+      readers[s]->Finish(&(*responses)[s], &statuses[s], reinterpret_cast<void*>(s));
+    }
+    for (size_t done = 0; done < pending.size(); ++done) {
+      void* tag = nullptr;
+      bool ok = false;
+      cq.Next(&tag, &ok);
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      for (size_t s : pending) {
+        active_.erase(std::remove(active_.begin(), active_.end(), contexts[s].get()),
+                      active_.end());
+      }
+    }
+    std::vector<size_t> retry;
+    for (size_t s : pending) {
+      const grpc::Status& st = statuses[s];
+      if (st.ok()) continue;
+      if (st.error_code() == grpc::StatusCode::UNAVAILABLE && attempt < options_.max_attempts) {
+        retry.push_back(s);
+        continue;
+      }
+      return FromGrpcStatus(st, absl::StrCat(method, " to shard ", s, " (", options_.servers[s],
+                                             ")", attempt > 1 ? " after retries" : ""));
+    }
+    if (retry.empty()) return absl::OkStatus();
+    pending = std::move(retry);
+    // Sleep the backoff unless cancelled meanwhile.
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(&cancelled_), backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(5));
+  }
+}
+
+absl::StatusOr<ClusterInfo> GrpcParameterClient::Register(int rank, absl::Duration timeout) {
+  options_.rank = rank;
+  std::vector<ps::v1::RegisterRequest> requests(stubs_.size());
+  for (auto& r : requests) {
+    r.set_rank(rank);
+    r.set_layout_fingerprint(options_.fingerprint);
+  }
+  std::vector<ps::v1::RegisterResponse> responses;
+  RETURN_IF_ERROR(CallAll("Register", &Stub::PrepareAsyncRegister, requests, &responses, timeout,
+                          /*wait_for_ready=*/true));
+  ClusterInfo info;
+  info.num_shards = static_cast<int>(stubs_.size());
+  info.num_workers = responses[0].num_workers();
+  info.mode = responses[0].mode();
+  info.staleness = responses[0].staleness();
+  info.resume_clock = responses[0].clock();
+  info.initialized = true;
+  info.lease = absl::Milliseconds(responses[0].lease_ms());
+  for (size_t s = 0; s < responses.size(); ++s) {
+    const auto& r = responses[s];
+    if (r.shard_id() != static_cast<int>(s) || r.num_shards() != info.num_shards ||
+        r.num_workers() != info.num_workers || r.mode() != info.mode ||
+        r.staleness() != info.staleness) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          options_.servers[s], " is shard ", r.shard_id(), " of ", r.num_shards(), " (", r.mode(),
+          ", ", r.num_workers(), " workers) but is listed as shard ", s, " of ", info.num_shards,
+          " (", info.mode, ", ", info.num_workers, " workers): check --servers and the flags"));
+    }
+    info.resume_clock = std::min(info.resume_clock, r.clock());
+    info.initialized = info.initialized && r.initialized();
+    info.lease = std::min(info.lease, absl::Milliseconds(r.lease_ms()));
+  }
+  if (rank >= info.num_workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " but the servers expect ", info.num_workers, " workers"));
+  }
+  return info;
+}
+
+absl::Status GrpcParameterClient::Heartbeat() {
+  std::vector<ps::v1::HeartbeatRequest> requests(stubs_.size());
+  for (auto& r : requests) r.set_rank(options_.rank);
+  std::vector<ps::v1::HeartbeatResponse> responses;
+  return CallAll("Heartbeat", &Stub::PrepareAsyncHeartbeat, requests, &responses,
+                 options_.call_timeout, false);
+}
+
+absl::Status GrpcParameterClient::Init(absl::Span<const float> params) {
+  if (static_cast<int64_t>(params.size()) != options_.total_params) {
+    return absl::InvalidArgumentError("Init: buffer size differs from the layout");
+  }
+  std::vector<ps::v1::InitRequest> requests(stubs_.size());
+  for (size_t s = 0; s < stubs_.size(); ++s) {
+    const KeyRange r = range(static_cast<int>(s));
+    requests[s].set_layout_fingerprint(options_.fingerprint);
+    requests[s].set_total_params(options_.total_params);
+    requests[s].set_begin(r.begin);
+    requests[s].set_end(r.end);
+    requests[s].set_values(params.data() + r.begin, r.size() * sizeof(float));
+  }
+  std::vector<ps::v1::InitResponse> responses;
+  return CallAll("Init", &Stub::PrepareAsyncInit, requests, &responses, options_.call_timeout,
+                 false);
+}
+
+absl::StatusOr<PullStats> GrpcParameterClient::Pull(int64_t clock, bool no_wait,
+                                                    absl::Span<float> params) {
+  if (static_cast<int64_t>(params.size()) != options_.total_params) {
+    return absl::InvalidArgumentError("Pull: buffer size differs from the layout");
+  }
+  std::vector<ps::v1::PullRequest> requests(stubs_.size());
+  for (size_t s = 0; s < stubs_.size(); ++s) {
+    const KeyRange r = range(static_cast<int>(s));
+    requests[s].set_rank(options_.rank);
+    requests[s].set_layout_fingerprint(options_.fingerprint);
+    requests[s].set_begin(r.begin);
+    requests[s].set_end(r.end);
+    requests[s].set_clock(clock);
+    requests[s].set_no_wait(no_wait);
+  }
+  std::vector<ps::v1::PullResponse> responses;
+  RETURN_IF_ERROR(CallAll("Pull", &Stub::PrepareAsyncPull, requests, &responses,
+                          options_.pull_timeout, false));
+  PullStats stats;
+  for (size_t s = 0; s < stubs_.size(); ++s) {
+    const KeyRange r = range(static_cast<int>(s));
+    ASSIGN_OR_RETURN(absl::Span<const float> values, FloatView(responses[s].values(), "values"));
+    if (static_cast<int64_t>(values.size()) != r.size()) {
+      return absl::DataLossError(absl::StrCat("Pull: shard ", s, " sent ", values.size(),
+                                              " values for a range of ", r.size()));
+    }
+    std::copy(values.begin(), values.end(), params.begin() + r.begin);
+    stats.versions.push_back(responses[s].version());
+    stats.server_wait = std::max(stats.server_wait, absl::Microseconds(responses[s].wait_us()));
+  }
+  return stats;
+}
+
+absl::StatusOr<PushStats> GrpcParameterClient::Push(int64_t clock,
+                                                    const std::vector<int64_t>& base_versions,
+                                                    int num_samples,
+                                                    absl::Span<const float> gradient) {
+  if (static_cast<int64_t>(gradient.size()) != options_.total_params ||
+      base_versions.size() != stubs_.size()) {
+    return absl::InvalidArgumentError("Push: gradient or base versions do not fit the layout");
+  }
+  std::vector<ps::v1::PushRequest> requests(stubs_.size());
+  for (size_t s = 0; s < stubs_.size(); ++s) {
+    const KeyRange r = range(static_cast<int>(s));
+    requests[s].set_rank(options_.rank);
+    requests[s].set_layout_fingerprint(options_.fingerprint);
+    requests[s].set_begin(r.begin);
+    requests[s].set_end(r.end);
+    requests[s].set_clock(clock);
+    requests[s].set_base_version(base_versions[s]);
+    requests[s].set_num_samples(num_samples);
+    requests[s].set_gradient(gradient.data() + r.begin, r.size() * sizeof(float));
+  }
+  std::vector<ps::v1::PushResponse> responses;
+  RETURN_IF_ERROR(CallAll("Push", &Stub::PrepareAsyncPush, requests, &responses,
+                          options_.call_timeout, false));
+  PushStats stats;
+  for (const auto& r : responses) {
+    stats.applied += r.applied();
+    stats.buffered += r.buffered();
+    stats.duplicates += r.duplicate();
+    if (r.applied()) stats.max_staleness = std::max(stats.max_staleness, r.staleness());
+  }
+  return stats;
+}
+
+absl::StatusOr<std::vector<ShardReport>> GrpcParameterClient::Status() {
+  std::vector<ps::v1::GetStatusRequest> requests(stubs_.size());
+  std::vector<ps::v1::GetStatusResponse> responses;
+  RETURN_IF_ERROR(CallAll("GetStatus", &Stub::PrepareAsyncGetStatus, requests, &responses,
+                          options_.call_timeout, false));
+  std::vector<ShardReport> reports;
+  for (const auto& r : responses) {
+    ShardReport rep;
+    rep.shard_id = r.shard_id();
+    rep.mode = r.mode();
+    rep.staleness_bound = r.staleness();
+    rep.initialized = r.initialized();
+    rep.range = KeyRange{r.begin(), r.end()};
+    rep.version = r.version();
+    rep.min_clock = r.min_clock();
+    rep.rejected_nonfinite = r.rejected_nonfinite();
+    for (const auto& w : r.workers()) {
+      ShardReport::Worker out;
+      out.rank = w.rank();
+      out.clock = w.clock();
+      out.state = w.state();
+      out.applied = w.applied();
+      out.max_staleness = w.max_staleness();
+      out.mean_staleness = w.mean_staleness();
+      out.staleness_counts.assign(w.staleness_counts().begin(), w.staleness_counts().end());
+      rep.workers.push_back(std::move(out));
+    }
+    reports.push_back(std::move(rep));
+  }
+  return reports;
+}
+
+void GrpcParameterClient::Cancel() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  for (grpc::ClientContext* ctx : active_) ctx->TryCancel();
+}
+
+}  // namespace ps

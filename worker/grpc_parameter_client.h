@@ -1,0 +1,71 @@
+#ifndef PS_WORKER_GRPC_PARAMETER_CLIENT_H_
+#define PS_WORKER_GRPC_PARAMETER_CLIENT_H_
+
+// ParameterClient over gRPC: one channel per shard; every operation issues its S calls at once
+// on a completion queue and waits for all of them. UNAVAILABLE answers are retried with
+// exponential backoff, which is safe because every rpc is idempotent (pushes are deduplicated by
+// (worker, clock) on the shard).
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/parameter_server.grpc.pb.h"
+#include "worker/parameter_client.h"
+
+namespace ps {
+
+struct GrpcClientOptions {
+  std::vector<std::string> servers;           // host:port of shard 0, 1, ... in order
+  uint64_t fingerprint = 0;                   // of the model's ParamLayout
+  int64_t total_params = 0;                   // N of the layout
+  int rank = 0;                               // this worker; ignored by observers
+  absl::Duration call_timeout = absl::Seconds(30);   // Register, Init, Push, GetStatus
+  absl::Duration pull_timeout = absl::Minutes(10);   // a pull may wait for slow workers
+  int max_attempts = 6;                       // per call, for UNAVAILABLE answers
+  absl::Duration initial_backoff = absl::Milliseconds(100);
+  int max_message_bytes = 256 << 20;
+};
+
+class GrpcParameterClient final : public ParameterClient {
+ public:
+  // INVALID_ARGUMENT for an empty server list.
+  static absl::StatusOr<std::unique_ptr<GrpcParameterClient>> Create(
+      const GrpcClientOptions& options);
+
+  absl::StatusOr<ClusterInfo> Register(int rank, absl::Duration timeout) override;
+  absl::Status Heartbeat() override;
+  absl::Status Init(absl::Span<const float> params) override;
+  absl::StatusOr<PullStats> Pull(int64_t clock, bool no_wait, absl::Span<float> params) override;
+  absl::StatusOr<PushStats> Push(int64_t clock, const std::vector<int64_t>& base_versions,
+                                 int num_samples, absl::Span<const float> gradient) override;
+  absl::StatusOr<std::vector<ShardReport>> Status() override;
+  void Cancel() override;
+
+ private:
+  using Stub = ps::v1::ParameterServer::Stub;
+  template <typename Request, typename Response>
+  using StartFn = std::unique_ptr<grpc::ClientAsyncResponseReader<Response>> (Stub::*)(
+      grpc::ClientContext*, const Request&, grpc::CompletionQueue*);
+
+  explicit GrpcParameterClient(const GrpcClientOptions& options);
+  KeyRange range(int shard) const;
+  // One call per shard, all in flight together; retries UNAVAILABLE. The error returned names
+  // the method and the shard.
+  template <typename Request, typename Response>
+  absl::Status CallAll(const char* method, StartFn<Request, Response> start,
+                       const std::vector<Request>& requests, std::vector<Response>* responses,
+                       absl::Duration timeout, bool wait_for_ready);
+
+  GrpcClientOptions options_;
+  std::vector<std::unique_ptr<Stub>> stubs_;
+  absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<grpc::ClientContext*> active_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ps
+
+#endif  // PS_WORKER_GRPC_PARAMETER_CLIENT_H_

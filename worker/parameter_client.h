@@ -1,0 +1,84 @@
+#ifndef PS_WORKER_PARAMETER_CLIENT_H_
+#define PS_WORKER_PARAMETER_CLIENT_H_
+
+// The worker's view of the parameter servers: one object that talks to all S shards, each call
+// covering the whole flat buffer (every shard's range, concurrently). The trainer sees only this
+// interface, so tests can run it against an in-process fake.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/param_layout.h"
+
+namespace ps {
+
+struct ClusterInfo {
+  int num_shards = 0;
+  int num_workers = 0;
+  std::string mode;          // "bsp", "ssp" or "asp"
+  int staleness = 0;
+  int64_t resume_clock = 0;  // the smallest clock the shards hold for this worker
+  bool initialized = false;  // every shard has been initialised
+  absl::Duration lease;      // heartbeat well within this
+};
+
+struct PullStats {
+  std::vector<int64_t> versions;  // per shard; pass to Push as the base versions
+  absl::Duration server_wait;     // longest time a shard held the pull for consistency
+};
+
+struct PushStats {
+  int64_t max_staleness = 0;  // over the shards that applied the gradient now
+  int applied = 0;            // shards that applied it now
+  int buffered = 0;           // shards that buffered it (BSP)
+  int duplicates = 0;         // shards that had it already
+};
+
+struct ShardReport {
+  int shard_id = 0;
+  std::string mode;
+  int staleness_bound = 0;
+  bool initialized = false;
+  KeyRange range;
+  int64_t version = 0;
+  int64_t min_clock = 0;
+  int64_t rejected_nonfinite = 0;
+  struct Worker {
+    int rank = 0;
+    int64_t clock = 0;
+    std::string state;
+    int64_t applied = 0;
+    int64_t max_staleness = 0;
+    double mean_staleness = 0.0;
+    std::vector<int64_t> staleness_counts;
+  };
+  std::vector<Worker> workers;
+};
+
+class ParameterClient {
+ public:
+  virtual ~ParameterClient() = default;
+  // Registers `rank` with every shard (waiting up to `timeout` for them to come up) and checks
+  // that they agree on the cluster: FAILED_PRECONDITION when a shard has another id, shard
+  // count, worker count or mode than its position in the list implies.
+  virtual absl::StatusOr<ClusterInfo> Register(int rank, absl::Duration timeout) = 0;
+  virtual absl::Status Heartbeat() = 0;
+  // Offers initial values of the whole buffer; shards that already have values keep them.
+  virtual absl::Status Init(absl::Span<const float> params) = 0;
+  // Fills the whole buffer for step `clock` (no_wait: an observer's read of the current values).
+  virtual absl::StatusOr<PullStats> Pull(int64_t clock, bool no_wait, absl::Span<float> params) = 0;
+  // Sends each shard its range of the mean gradient of step `clock`.
+  virtual absl::StatusOr<PushStats> Push(int64_t clock, const std::vector<int64_t>& base_versions,
+                                         int num_samples, absl::Span<const float> gradient) = 0;
+  virtual absl::StatusOr<std::vector<ShardReport>> Status() = 0;
+  // Cancels calls in flight and fails later ones with CANCELLED; thread-safe.
+  virtual void Cancel() = 0;
+};
+
+}  // namespace ps
+
+#endif  // PS_WORKER_PARAMETER_CLIENT_H_

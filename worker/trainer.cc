@@ -1,0 +1,232 @@
+#include "worker/trainer.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "spdlog/spdlog.h"
+#include "worker/batch_plan.h"
+
+namespace ps {
+
+namespace {
+
+double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
+
+// Renews the worker's leases every lease/3 until destroyed.
+class HeartbeatThread {
+ public:
+  HeartbeatThread(ParameterClient& client, absl::Duration lease) {
+    const auto period = absl::ToChronoMilliseconds(std::max(lease / 3, absl::Milliseconds(10)));
+    thread_ = std::thread([this, &client, period] {
+      std::unique_lock<std::mutex> lock(mu_);
+      while (!cv_.wait_for(lock, period, [this] { return done_; })) {
+        lock.unlock();
+        absl::Status s = client.Heartbeat();
+        if (!s.ok()) spdlog::warn("heartbeat: {}", s.ToString());
+        lock.lock();
+      }
+    });
+  }
+  ~HeartbeatThread() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+absl::StatusOr<BatchStats> EvaluateDataset(Model& model, Device& device, const float* params,
+                                           const Dataset& data) {
+  const int batch = model.max_batch();
+  const int64_t features = data.features();
+  std::vector<float> x(static_cast<size_t>(batch) * features);
+  std::vector<int32_t> y(batch);
+  std::vector<int32_t> indices(batch);
+  ASSIGN_OR_RETURN(DeviceBuffer x_dev, device.Allocate(x.size() * sizeof(float)));
+  ASSIGN_OR_RETURN(DeviceBuffer y_dev, device.Allocate(y.size() * sizeof(int32_t)));
+  BatchStats total;
+  for (int64_t begin = 0; begin < data.size(); begin += batch) {
+    const int n = static_cast<int>(std::min<int64_t>(batch, data.size() - begin));
+    std::iota(indices.begin(), indices.begin() + n, static_cast<int32_t>(begin));
+    data.Gather(indices.data(), n, x.data(), y.data());
+    RETURN_IF_ERROR(device.CopyToDevice(x.data(), sizeof(float) * n * features, x_dev.as<float>()));
+    RETURN_IF_ERROR(device.CopyToDevice(y.data(), sizeof(int32_t) * n, y_dev.as<int32_t>()));
+    ASSIGN_OR_RETURN(BatchStats s, model.Evaluate(params, x_dev.as<float>(), y_dev.as<int32_t>(), n));
+    total.loss_sum += s.loss_sum;
+    total.correct += s.correct;
+    total.count += s.count;
+  }
+  return total;
+}
+
+Trainer::Trainer(const TrainerOptions& options, Model& model, Device& device,
+                 ParameterClient& client, const Dataset& train, const Dataset* test,
+                 JsonLinesWriter* metrics, std::function<void(const EpochReport&)> on_epoch)
+    : options_(options),
+      model_(model),
+      device_(device),
+      client_(client),
+      train_(train),
+      test_(test),
+      metrics_(metrics),
+      on_epoch_(std::move(on_epoch)) {}
+
+absl::Status Trainer::Run(const std::atomic<bool>& stop) {
+  if (options_.slowdown < 1.0) return absl::InvalidArgumentError("slowdown must be >= 1");
+  if (options_.batch_size > model_.max_batch()) {
+    return absl::InvalidArgumentError("batch_size exceeds the model's max_batch");
+  }
+  if (train_.features() != model_.input_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("the data has ", train_.features(),
+                                                   " features, the model takes ",
+                                                   model_.input_size()));
+  }
+  ASSIGN_OR_RETURN(ClusterInfo cluster, client_.Register(options_.rank, options_.register_timeout));
+  BatchPlanOptions plan_options;
+  plan_options.dataset_size = train_.size();
+  plan_options.num_workers = cluster.num_workers;
+  plan_options.rank = options_.rank;
+  plan_options.batch_size = options_.batch_size;
+  plan_options.accumulate = options_.accumulate;
+  plan_options.seed = options_.seed;
+  ASSIGN_OR_RETURN(BatchPlan plan, BatchPlan::Create(plan_options));
+  const int64_t total_steps = plan.steps_per_epoch() * options_.epochs;
+
+  const int64_t n = model_.layout().total();
+  std::vector<float> params(n);
+  std::vector<float> grads(n);
+  if (!cluster.initialized) {
+    model_.InitParams(options_.seed, params.data());
+    RETURN_IF_ERROR(client_.Init(params));
+  }
+  spdlog::info("rank {}/{} {} mode={} staleness={} shards={} params={} global_batch={} "
+               "steps/epoch={} resume_step={}",
+               options_.rank, cluster.num_workers, model_.name(), cluster.mode, cluster.staleness,
+               cluster.num_shards, n, plan.global_batch(), plan.steps_per_epoch(),
+               cluster.resume_clock);
+  HeartbeatThread heartbeat(client_, cluster.lease);
+
+  const int64_t features = train_.features();
+  const int b = options_.batch_size;
+  ASSIGN_OR_RETURN(DeviceBuffer params_dev, device_.Allocate(n * sizeof(float)));
+  ASSIGN_OR_RETURN(DeviceBuffer grads_dev, device_.Allocate(n * sizeof(float)));
+  ASSIGN_OR_RETURN(DeviceBuffer x_dev, device_.Allocate(sizeof(float) * b * features));
+  ASSIGN_OR_RETURN(DeviceBuffer y_dev, device_.Allocate(sizeof(int32_t) * b));
+  std::vector<float> x(static_cast<size_t>(b) * features);
+  std::vector<int32_t> y(b);
+  std::vector<int32_t> indices;
+
+  const absl::Time start = absl::Now();
+  absl::Time epoch_start = start;
+  double epoch_loss = 0.0;
+  int64_t epoch_samples = 0;
+  for (int64_t step = cluster.resume_clock; step < total_steps; ++step) {
+    if (stop.load()) return absl::CancelledError("stopped by signal");
+    const absl::Time t0 = absl::Now();
+    ASSIGN_OR_RETURN(PullStats pulled, client_.Pull(step, /*no_wait=*/false, absl::MakeSpan(params)));
+    const absl::Time t1 = absl::Now();
+    RETURN_IF_ERROR(device_.CopyToDevice(params.data(), n * sizeof(float), params_dev.as<float>()));
+    RETURN_IF_ERROR(device_.Fill(0.0f, n, grads_dev.as<float>()));
+    BatchStats step_stats;
+    for (int micro = 0; micro < options_.accumulate; ++micro) {
+      plan.MicroBatch(step, micro, &indices);
+      train_.Gather(indices.data(), b, x.data(), y.data());
+      RETURN_IF_ERROR(device_.CopyToDevice(x.data(), sizeof(float) * b * features, x_dev.as<float>()));
+      RETURN_IF_ERROR(device_.CopyToDevice(y.data(), sizeof(int32_t) * b, y_dev.as<int32_t>()));
+      ASSIGN_OR_RETURN(BatchStats s, model_.ForwardBackward(params_dev.as<float>(), x_dev.as<float>(),
+                                                           y_dev.as<int32_t>(), b,
+                                                           1.0f / options_.accumulate,
+                                                           grads_dev.as<float>()));
+      step_stats.loss_sum += s.loss_sum;
+      step_stats.correct += s.correct;
+      step_stats.count += s.count;
+    }
+    RETURN_IF_ERROR(device_.CopyToHost(grads_dev.as<float>(), n * sizeof(float), grads.data()));
+    const absl::Time t2 = absl::Now();
+    if (options_.slowdown > 1.0) absl::SleepFor((t2 - t1) * (options_.slowdown - 1.0));
+    const absl::Time t2s = absl::Now();
+    ASSIGN_OR_RETURN(PushStats pushed, client_.Push(step, pulled.versions,
+                                                    static_cast<int>(step_stats.count), grads));
+    const absl::Time t3 = absl::Now();
+
+    const double loss = step_stats.loss_sum / step_stats.count;
+    epoch_loss += step_stats.loss_sum;
+    epoch_samples += step_stats.count;
+    if (metrics_ != nullptr) {
+      JsonObject line;
+      line.Add("kind", "step")
+          .Add("rank", options_.rank)
+          .Add("step", step)
+          .Add("epoch", step / plan.steps_per_epoch() + 1)
+          .Add("loss", loss)
+          .Add("accuracy", step_stats.correct / step_stats.count)
+          .Add("samples", step_stats.count)
+          .Add("step_ms", Ms(t3 - t0))
+          .Add("pull_ms", Ms(t1 - t0))
+          .Add("compute_ms", Ms(t2s - t1))
+          .Add("push_ms", Ms(t3 - t2s))
+          .Add("server_wait_ms", Ms(pulled.server_wait))
+          .Add("staleness", pushed.max_staleness)
+          .Add("wall_s", absl::ToDoubleSeconds(t3 - start));
+      RETURN_IF_ERROR(metrics_->Write(line));
+    }
+
+    const bool epoch_end = (step + 1) % plan.steps_per_epoch() == 0;
+    if (epoch_end && options_.evaluate_each_epoch && test_ != nullptr) {
+      ASSIGN_OR_RETURN(PullStats fresh, client_.Pull(step + 1, /*no_wait=*/true,
+                                                     absl::MakeSpan(params)));
+      (void)fresh;
+      RETURN_IF_ERROR(device_.CopyToDevice(params.data(), n * sizeof(float), params_dev.as<float>()));
+      ASSIGN_OR_RETURN(BatchStats test, EvaluateDataset(model_, device_, params_dev.as<float>(), *test_));
+      const absl::Time now = absl::Now();
+      EpochReport report;
+      report.epoch = static_cast<int>((step + 1) / plan.steps_per_epoch());
+      report.epochs = options_.epochs;
+      report.train_loss = epoch_samples > 0 ? epoch_loss / epoch_samples : 0.0;
+      report.test_loss = test.loss_sum / test.count;
+      report.test_accuracy = test.correct / test.count;
+      report.samples_per_sec =
+          epoch_samples * cluster.num_workers / absl::ToDoubleSeconds(now - epoch_start);
+      report.elapsed = now - start;
+      if (metrics_ != nullptr) {
+        JsonObject line;
+        line.Add("kind", "epoch")
+            .Add("rank", options_.rank)
+            .Add("epoch", report.epoch)
+            .Add("train_loss", report.train_loss)
+            .Add("test_loss", report.test_loss)
+            .Add("test_accuracy", report.test_accuracy)
+            .Add("samples_per_sec", report.samples_per_sec)
+            .Add("wall_s", absl::ToDoubleSeconds(report.elapsed));
+        RETURN_IF_ERROR(metrics_->Write(line));
+      }
+      if (on_epoch_) on_epoch_(report);
+    }
+    if (epoch_end) {
+      epoch_start = absl::Now();
+      epoch_loss = 0.0;
+      epoch_samples = 0;
+    }
+  }
+  spdlog::info("rank {} finished {} steps in {:.1f}s", options_.rank, total_steps,
+               absl::ToDoubleSeconds(absl::Now() - start));
+  return absl::OkStatus();
+}
+
+}  // namespace ps

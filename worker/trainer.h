@@ -1,0 +1,76 @@
+#ifndef PS_WORKER_TRAINER_H_
+#define PS_WORKER_TRAINER_H_
+
+// The worker's training loop. Per step c: pull every shard's slice for clock c, run forward and
+// backward over `accumulate` micro-batches of this rank's share of global batch c, push the mean
+// gradient with the versions it was computed from. Rank 0 also measures test accuracy at each
+// epoch end on the freshest weights. The worker keeps no state that must survive it: it resumes
+// at the clock the shards report, and the samples of step c depend only on (seed, rank, c).
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/dataset.h"
+#include "common/device.h"
+#include "common/json_lines.h"
+#include "common/model.h"
+#include "worker/parameter_client.h"
+
+namespace ps {
+
+struct TrainerOptions {
+  int rank = 0;
+  int batch_size = 32;          // per micro-batch
+  int accumulate = 1;           // micro-batches per push
+  int epochs = 5;
+  uint64_t seed = 1;            // fixes the initial weights and every epoch's sample order
+  double slowdown = 1.0;        // >= 1: sleep (slowdown - 1) x compute time per step (straggler)
+  bool evaluate_each_epoch = false;  // measure test accuracy at each epoch end (rank 0)
+  int eval_batch = 1000;        // rows per forward pass when evaluating
+  absl::Duration register_timeout = absl::Seconds(60);  // wait this long for the shards
+};
+
+// Per-epoch summary handed to the progress callback (rank 0 with evaluate_each_epoch).
+struct EpochReport {
+  int epoch = 0;  // 1-based
+  int epochs = 0;
+  double train_loss = 0.0;      // mean over this worker's samples of the epoch
+  double test_loss = 0.0;
+  double test_accuracy = 0.0;
+  double samples_per_sec = 0.0;  // cluster estimate: this worker's rate x number of workers
+  absl::Duration elapsed;        // since training started
+};
+
+class Trainer {
+ public:
+  // All references must outlive the trainer. `test` may be null when no evaluation is wanted;
+  // `metrics` may be null.
+  Trainer(const TrainerOptions& options, Model& model, Device& device, ParameterClient& client,
+          const Dataset& train, const Dataset* test, JsonLinesWriter* metrics,
+          std::function<void(const EpochReport&)> on_epoch);
+
+  // Trains to the end. Returns CANCELLED when `stop` becomes true, or the first error.
+  absl::Status Run(const std::atomic<bool>& stop);
+
+ private:
+  TrainerOptions options_;
+  Model& model_;
+  Device& device_;
+  ParameterClient& client_;
+  const Dataset& train_;
+  const Dataset* test_;
+  JsonLinesWriter* metrics_;
+  std::function<void(const EpochReport&)> on_epoch_;
+};
+
+// Loss and accuracy of `params` (device memory, the model's layout) over all of `data`.
+absl::StatusOr<BatchStats> EvaluateDataset(Model& model, Device& device, const float* params,
+                                           const Dataset& data);
+
+}  // namespace ps
+
+#endif  // PS_WORKER_TRAINER_H_

@@ -1,0 +1,255 @@
+// ps_worker: one data-parallel worker (or, with --evaluate, an observer that measures the
+// servers' current weights on the test set). Parses flags, then runs the Trainer until done or
+// until SIGINT/SIGTERM (exit 143 then: an interrupted worker has not finished its work).
+
+#include <atomic>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/cli.h"
+#include "common/cpu_device.h"
+#include "common/dataset.h"
+#include "common/json_lines.h"
+#include "common/logging.h"
+#include "common/model.h"
+#include "common/shutdown_signal.h"
+#include "spdlog/spdlog.h"
+#include "worker/grpc_parameter_client.h"
+#include "worker/trainer.h"
+
+ABSL_FLAG(int32_t, rank, 0, "This worker's rank in [0, num_workers).");
+ABSL_FLAG(int32_t, num_workers, 0,
+          "Workers in the job; checked against the servers' --num_workers (0: take theirs).");
+ABSL_FLAG(std::string, servers, "127.0.0.1:5000",
+          "Comma-separated host:port of shard 0, 1, ... in shard order.");
+ABSL_FLAG(std::string, model, "mlp", "Model: mlp.");
+ABSL_FLAG(std::string, hidden, "256,128", "Hidden layer widths of the MLP, comma-separated.");
+ABSL_FLAG(int32_t, batch_size, 32, "Samples per worker per micro-batch.");
+ABSL_FLAG(int32_t, accumulate, 1, "Micro-batches accumulated into one push (gradient accumulation).");
+ABSL_FLAG(int32_t, epochs, 5, "Epochs over the training set.");
+ABSL_FLAG(uint64_t, seed, 1, "Seed of the initial weights and of every epoch's sample order.");
+ABSL_FLAG(std::string, data_dir, ps::kDefaultFashionMnistDir,
+          "Folder with the Fashion-MNIST IDX files (*.gz).");
+ABSL_FLAG(int64_t, train_limit, 0, "Use only the first N training samples (0: all).");
+ABSL_FLAG(int64_t, test_limit, 0, "Use only the first N test samples (0: all).");
+ABSL_FLAG(std::string, metrics_file, "", "Append per-step metrics as JSON lines to this file.");
+ABSL_FLAG(double, slowdown, 1.0, "Straggler factor >= 1: each step's compute takes this much longer.");
+ABSL_FLAG(bool, eval_each_epoch, true, "Rank 0 measures test accuracy at each epoch end.");
+ABSL_FLAG(bool, evaluate, false,
+          "Observer mode: read the current weights, evaluate the test set, write --summary_out.");
+ABSL_FLAG(std::string, summary_out, "", "--evaluate: write the result as one JSON object here.");
+ABSL_FLAG(std::string, weights_out, "", "--evaluate: write the weights as raw float32 here.");
+ABSL_FLAG(std::string, device, "cpu", "Compute device: cpu.");
+ABSL_FLAG(int32_t, register_timeout_s, 60, "Seconds to wait for the servers to come up.");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn or error.");
+
+namespace {
+
+constexpr int kEvalBatch = 1000;
+
+absl::StatusOr<ps::ModelSpec> ModelSpecFromFlags() {
+  ps::ModelSpec spec;
+  spec.name = absl::GetFlag(FLAGS_model);
+  spec.hidden.clear();
+  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_hidden), ',', absl::SkipEmpty())) {
+    int64_t width = 0;
+    if (!absl::SimpleAtoi(part, &width) || width <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--hidden: '", part, "' is not a positive width"));
+    }
+    spec.hidden.push_back(width);
+  }
+  return spec;
+}
+
+absl::Status WriteFile(const std::string& path, const void* data, size_t bytes) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return absl::PermissionDeniedError(absl::StrCat("cannot write ", path));
+  const bool ok = std::fwrite(data, 1, bytes, f) == bytes;
+  if (std::fclose(f) != 0 || !ok) return absl::DataLossError(absl::StrCat("short write to ", path));
+  return absl::OkStatus();
+}
+
+// Observer: the test-set loss and accuracy of the servers' current weights, with the servers'
+// staleness statistics, as one JSON object.
+absl::Status Evaluate(ps::Model& model, ps::Device& device, ps::ParameterClient& client,
+                      const ps::Dataset& test) {
+  const int64_t n = model.layout().total();
+  std::vector<float> params(n);
+  auto pulled = client.Pull(0, /*no_wait=*/true, absl::MakeSpan(params));
+  if (!pulled.ok()) return pulled.status();
+  auto params_dev = device.Allocate(n * sizeof(float));
+  if (!params_dev.ok()) return params_dev.status();
+  absl::Status s = device.CopyToDevice(params.data(), n * sizeof(float), params_dev->as<float>());
+  if (!s.ok()) return s;
+  auto stats = ps::EvaluateDataset(model, device, params_dev->as<float>(), test);
+  if (!stats.ok()) return stats.status();
+  auto reports = client.Status();
+  if (!reports.ok()) return reports.status();
+
+  std::vector<int64_t> histogram;
+  std::vector<int64_t> versions;
+  int64_t max_staleness = 0;
+  int64_t applied = 0;
+  double staleness_sum = 0.0;
+  int64_t rejected = 0;
+  for (const ps::ShardReport& r : *reports) {
+    versions.push_back(r.version);
+    rejected += r.rejected_nonfinite;
+    for (const auto& w : r.workers) {
+      max_staleness = std::max(max_staleness, w.max_staleness);
+      applied += w.applied;
+      staleness_sum += w.mean_staleness * w.applied;
+      if (histogram.size() < w.staleness_counts.size()) histogram.resize(w.staleness_counts.size());
+      for (size_t i = 0; i < w.staleness_counts.size(); ++i) histogram[i] += w.staleness_counts[i];
+    }
+  }
+  ps::JsonObject out;
+  out.Add("test_accuracy", stats->correct / stats->count)
+      .Add("final_loss", stats->loss_sum / stats->count)
+      .Add("test_samples", stats->count)
+      .Add("params", n)
+      .Add("versions", versions)
+      .Add("applied_gradients", applied)
+      .Add("max_staleness", max_staleness)
+      .Add("mean_staleness", applied > 0 ? staleness_sum / applied : 0.0)
+      .Add("staleness_histogram", histogram)
+      .Add("rejected_nonfinite", rejected);
+  const std::string summary_out = absl::GetFlag(FLAGS_summary_out);
+  if (!summary_out.empty()) {
+    const std::string text = out.str() + "\n";
+    s = WriteFile(summary_out, text.data(), text.size());
+    if (!s.ok()) return s;
+  }
+  const std::string weights_out = absl::GetFlag(FLAGS_weights_out);
+  if (!weights_out.empty()) {
+    s = WriteFile(weights_out, params.data(), params.size() * sizeof(float));
+    if (!s.ok()) return s;
+  }
+  std::printf("test_accuracy %.4f  test_loss %.4f  max_staleness %lld\n",
+              stats->correct / stats->count, stats->loss_sum / stats->count,
+              static_cast<long long>(max_staleness));
+  return absl::OkStatus();
+}
+
+int ExitCodeFor(const absl::Status& s) {
+  if (s.ok()) return 0;
+  if (s.code() == absl::StatusCode::kCancelled) return 143;
+  if (s.code() == absl::StatusCode::kInvalidArgument) return 2;
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> rest = ps::ParseCommandLine(
+      argc, argv,
+      "A data-parallel worker: pulls weights from the shards, computes gradients on its share of "
+      "each global batch, pushes them back.\n"
+      "  ps_worker --rank 0 --servers 127.0.0.1:5000,127.0.0.1:5001 --epochs 5 --batch_size 32\n"
+      "  ps_worker --evaluate --servers ... --summary_out result.json");
+  if (!rest.empty()) {
+    std::fprintf(stderr, "ps_worker: unexpected argument '%s' (see --help)\n", rest[0].c_str());
+    return 2;
+  }
+  ps::BlockShutdownSignals();
+  const bool evaluate = absl::GetFlag(FLAGS_evaluate);
+  const int rank = absl::GetFlag(FLAGS_rank);
+  ps::SetUpLogging(evaluate ? "eval" : absl::StrCat("worker-", rank), absl::GetFlag(FLAGS_log_level));
+
+  auto fail = [](const absl::Status& s) {
+    spdlog::error("{}", s.ToString());
+    return ExitCodeFor(s);
+  };
+  if (absl::GetFlag(FLAGS_device) != "cpu") {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "--device ", absl::GetFlag(FLAGS_device), ": this build has only the cpu device")));
+  }
+  auto spec = ModelSpecFromFlags();
+  if (!spec.ok()) return fail(spec.status());
+  const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
+  auto test = ps::LoadFashionMnist(data_dir, "test");
+  if (!test.ok()) return fail(test.status());
+  test->Truncate(absl::GetFlag(FLAGS_test_limit));
+
+  ps::CpuDevice device;
+  const int batch_size = absl::GetFlag(FLAGS_batch_size);
+  if (batch_size < 1) return fail(absl::InvalidArgumentError("--batch_size must be >= 1"));
+  auto model = ps::MakeModel(*spec, test->features(), test->num_classes, device,
+                             evaluate ? kEvalBatch : std::max(batch_size, kEvalBatch));
+  if (!model.ok()) return fail(model.status());
+
+  ps::GrpcClientOptions client_options;
+  client_options.servers = absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipEmpty());
+  client_options.fingerprint = (*model)->layout().fingerprint();
+  client_options.total_params = (*model)->layout().total();
+  client_options.rank = rank;
+  auto client = ps::GrpcParameterClient::Create(client_options);
+  if (!client.ok()) return fail(client.status());
+
+  std::atomic<bool> stop{false};
+  ps::GrpcParameterClient* raw_client = client->get();
+  ps::ShutdownSignalWatcher watcher([&stop, raw_client](int signo) {
+    spdlog::info("signal {}: stopping", signo);
+    stop.store(true);
+    raw_client->Cancel();
+  });
+
+  if (evaluate) {
+    absl::Status s = Evaluate(**model, device, **client, *test);
+    return s.ok() ? 0 : fail(s);
+  }
+
+  auto train = ps::LoadFashionMnist(data_dir, "train");
+  if (!train.ok()) return fail(train.status());
+  train->Truncate(absl::GetFlag(FLAGS_train_limit));
+
+  ps::TrainerOptions options;
+  options.rank = rank;
+  options.batch_size = batch_size;
+  options.accumulate = absl::GetFlag(FLAGS_accumulate);
+  options.epochs = absl::GetFlag(FLAGS_epochs);
+  options.seed = absl::GetFlag(FLAGS_seed);
+  options.slowdown = absl::GetFlag(FLAGS_slowdown);
+  options.evaluate_each_epoch = rank == 0 && absl::GetFlag(FLAGS_eval_each_epoch);
+  options.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
+  if (options.accumulate < 1 || options.epochs < 1) {
+    return fail(absl::InvalidArgumentError("--accumulate and --epochs must be >= 1"));
+  }
+
+  std::unique_ptr<ps::JsonLinesWriter> metrics;
+  const std::string metrics_file = absl::GetFlag(FLAGS_metrics_file);
+  if (!metrics_file.empty()) {
+    auto writer = ps::JsonLinesWriter::Open(metrics_file);
+    if (!writer.ok()) return fail(writer.status());
+    metrics = std::move(*writer);
+  }
+  const int expected_workers = absl::GetFlag(FLAGS_num_workers);
+  ps::Trainer trainer(options, **model, device, **client, *train, &*test, metrics.get(),
+                      [](const ps::EpochReport& r) {
+                        // The user-facing progress line (not a log line): ps_launch shows it.
+                        std::printf(
+                            "epoch %d/%d  train_loss %.4f  test_loss %.4f  test_acc %.4f  "
+                            "samples/s %.0f  time %.1fs\n",
+                            r.epoch, r.epochs, r.train_loss, r.test_loss, r.test_accuracy,
+                            r.samples_per_sec, absl::ToDoubleSeconds(r.elapsed));
+                        std::fflush(stdout);
+                      });
+  if (expected_workers > 0) {
+    // Checked by a Register round trip before training: a mismatch is a configuration error.
+    auto info = (*client)->Register(rank, options.register_timeout);
+    if (!info.ok()) return fail(info.status());
+    if (info->num_workers != expected_workers) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          "--num_workers ", expected_workers, " but the servers expect ", info->num_workers)));
+    }
+  }
+  absl::Status s = trainer.Run(stop);
+  watcher.Stop();
+  if (!s.ok()) return fail(s);
+  return 0;
+}
