@@ -1,6 +1,7 @@
 #include "common/optimizer.h"
 
 #include <cassert>
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -27,6 +28,13 @@ std::string OptimizerKindName(OptimizerKind kind) {
   return "unknown";
 }
 
+absl::StatusOr<LrSchedule> ParseLrSchedule(const std::string& name) {
+  if (name == "constant") return LrSchedule::kConstant;
+  if (name == "cosine") return LrSchedule::kCosine;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown learning-rate schedule '", name, "' (constant|cosine)"));
+}
+
 absl::Status ValidateOptimizerOptions(const OptimizerOptions& o) {
   if (!(o.lr > 0.0f) || !std::isfinite(o.lr)) {
     return absl::InvalidArgumentError(absl::StrCat("lr must be positive, got ", o.lr));
@@ -43,6 +51,11 @@ absl::Status ValidateOptimizerOptions(const OptimizerOptions& o) {
         absl::StrCat("weight_decay must be >= 0, got ", o.weight_decay));
   }
   if (o.warmup_updates < 0) return absl::InvalidArgumentError("warmup_updates must be >= 0");
+  if (o.schedule == LrSchedule::kCosine && o.decay_updates <= o.warmup_updates) {
+    return absl::InvalidArgumentError(absl::StrCat("cosine decay needs decay_updates (",
+                                                   o.decay_updates, ") > warmup_updates (",
+                                                   o.warmup_updates, ")"));
+  }
   return absl::OkStatus();
 }
 
@@ -73,6 +86,12 @@ float Optimizer::LearningRate(int64_t update_index) const {
   const int64_t warmup = options_.warmup_updates;
   if (warmup > 0 && update_index < warmup) {
     return options_.lr * static_cast<float>(update_index + 1) / static_cast<float>(warmup);
+  }
+  if (options_.schedule == LrSchedule::kCosine) {
+    const double progress =
+        std::min(1.0, static_cast<double>(update_index - warmup) /
+                          static_cast<double>(options_.decay_updates - warmup));
+    return static_cast<float>(options_.lr * 0.5 * (1.0 + std::cos(M_PI * progress)));
   }
   return options_.lr;
 }

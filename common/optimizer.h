@@ -15,9 +15,13 @@
 namespace ps {
 
 enum class OptimizerKind { kSgd, kMomentum, kAdam };
+// After warmup the learning rate stays constant, or decays along a half cosine to zero at
+// update `decay_updates` (and stays there).
+enum class LrSchedule { kConstant, kCosine };
 
 absl::StatusOr<OptimizerKind> ParseOptimizerKind(const std::string& name);
 std::string OptimizerKindName(OptimizerKind kind);
+absl::StatusOr<LrSchedule> ParseLrSchedule(const std::string& name);
 
 struct OptimizerOptions {
   OptimizerKind kind = OptimizerKind::kSgd;
@@ -28,6 +32,8 @@ struct OptimizerOptions {
   float epsilon = 1e-8f;        // kAdam
   float weight_decay = 0.0f;    // L2 penalty: g += weight_decay * w before the rule (all kinds)
   int64_t warmup_updates = 0;   // lr ramps linearly from lr/warmup to lr over the first updates
+  LrSchedule schedule = LrSchedule::kConstant;
+  int64_t decay_updates = 0;    // kCosine: the update at which lr reaches 0; > warmup_updates
 };
 
 // Fails with INVALID_ARGUMENT naming the field when an option is out of range.

@@ -29,6 +29,9 @@ ABSL_FLAG(double, beta2, 0.999, "Adam beta2.");
 ABSL_FLAG(double, epsilon, 1e-8, "Adam epsilon.");
 ABSL_FLAG(double, weight_decay, 0.0, "L2 weight decay added to the gradient.");
 ABSL_FLAG(int64_t, warmup_updates, 0, "Linear learning-rate warmup over this many updates.");
+ABSL_FLAG(std::string, lr_schedule, "constant",
+          "After warmup: constant, or cosine (decays to 0 at --decay_updates).");
+ABSL_FLAG(int64_t, decay_updates, 0, "Cosine schedule: the update (shard version) where lr is 0.");
 ABSL_FLAG(int64_t, lease_ms, 10000, "A worker silent this long leaves the barrier set.");
 ABSL_FLAG(int32_t, max_message_mb, 256, "Largest gRPC message accepted or sent, in MiB.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn or error.");
@@ -64,6 +67,10 @@ absl::StatusOr<ps::ShardServerOptions> OptionsFromFlags() {
   s.optimizer.epsilon = static_cast<float>(absl::GetFlag(FLAGS_epsilon));
   s.optimizer.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
   s.optimizer.warmup_updates = absl::GetFlag(FLAGS_warmup_updates);
+  auto schedule = ps::ParseLrSchedule(absl::GetFlag(FLAGS_lr_schedule));
+  if (!schedule.ok()) return schedule.status();
+  s.optimizer.schedule = *schedule;
+  s.optimizer.decay_updates = absl::GetFlag(FLAGS_decay_updates);
   s.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
   return o;
 }

@@ -164,11 +164,12 @@ absl::StatusOr<Shard::PullResult> Shard::Pull(const PullArgs& args, absl::Time d
   // A no-wait read is an observer's (evaluation, monitoring): it needs no worker identity.
   const bool observer = args.no_wait;
   if (!observer) RETURN_IF_ERROR(CheckRank(args.rank));
-  const absl::Time start = absl::Now();
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(ValidateAccess(args.rank, args.fingerprint, args.range, out.size(), observer));
-  if (!observer) {
-    RenewLease(args.rank);
+  PullResult result;
+  if (!observer) RenewLease(args.rank);
+  if (!observer && !controller_.PullReady(args.clock)) {
+    const absl::Time start = absl::Now();
     const int64_t clock = args.clock;
     auto ready = [this, clock]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return shutdown_ || controller_.PullReady(clock);
@@ -181,12 +182,11 @@ absl::StatusOr<Shard::PullResult> Shard::Pull(const PullArgs& args, absl::Time d
           controller_.MinClock(), ", version ", version_, ")"));
     }
     if (shutdown_) return absl::UnavailableError("shard is shutting down");
+    result.waited = absl::Now() - start;
   }
   std::copy(values_.begin(), values_.end(), out.begin());
-  PullResult result;
   result.version = version_;
   result.min_clock = controller_.MinClock();
-  result.waited = absl::Now() - start;
   return result;
 }
 

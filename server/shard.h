@@ -89,7 +89,7 @@ class Shard {
   struct PullResult {
     int64_t version = 0;
     int64_t min_clock = 0;
-    absl::Duration waited;
+    absl::Duration waited;  // zero when the pull did not have to wait
   };
   // Waits until the mode allows step args.clock (or `deadline`: DEADLINE_EXCEEDED), then copies
   // the slice into `out` (range.size() floats). UNAVAILABLE after Shutdown().

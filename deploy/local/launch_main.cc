@@ -23,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/cli.h"
+#include "common/dataset.h"
 #include "common/json_lines.h"
 #include "deploy/local/child_processes.h"
 
@@ -35,10 +36,12 @@ ABSL_FLAG(std::string, hidden, "256,128", "Hidden layer widths of the MLP.");
 ABSL_FLAG(int32_t, epochs, 5, "Epochs.");
 ABSL_FLAG(int32_t, batch_size, 32, "Samples per worker per micro-batch.");
 ABSL_FLAG(int32_t, accumulate, 1, "Micro-batches per push (gradient accumulation).");
-ABSL_FLAG(std::string, optimizer, "momentum", "Update rule on the shards: sgd, momentum, adam.");
-ABSL_FLAG(double, lr, 0.05, "Learning rate.");
+ABSL_FLAG(std::string, optimizer, "adam", "Update rule on the shards: sgd, momentum, adam.");
+ABSL_FLAG(double, lr, 0.001, "Learning rate.");
 ABSL_FLAG(double, momentum, 0.9, "Momentum (--optimizer momentum).");
 ABSL_FLAG(double, weight_decay, 0.0, "L2 weight decay.");
+ABSL_FLAG(std::string, lr_schedule, "cosine",
+          "constant, or cosine: decay to 0 over the run (the launcher counts its updates).");
 ABSL_FLAG(int64_t, warmup_updates, 0, "Linear learning-rate warmup, in updates of a shard.");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the weights and the sample order.");
 ABSL_FLAG(std::vector<std::string>, straggler, {},
@@ -50,6 +53,8 @@ ABSL_FLAG(int64_t, test_limit, 0, "Use only the first N test samples (0: all).")
 ABSL_FLAG(std::string, metrics_dir, "",
           "Where summary.json and the per-worker JSON lines go (default runs/<time>).");
 ABSL_FLAG(std::string, bin_dir, "", "Folder of ps_server and ps_worker (default: beside ps_launch).");
+ABSL_FLAG(bool, save_weights, false,
+          "Also write the final weights as raw float32 to <metrics_dir>/weights.f32.");
 ABSL_FLAG(int64_t, lease_ms, 10000, "Worker lease on the shards.");
 ABSL_FLAG(bool, quiet, false, "Show only progress lines, warnings and errors of the children.");
 ABSL_FLAG(std::string, log_level, "info", "Log level passed to the children.");
@@ -161,6 +166,27 @@ int main(int argc, char** argv) {
     }
   }
 
+  // A cosine schedule ends at the run's last update: steps x (1 update per step under BSP, one
+  // per push otherwise). The step count follows from the training-set size, read from the
+  // labels file's header.
+  int64_t decay_updates = 0;
+  if (absl::GetFlag(FLAGS_lr_schedule) == "cosine") {
+    auto labels = ps::ReadIdxFile(absl::GetFlag(FLAGS_data_dir) + "/train-labels-idx1-ubyte.gz",
+                                  0x00000801);
+    if (!labels.ok()) {
+      std::fprintf(stderr, "ps_launch: %s\n", labels.status().ToString().c_str());
+      return 2;
+    }
+    int64_t train_size = labels->dims.empty() ? 0 : labels->dims[0];
+    const int64_t limit = absl::GetFlag(FLAGS_train_limit);
+    if (limit > 0) train_size = std::min(train_size, limit);
+    const int64_t global_batch =
+        int64_t{workers} * absl::GetFlag(FLAGS_batch_size) * absl::GetFlag(FLAGS_accumulate);
+    const int64_t steps = global_batch > 0 ? train_size / global_batch * absl::GetFlag(FLAGS_epochs) : 0;
+    decay_updates = absl::GetFlag(FLAGS_mode) == "bsp" ? steps : steps * workers;
+    decay_updates = std::max(decay_updates, absl::GetFlag(FLAGS_warmup_updates) + 1);
+  }
+
   // Signals arrive on a descriptor polled with the children's output.
   sigset_t mask;
   sigemptyset(&mask);
@@ -218,6 +244,8 @@ int main(int argc, char** argv) {
         absl::StrCat("--momentum=", absl::GetFlag(FLAGS_momentum)),
         absl::StrCat("--weight_decay=", absl::GetFlag(FLAGS_weight_decay)),
         absl::StrCat("--warmup_updates=", absl::GetFlag(FLAGS_warmup_updates)),
+        absl::StrCat("--lr_schedule=", absl::GetFlag(FLAGS_lr_schedule)),
+        absl::StrCat("--decay_updates=", decay_updates),
         absl::StrCat("--lease_ms=", absl::GetFlag(FLAGS_lease_ms)),
         common_log};
     auto id = children.Start(absl::StrCat("ps-", s), args);
@@ -283,6 +311,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> eval_args = {worker_bin, "--evaluate",
                                         absl::StrCat("--summary_out=", eval_path)};
   eval_args.insert(eval_args.end(), model_args.begin(), model_args.end());
+  if (absl::GetFlag(FLAGS_save_weights)) {
+    eval_args.push_back(absl::StrCat("--weights_out=", metrics_dir, "/weights.f32"));
+  }
   auto eval_id = children.Start("eval", eval_args);
   if (!eval_id.ok()) return fail(std::string(eval_id.status().message()));
   while (children.running(*eval_id)) {
@@ -319,6 +350,8 @@ int main(int argc, char** argv) {
                                   absl::GetFlag(FLAGS_accumulate))
       .Add("optimizer", absl::GetFlag(FLAGS_optimizer))
       .Add("lr", absl::GetFlag(FLAGS_lr))
+      .Add("lr_schedule", absl::GetFlag(FLAGS_lr_schedule))
+      .Add("decay_updates", decay_updates)
       .Add("seed", static_cast<int64_t>(absl::GetFlag(FLAGS_seed)))
       .Add("samples", samples)
       .Add("samples_per_sec", samples / wall_s)

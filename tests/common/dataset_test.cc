@@ -1,0 +1,152 @@
+// The IDX loader on small generated files: valid, truncated, corrupt, wrong magic, missing.
+
+#include "common/dataset.h"
+
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+std::vector<uint8_t> Header(uint32_t magic, const std::vector<uint32_t>& dims) {
+  std::vector<uint8_t> out;
+  auto put = [&out](uint32_t v) {
+    for (int s = 24; s >= 0; s -= 8) out.push_back(static_cast<uint8_t>(v >> s));
+  };
+  put(magic);
+  for (uint32_t d : dims) put(d);
+  return out;
+}
+
+void WriteGz(const std::string& path, const std::vector<uint8_t>& bytes) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(gzwrite(f, bytes.data(), bytes.size()), static_cast<int>(bytes.size()));
+  ASSERT_EQ(gzclose(f), Z_OK);
+}
+
+class IdxFiles : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::TempDir() + "/idx_" + std::to_string(getpid()) + "_" +
+           testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // Three 2x2 images with pixel values 0..11 and labels 7, 0, 9.
+  void WriteValid(const std::string& prefix) {
+    std::vector<uint8_t> images = Header(0x803, {3, 2, 2});
+    for (int i = 0; i < 12; ++i) images.push_back(static_cast<uint8_t>(i));
+    WriteGz(Path(prefix + "-images-idx3-ubyte.gz"), images);
+    std::vector<uint8_t> labels = Header(0x801, {3});
+    labels.insert(labels.end(), {7, 0, 9});
+    WriteGz(Path(prefix + "-labels-idx1-ubyte.gz"), labels);
+  }
+  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
+
+  std::string dir_;
+};
+
+TEST_F(IdxFiles, LoadsValidFiles) {
+  WriteValid("train");
+  auto ds = LoadFashionMnist(dir_, "train");
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  EXPECT_EQ(ds->size(), 3);
+  EXPECT_EQ(ds->rows, 2);
+  EXPECT_EQ(ds->cols, 2);
+  EXPECT_EQ(ds->labels, (std::vector<int32_t>{7, 0, 9}));
+  EXPECT_EQ(ds->pixels[5], 5);
+  // Gather normalises pixels: (p / 255 - 0.2860) / 0.3530.
+  const int32_t idx[] = {1};
+  float x[4];
+  int32_t y = -1;
+  ds->Gather(idx, 1, x, &y);
+  EXPECT_EQ(y, 0);
+  EXPECT_NEAR(x[0], (4 / 255.0 - 0.2860) / 0.3530, 1e-5);
+}
+
+TEST_F(IdxFiles, TruncatedDataIsDataLoss) {
+  std::vector<uint8_t> images = Header(0x803, {3, 2, 2});
+  for (int i = 0; i < 10; ++i) images.push_back(1);  // two bytes short
+  WriteGz(Path("img.gz"), images);
+  auto r = ReadIdxFile(Path("img.gz"), 0x803);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(r.status().message().find("truncated"), std::string::npos) << r.status();
+}
+
+TEST_F(IdxFiles, TruncatedGzipStreamIsDataLoss) {
+  WriteValid("train");
+  const std::string path = Path("train-images-idx3-ubyte.gz");
+  const auto size = std::filesystem::file_size(path);
+  std::filesystem::resize_file(path, size - 12);  // cut into the stream and its trailer
+  EXPECT_EQ(LoadFashionMnist(dir_, "train").status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST_F(IdxFiles, CorruptGzipIsDataLoss) {
+  WriteValid("train");
+  const std::string path = Path("train-images-idx3-ubyte.gz");
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(12);
+  const char garbage[8] = {'\xff', '\x00', '\xff', '\x13', '\x37', '\x00', '\xff', '\x01'};
+  f.write(garbage, sizeof(garbage));
+  f.close();
+  EXPECT_EQ(LoadFashionMnist(dir_, "train").status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST_F(IdxFiles, WrongMagicIsDataLoss) {
+  std::vector<uint8_t> labels = Header(0x803, {1, 1, 1});
+  labels.push_back(0);
+  WriteGz(Path("lab.gz"), labels);
+  auto r = ReadIdxFile(Path("lab.gz"), 0x801);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(r.status().message().find("magic"), std::string::npos) << r.status();
+}
+
+TEST_F(IdxFiles, TrailingBytesAreDataLoss) {
+  std::vector<uint8_t> labels = Header(0x801, {2});
+  labels.insert(labels.end(), {1, 2, 3});
+  WriteGz(Path("lab.gz"), labels);
+  EXPECT_EQ(ReadIdxFile(Path("lab.gz"), 0x801).status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST_F(IdxFiles, MissingFileIsNotFound) {
+  EXPECT_EQ(LoadFashionMnist(dir_, "test").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(IdxFiles, CountMismatchAndBadLabelsAreDataLoss) {
+  WriteValid("train");
+  std::vector<uint8_t> labels = Header(0x801, {2});
+  labels.insert(labels.end(), {1, 2});
+  WriteGz(Path("train-labels-idx1-ubyte.gz"), labels);
+  EXPECT_EQ(LoadFashionMnist(dir_, "train").status().code(), absl::StatusCode::kDataLoss);
+  labels = Header(0x801, {3});
+  labels.insert(labels.end(), {1, 12, 2});
+  WriteGz(Path("train-labels-idx1-ubyte.gz"), labels);
+  EXPECT_EQ(LoadFashionMnist(dir_, "train").status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST_F(IdxFiles, UnknownSplitIsInvalidArgument) {
+  EXPECT_EQ(LoadFashionMnist(dir_, "validation").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(IdxFiles, TruncateKeepsThePrefix) {
+  WriteValid("train");
+  auto ds = LoadFashionMnist(dir_, "train");
+  ASSERT_TRUE(ds.ok());
+  ds->Truncate(2);
+  EXPECT_EQ(ds->size(), 2);
+  EXPECT_EQ(ds->pixels.size(), 8u);
+}
+
+}  // namespace
+}  // namespace ps

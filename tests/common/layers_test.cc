@@ -1,0 +1,218 @@
+// Finite-difference checks of every layer's gradients and of the whole MLP, on the CPU device.
+
+#include "common/layers.h"
+
+#include <cmath>
+#include <vector>
+
+#include "common/cpu_device.h"
+#include "common/model.h"
+#include "common/random.h"
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+std::vector<float> RandomVector(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+  Rng rng(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = rng.Uniform(lo, hi);
+  return v;
+}
+
+// L = sum(y * r): dL/dy = r, so Backward(dy = r) must give dL/dparams and dL/dx.
+double Objective(Layer& layer, CpuDevice& dev, const std::vector<float>& params,
+                 const std::vector<float>& x, int batch, const std::vector<float>& r) {
+  std::vector<float> y(batch * layer.output_size());
+  EXPECT_TRUE(layer.Forward(dev, params.data(), x.data(), batch, y.data()).ok());
+  double sum = 0.0;
+  for (size_t i = 0; i < y.size(); ++i) sum += static_cast<double>(y[i]) * r[i];
+  return sum;
+}
+
+void CheckLayerGradients(Layer& layer, std::vector<float> x, int batch, double tolerance) {
+  CpuDevice dev;
+  int64_t num_params = 0;
+  for (const TensorSpec& s : layer.ParamSpecs()) num_params += s.NumElements();
+  std::vector<float> params(num_params);
+  Rng rng(7);
+  layer.InitParams(rng, params.data());
+  const std::vector<float> r = RandomVector(batch * layer.output_size(), 11);
+  std::vector<float> y(batch * layer.output_size());
+  ASSERT_TRUE(layer.Forward(dev, params.data(), x.data(), batch, y.data()).ok());
+  // Gradients accumulate: start from a known non-zero value and subtract it afterwards.
+  std::vector<float> grads(num_params, 0.5f);
+  std::vector<float> dx(x.size());
+  ASSERT_TRUE(
+      layer.Backward(dev, params.data(), x.data(), y.data(), r.data(), batch, dx.data(), grads.data())
+          .ok());
+  const float h = 1e-2f;
+  for (int64_t i = 0; i < num_params; ++i) {
+    std::vector<float> p = params;
+    p[i] += h;
+    const double up = Objective(layer, dev, p, x, batch, r);
+    p[i] -= 2 * h;
+    const double down = Objective(layer, dev, p, x, batch, r);
+    const double numeric = (up - down) / (2 * h);
+    EXPECT_NEAR(grads[i] - 0.5f, numeric, tolerance) << "param " << i;
+  }
+  for (size_t i = 0; i < x.size(); ++i) {
+    std::vector<float> xp = x;
+    xp[i] += h;
+    const double up = Objective(layer, dev, params, xp, batch, r);
+    xp[i] -= 2 * h;
+    const double down = Objective(layer, dev, params, xp, batch, r);
+    EXPECT_NEAR(dx[i], (up - down) / (2 * h), tolerance) << "input " << i;
+  }
+}
+
+TEST(Linear, GradientsMatchFiniteDifferences) {
+  Linear layer("fc", 5, 3);
+  CheckLayerGradients(layer, RandomVector(4 * 5, 3), 4, 1e-3);
+}
+
+TEST(Relu, GradientsMatchFiniteDifferences) {
+  Relu layer(6);
+  // Keep inputs away from the kink at 0, where the derivative is undefined.
+  std::vector<float> x = RandomVector(3 * 6, 5);
+  for (float& v : x) v = v < 0 ? v - 0.1f : v + 0.1f;
+  CheckLayerGradients(layer, x, 3, 1e-3);
+}
+
+TEST(Linear, ForwardComputesXWPlusB) {
+  CpuDevice dev;
+  Linear layer("fc", 2, 2);
+  // W = [[1, 2], [3, 4]] (in, out), b = [10, 20].
+  const std::vector<float> params = {1, 2, 3, 4, 10, 20};
+  const std::vector<float> x = {1, 1, 2, -1};
+  std::vector<float> y(4);
+  ASSERT_TRUE(layer.Forward(dev, params.data(), x.data(), 2, y.data()).ok());
+  EXPECT_EQ(y, (std::vector<float>{14, 26, 9, 20}));
+}
+
+TEST(SoftmaxCrossEntropy, LossAndGradientMatchFiniteDifferences) {
+  CpuDevice dev;
+  const int rows = 3;
+  const int classes = 4;
+  std::vector<float> logits = RandomVector(rows * classes, 9, -2.0f, 2.0f);
+  const std::vector<int32_t> labels = {0, 3, 2};
+  std::vector<float> probs(rows * classes), loss(rows), correct(rows), dlogits(rows * classes);
+  auto total_loss = [&](const std::vector<float>& z) {
+    EXPECT_TRUE(dev.SoftmaxCrossEntropy(rows, classes, z.data(), labels.data(), probs.data(),
+                                        loss.data(), correct.data())
+                    .ok());
+    double s = 0.0;
+    for (float l : loss) s += l;
+    return s;
+  };
+  total_loss(logits);
+  // Row 0: loss = -log softmax(z)[0], computed here in double.
+  double denom = 0.0;
+  for (int j = 0; j < classes; ++j) denom += std::exp(static_cast<double>(logits[j]));
+  EXPECT_NEAR(loss[0], -(logits[0] - std::log(denom)), 1e-5);
+  ASSERT_TRUE(dev.SoftmaxCrossEntropyBackward(rows, classes, probs.data(), labels.data(), 1.0f,
+                                              dlogits.data())
+                  .ok());
+  const float h = 1e-2f;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    std::vector<float> z = logits;
+    z[i] += h;
+    const double up = total_loss(z);
+    z[i] -= 2 * h;
+    const double down = total_loss(z);
+    EXPECT_NEAR(dlogits[i], (up - down) / (2 * h), 1e-3) << "logit " << i;
+  }
+}
+
+TEST(SoftmaxCrossEntropy, RejectsLabelOutOfRange) {
+  CpuDevice dev;
+  std::vector<float> z(4), p(4), loss(1), correct(1);
+  const int32_t label = 4;
+  EXPECT_EQ(dev.SoftmaxCrossEntropy(1, 4, z.data(), &label, p.data(), loss.data(), correct.data())
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Mlp, WholeModelGradientMatchesFiniteDifferences) {
+  CpuDevice dev;
+  const int batch = 4;
+  auto model = MakeMlp(6, {5, 4}, 3, dev, batch);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const int64_t n = (*model)->layout().total();
+  std::vector<float> params(n);
+  (*model)->InitParams(3, params.data());
+  // Finite differences are meaningless across a ReLU kink: pick inputs whose hidden
+  // pre-activations all stay clear of zero under the perturbations below.
+  auto min_abs_preactivation = [&](const std::vector<float>& in) {
+    Linear fc1("fc1", 6, 5), fc2("fc2", 5, 4);
+    std::vector<float> z1(batch * 5), z2(batch * 4);
+    EXPECT_TRUE(fc1.Forward(dev, params.data(), in.data(), batch, z1.data()).ok());
+    for (float& v : z1) v = std::max(v, 0.0f);
+    EXPECT_TRUE(fc2.Forward(dev, params.data() + 35, z1.data(), batch, z2.data()).ok());
+    float m = 1e9f;
+    for (float v : z2) m = std::min(m, std::abs(v));
+    fc1.Forward(dev, params.data(), in.data(), batch, z1.data()).IgnoreError();
+    for (float v : z1) m = std::min(m, std::abs(v));
+    return m;
+  };
+  std::vector<float> x;
+  for (uint64_t seed = 21;; ++seed) {
+    x = RandomVector(batch * 6, seed);
+    if (min_abs_preactivation(x) > 0.05f) break;
+    ASSERT_LT(seed, 1000u) << "no kink-free input found";
+  }
+  const std::vector<int32_t> labels = {0, 2, 1, 2};
+  std::vector<float> grads(n, 0.0f);
+  auto stats = (*model)->ForwardBackward(params.data(), x.data(), labels.data(), batch, 1.0f,
+                                         grads.data());
+  ASSERT_TRUE(stats.ok());
+  auto mean_loss = [&](const std::vector<float>& p) {
+    auto s = (*model)->Evaluate(p.data(), x.data(), labels.data(), batch);
+    EXPECT_TRUE(s.ok());
+    return s->loss_sum / batch;
+  };
+  EXPECT_NEAR(stats->loss_sum / batch, mean_loss(params), 1e-6);
+  const float h = 2e-3f;
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<float> p = params;
+    p[i] += h;
+    const double up = mean_loss(p);
+    p[i] -= 2 * h;
+    const double down = mean_loss(p);
+    EXPECT_NEAR(grads[i], (up - down) / (2 * h), 1e-3) << "param " << i;
+  }
+}
+
+TEST(Mlp, GradScaleScalesAndAccumulates) {
+  CpuDevice dev;
+  auto model = MakeMlp(3, {4}, 2, dev, 2);
+  ASSERT_TRUE(model.ok());
+  const int64_t n = (*model)->layout().total();
+  std::vector<float> params(n);
+  (*model)->InitParams(1, params.data());
+  const std::vector<float> x = {0.1f, -0.2f, 0.3f, 0.5f, 0.5f, -0.5f};
+  const std::vector<int32_t> labels = {1, 0};
+  std::vector<float> once(n, 0.0f), twice_half(n, 0.0f);
+  ASSERT_TRUE((*model)->ForwardBackward(params.data(), x.data(), labels.data(), 2, 1.0f, once.data()).ok());
+  for (int k = 0; k < 2; ++k) {
+    ASSERT_TRUE((*model)
+                    ->ForwardBackward(params.data(), x.data(), labels.data(), 2, 0.5f,
+                                      twice_half.data())
+                    .ok());
+  }
+  for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(twice_half[i], once[i], 1e-6) << i;
+}
+
+TEST(Model, RejectsMismatchedLayerSizes) {
+  CpuDevice dev;
+  std::vector<std::unique_ptr<Layer>> layers;
+  layers.push_back(std::make_unique<Linear>("a", 4, 3));
+  layers.push_back(std::make_unique<Linear>("b", 2, 2));
+  EXPECT_EQ(Model::Create("bad", std::move(layers), dev, 8).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeModel(ModelSpec{"resnet", {}}, 4, 2, dev, 8).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ps

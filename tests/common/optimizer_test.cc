@@ -1,0 +1,118 @@
+#include "common/optimizer.h"
+
+#include <cmath>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+TEST(Optimizer, SgdStepIsLrTimesGradient) {
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kSgd;
+  o.lr = 0.5f;
+  Optimizer opt(o, 2);
+  std::vector<float> w = {1.0f, -2.0f};
+  const std::vector<float> g = {0.25f, -1.0f};
+  opt.Apply(0, g, absl::MakeSpan(w));
+  EXPECT_FLOAT_EQ(w[0], 0.875f);  // 1 - 0.5 * 0.25
+  EXPECT_FLOAT_EQ(w[1], -1.5f);   // -2 + 0.5 * 1
+}
+
+TEST(Optimizer, SgdWeightDecayAddsL2Gradient) {
+  OptimizerOptions o;
+  o.lr = 0.1f;
+  o.weight_decay = 0.5f;
+  Optimizer opt(o, 1);
+  std::vector<float> w = {2.0f};
+  const std::vector<float> g = {1.0f};
+  opt.Apply(0, g, absl::MakeSpan(w));
+  EXPECT_FLOAT_EQ(w[0], 1.8f);  // g' = 1 + 0.5 * 2 = 2; 2 - 0.1 * 2
+}
+
+TEST(Optimizer, MomentumAccumulatesVelocity) {
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kMomentum;
+  o.lr = 0.1f;
+  o.momentum = 0.9f;
+  Optimizer opt(o, 1);
+  std::vector<float> w = {1.0f};
+  const std::vector<float> g = {1.0f};
+  opt.Apply(0, g, absl::MakeSpan(w));
+  EXPECT_FLOAT_EQ(w[0], 0.9f);  // v = 1; w = 1 - 0.1
+  opt.Apply(1, g, absl::MakeSpan(w));
+  EXPECT_FLOAT_EQ(w[0], 0.71f);  // v = 0.9 + 1 = 1.9; w = 0.9 - 0.19
+  opt.Apply(2, g, absl::MakeSpan(w));
+  EXPECT_FLOAT_EQ(w[0], 0.439f);  // v = 1.71 + 1 = 2.71; w = 0.71 - 0.271
+}
+
+TEST(Optimizer, AdamMatchesHandComputedSteps) {
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kAdam;
+  o.lr = 0.01f;
+  o.beta1 = 0.9f;
+  o.beta2 = 0.999f;
+  o.epsilon = 1e-8f;
+  Optimizer opt(o, 1);
+  std::vector<float> w = {1.0f};
+  // Step 1: m = 0.1 g, v = 0.001 g^2; m_hat = g, v_hat = g^2: the step is lr * sign(g).
+  std::vector<float> g = {0.5f};
+  opt.Apply(0, g, absl::MakeSpan(w));
+  EXPECT_NEAR(w[0], 0.99f, 1e-6);
+  // Step 2 with g = -1: m = 0.9*0.05 - 0.1 = -0.055, v = 0.999*0.00025 + 0.001 = 0.00124975.
+  // m_hat = -0.055 / 0.19 = -0.289474, v_hat = 0.00124975 / 0.001999 = 0.625188.
+  g = {-1.0f};
+  opt.Apply(1, g, absl::MakeSpan(w));
+  const double m_hat = -0.055 / 0.19;
+  const double v_hat = 0.00124975 / (1 - 0.999 * 0.999);
+  EXPECT_NEAR(w[0], 0.99 - 0.01 * m_hat / (std::sqrt(v_hat) + 1e-8), 1e-6);
+}
+
+TEST(Optimizer, WarmupRampsLinearly) {
+  OptimizerOptions o;
+  o.lr = 1.0f;
+  o.warmup_updates = 4;
+  Optimizer opt(o, 1);
+  EXPECT_FLOAT_EQ(opt.LearningRate(0), 0.25f);
+  EXPECT_FLOAT_EQ(opt.LearningRate(1), 0.5f);
+  EXPECT_FLOAT_EQ(opt.LearningRate(3), 1.0f);
+  EXPECT_FLOAT_EQ(opt.LearningRate(100), 1.0f);
+}
+
+TEST(Optimizer, CosineDecaysToZeroAfterWarmup) {
+  OptimizerOptions o;
+  o.lr = 1.0f;
+  o.warmup_updates = 2;
+  o.schedule = LrSchedule::kCosine;
+  o.decay_updates = 12;
+  ASSERT_TRUE(ValidateOptimizerOptions(o).ok());
+  Optimizer opt(o, 1);
+  EXPECT_FLOAT_EQ(opt.LearningRate(1), 1.0f);   // end of warmup
+  EXPECT_FLOAT_EQ(opt.LearningRate(2), 1.0f);   // cosine starts at the peak
+  EXPECT_NEAR(opt.LearningRate(7), 0.5f, 1e-6);  // half way: (1 + cos(pi/2)) / 2
+  EXPECT_NEAR(opt.LearningRate(12), 0.0f, 1e-7);
+  EXPECT_NEAR(opt.LearningRate(50), 0.0f, 1e-7);
+  o.decay_updates = 2;
+  EXPECT_EQ(ValidateOptimizerOptions(o).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseLrSchedule("step").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Optimizer, ValidationNamesTheField) {
+  OptimizerOptions o;
+  o.lr = 0.0f;
+  EXPECT_EQ(ValidateOptimizerOptions(o).code(), absl::StatusCode::kInvalidArgument);
+  o.lr = 0.1f;
+  o.momentum = 1.0f;
+  EXPECT_EQ(ValidateOptimizerOptions(o).code(), absl::StatusCode::kInvalidArgument);
+  o.momentum = 0.9f;
+  o.weight_decay = -1.0f;
+  EXPECT_EQ(ValidateOptimizerOptions(o).code(), absl::StatusCode::kInvalidArgument);
+  o.weight_decay = 0.0f;
+  EXPECT_TRUE(ValidateOptimizerOptions(o).ok());
+  EXPECT_EQ(ParseOptimizerKind("rmsprop").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(*ParseOptimizerKind("adam"), OptimizerKind::kAdam);
+}
+
+}  // namespace
+}  // namespace ps

@@ -1,0 +1,257 @@
+// End-to-end: ps_launch with real ps_server and ps_worker processes on loopback, training on a
+// subset of Fashion-MNIST. Checks the data-parallel guarantees of DESIGN.md section 3 from the
+// files the run writes, and that the launcher leaves no process behind.
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+
+extern char** environ;
+
+namespace {
+
+std::string BinDir() {
+  const char* d = std::getenv("PS_BIN_DIR");
+  return d != nullptr ? d : "bin";
+}
+
+std::string DataDir() {
+  const char* d = std::getenv("PS_DATA_DIR");
+  return d != nullptr ? d : "/usr/share/datasets/fashion-mnist";
+}
+
+std::string RunDir(const std::string& name) {
+  const std::string dir = absl::StrCat(testing::TempDir(), "/ps_e2e_", getpid(), "_", name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// Starts ps_launch with `args`, its output going to <dir>/launch.log.
+pid_t StartLaunch(const std::string& dir, std::vector<std::string> args) {
+  args.insert(args.begin(), BinDir() + "/ps_launch");
+  args.push_back("--metrics_dir=" + dir);
+  args.push_back("--quiet");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  const std::string log = dir + "/launch.log";
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  EXPECT_EQ(rc, 0) << "cannot start " << argv[0];
+  return pid;
+}
+
+int WaitExit(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int RunLaunch(const std::string& dir, const std::vector<std::string>& args) {
+  const int code = WaitExit(StartLaunch(dir, args));
+  if (code != 0) ADD_FAILURE() << "ps_launch exited " << code << ":\n" << ReadAll(dir + "/launch.log");
+  return code;
+}
+
+// The number after "key": in a flat JSON line; NaN when absent.
+double Field(const std::string& line, const std::string& key) {
+  const std::string k = "\"" + key + "\":";
+  const size_t at = line.find(k);
+  if (at == std::string::npos) return std::nan("");
+  const size_t begin = at + k.size();
+  double v = 0;
+  if (!absl::SimpleAtod(line.substr(begin, line.find_first_of(",}", begin) - begin), &v)) {
+    return std::nan("");
+  }
+  return v;
+}
+
+std::vector<std::string> StepLines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) {
+    if (absl::StrContains(line, "\"kind\":\"step\"")) out.push_back(line);
+  }
+  return out;
+}
+
+std::vector<float> ReadWeights(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<float> w(bytes.size() / sizeof(float));
+  std::memcpy(w.data(), bytes.data(), w.size() * sizeof(float));
+  return w;
+}
+
+// Processes whose command line mentions `marker` (our run folder): none may outlive a launch.
+std::vector<std::string> ProcessesMentioning(const std::string& marker) {
+  std::vector<std::string> found;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string pid = entry.path().filename();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = ReadAll(entry.path().string() + "/cmdline");
+    for (char& c : cmdline) {
+      if (c == '\0') c = ' ';
+    }
+    if (absl::StrContains(cmdline, marker)) found.push_back(pid + ": " + cmdline);
+  }
+  return found;
+}
+
+std::vector<std::string> Common(const std::string& train_limit) {
+  return {"--data_dir=" + DataDir(), "--train_limit=" + train_limit, "--test_limit=500",
+          "--hidden=64,32", "--shards=2"};
+}
+
+std::vector<std::string> With(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+class LaunchE2e : public testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(DataDir() + "/train-images-idx3-ubyte.gz")) {
+      FAIL() << "Fashion-MNIST is missing in " << DataDir()
+             << ": run scripts/setup.sh (it installs dataset-fashion-mnist)";
+    }
+  }
+};
+
+// BSP with 2 workers x 32, 1 worker x 64 and 1 worker x 32 x accumulate 2 (same seed, plain SGD)
+// see the same global batches and must give the same per-step losses and final weights.
+TEST_F(LaunchE2e, BspDataParallelismEqualsOneLargeBatch) {
+  const std::vector<std::string> sgd = {"--mode=bsp", "--optimizer=sgd", "--lr=0.1", "--epochs=2",
+                                        "--seed=7", "--save_weights"};
+  const std::string two = RunDir("two_workers");
+  const std::string one = RunDir("one_worker");
+  const std::string acc = RunDir("accumulate");
+  ASSERT_EQ(RunLaunch(two, With(With(Common("640"), sgd), {"--workers=2", "--batch_size=32"})), 0);
+  ASSERT_EQ(RunLaunch(one, With(With(Common("640"), sgd), {"--workers=1", "--batch_size=64"})), 0);
+  ASSERT_EQ(RunLaunch(acc, With(With(Common("640"), sgd),
+                                {"--workers=1", "--batch_size=32", "--accumulate=2"})),
+            0);
+  const auto r0 = StepLines(two + "/worker-0.jsonl");
+  const auto r1 = StepLines(two + "/worker-1.jsonl");
+  const auto single = StepLines(one + "/worker-0.jsonl");
+  const auto accumulated = StepLines(acc + "/worker-0.jsonl");
+  ASSERT_EQ(single.size(), 20u);  // 640 / 64 = 10 steps x 2 epochs
+  ASSERT_EQ(r0.size(), single.size());
+  ASSERT_EQ(r1.size(), single.size());
+  ASSERT_EQ(accumulated.size(), single.size());
+  for (size_t s = 0; s < single.size(); ++s) {
+    const double want = Field(single[s], "loss");
+    const double split = (Field(r0[s], "loss") + Field(r1[s], "loss")) / 2;
+    EXPECT_NEAR(split, want, 1e-5 * want) << "step " << s;
+    EXPECT_NEAR(Field(accumulated[s], "loss"), want, 1e-5 * want) << "step " << s;
+  }
+  const auto w_one = ReadWeights(one + "/weights.f32");
+  ASSERT_GT(w_one.size(), 1000u);
+  float scale = 0;
+  for (float v : w_one) scale = std::max(scale, std::abs(v));
+  for (const std::string& dir : {two, acc}) {
+    const auto w = ReadWeights(dir + "/weights.f32");
+    ASSERT_EQ(w.size(), w_one.size());
+    float worst = 0;
+    for (size_t i = 0; i < w.size(); ++i) worst = std::max(worst, std::abs(w[i] - w_one[i]));
+    EXPECT_LE(worst, 1e-5f * scale) << dir;
+  }
+  // The BSP summary reports every gradient fresh.
+  const std::string summary = ReadAll(two + "/summary.json");
+  EXPECT_EQ(Field(summary, "max_staleness"), 0);
+  EXPECT_EQ(Field(summary, "workers"), 2);
+}
+
+// SSP(1) with 3 workers, one 4x slower: no gradient staler than (W-1)(2s+1) = 6.
+TEST_F(LaunchE2e, SspStalenessStaysWithinTheBoundWithAStraggler) {
+  const std::string dir = RunDir("ssp");
+  ASSERT_EQ(RunLaunch(dir, With(Common("3072"), {"--workers=3", "--mode=ssp", "--staleness=1",
+                                                 "--straggler=1:4", "--epochs=1", "--batch_size=16",
+                                                 "--optimizer=sgd", "--lr=0.05"})),
+            0);
+  const std::string summary = ReadAll(dir + "/summary.json");
+  const double max_staleness = Field(summary, "max_staleness");
+  EXPECT_LE(max_staleness, 6);
+  EXPECT_GT(max_staleness, 0) << "an SSP run with a straggler should see some staleness";
+  for (int r = 0; r < 3; ++r) {
+    for (const std::string& line : StepLines(absl::StrCat(dir, "/worker-", r, ".jsonl"))) {
+      EXPECT_LE(Field(line, "staleness"), 6) << line;
+    }
+  }
+  EXPECT_TRUE(ProcessesMentioning(dir).empty());
+}
+
+// ASP: the fast worker's pulls never wait, however slow the other worker is.
+TEST_F(LaunchE2e, AspNeverBlocksAPull) {
+  const std::string dir = RunDir("asp");
+  ASSERT_EQ(RunLaunch(dir, With(Common("2048"), {"--workers=2", "--mode=asp", "--straggler=1:5",
+                                                 "--epochs=1", "--batch_size=16",
+                                                 "--optimizer=sgd", "--lr=0.05"})),
+            0);
+  for (int r = 0; r < 2; ++r) {
+    const auto lines = StepLines(absl::StrCat(dir, "/worker-", r, ".jsonl"));
+    ASSERT_EQ(lines.size(), 64u);  // 2048 / (2 x 16)
+    for (const std::string& line : lines) EXPECT_EQ(Field(line, "server_wait_ms"), 0) << line;
+  }
+}
+
+TEST_F(LaunchE2e, AChildFailureStopsEveryProcessAndFailsTheRun) {
+  const std::string dir = RunDir("failure");
+  const int code = WaitExit(StartLaunch(
+      dir, {"--data_dir=/nonexistent-data", "--lr_schedule=constant", "--workers=2", "--shards=2",
+            "--epochs=1"}));
+  EXPECT_EQ(code, 1) << ReadAll(dir + "/launch.log");
+  EXPECT_TRUE(absl::StrContains(ReadAll(dir + "/launch.log"), "/nonexistent-data"));
+  EXPECT_TRUE(ProcessesMentioning(dir).empty());
+  EXPECT_FALSE(std::filesystem::exists(dir + "/summary.json"));
+}
+
+TEST_F(LaunchE2e, SigtermStopsEveryProcess) {
+  const std::string dir = RunDir("sigterm");
+  const pid_t pid =
+      StartLaunch(dir, With(Common("0"), {"--workers=2", "--epochs=50", "--mode=ssp"}));
+  // Wait until training is under way: worker 0 has written step metrics.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (StepLines(dir + "/worker-0.jsonl").size() < 5 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_GE(StepLines(dir + "/worker-0.jsonl").size(), 5u) << ReadAll(dir + "/launch.log");
+  kill(pid, SIGTERM);
+  EXPECT_EQ(WaitExit(pid), 128 + SIGTERM);
+  EXPECT_TRUE(ProcessesMentioning(dir).empty());
+  // The servers shut down cleanly (they log their final version on the way out).
+  EXPECT_TRUE(absl::StrContains(ReadAll(dir + "/launch.log"), "stopped at version"));
+}
+
+}  // namespace

@@ -1,0 +1,259 @@
+#include "server/shard.h"
+
+#include <cmath>
+#include <limits>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+constexpr uint64_t kFp = 0xfeed;
+
+std::unique_ptr<Shard> MakeShard(ConsistencyMode mode, int workers, int staleness = 0,
+                                 absl::Duration lease = absl::Seconds(30)) {
+  ShardOptions o;
+  o.consistency.mode = mode;
+  o.consistency.num_workers = workers;
+  o.consistency.staleness = staleness;
+  o.optimizer.kind = OptimizerKind::kSgd;
+  o.optimizer.lr = 1.0f;
+  o.lease = lease;
+  auto s = Shard::Create(o);
+  EXPECT_TRUE(s.ok());
+  return std::move(*s);
+}
+
+// Initialises a 1-shard, 4-element slice [1, 2, 3, 4] and registers every worker.
+void InitAndRegister(Shard& s, int workers) {
+  const std::vector<float> init = {1, 2, 3, 4};
+  ASSERT_TRUE(s.Init(kFp, 4, KeyRange{0, 4}, init).ok());
+  for (int r = 0; r < workers; ++r) ASSERT_TRUE(s.Register(r, kFp).ok());
+}
+
+Shard::PushArgs PushOf(int rank, int64_t clock, int64_t base, const std::vector<float>& g) {
+  Shard::PushArgs a;
+  a.rank = rank;
+  a.fingerprint = kFp;
+  a.range = KeyRange{0, 4};
+  a.clock = clock;
+  a.base_version = base;
+  a.gradient = g;
+  return a;
+}
+
+absl::StatusOr<Shard::PullResult> PullOf(Shard& s, int rank, int64_t clock, absl::Time deadline,
+                                         std::vector<float>* out) {
+  Shard::PullArgs a;
+  a.rank = rank;
+  a.fingerprint = kFp;
+  a.range = KeyRange{0, 4};
+  a.clock = clock;
+  out->assign(4, 0.0f);
+  return s.Pull(a, deadline, absl::MakeSpan(*out));
+}
+
+TEST(Shard, BspAppliesOneMeanUpdatePerRoundWhateverTheArrivalOrder) {
+  auto shard = MakeShard(ConsistencyMode::kBsp, 2);
+  InitAndRegister(*shard, 2);
+  auto second = shard->Push(PushOf(1, 0, 0, {2, 2, 2, 2}));
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(second->buffered);
+  EXPECT_EQ(shard->Values(), (std::vector<float>{1, 2, 3, 4}));
+  auto first = shard->Push(PushOf(0, 0, 0, {0, 4, -2, 1}));
+  ASSERT_TRUE(first.ok());
+  EXPECT_TRUE(first->applied);
+  EXPECT_EQ(first->version, 1);
+  // lr 1: w - (g0 + g1) / 2.
+  EXPECT_EQ(shard->Values(), (std::vector<float>{0, -1, 3, 2.5}));
+}
+
+TEST(Shard, RejectedPushesChangeNothing) {
+  auto shard = MakeShard(ConsistencyMode::kAsp, 1);
+  InitAndRegister(*shard, 1);
+  Shard::PushArgs wrong_fp = PushOf(0, 0, 0, {1, 1, 1, 1});
+  wrong_fp.fingerprint = kFp + 1;
+  EXPECT_EQ(shard->Push(wrong_fp).status().code(), absl::StatusCode::kFailedPrecondition);
+  const std::vector<float> short_grad = {1, 1, 1};
+  Shard::PushArgs wrong_len = PushOf(0, 0, 0, {});
+  wrong_len.gradient = short_grad;
+  EXPECT_EQ(shard->Push(wrong_len).status().code(), absl::StatusCode::kInvalidArgument);
+  Shard::PushArgs wrong_range = PushOf(0, 0, 0, {1, 1, 1, 1});
+  wrong_range.range = KeyRange{1, 5};
+  EXPECT_EQ(shard->Push(wrong_range).status().code(), absl::StatusCode::kFailedPrecondition);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(shard->Push(PushOf(0, 0, 0, {1, nan, 1, 1})).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(shard->Push(PushOf(0, 0, 0, {1, 1, INFINITY, 1})).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(shard->Push(PushOf(0, 5, 0, {1, 1, 1, 1})).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // clock from the future
+  EXPECT_EQ(shard->Push(PushOf(0, 0, 3, {1, 1, 1, 1})).status().code(),
+            absl::StatusCode::kInvalidArgument);  // base version not yet served
+  EXPECT_EQ(shard->Push(PushOf(7, 0, 0, {1, 1, 1, 1})).status().code(),
+            absl::StatusCode::kInvalidArgument);  // rank out of range
+  EXPECT_EQ(shard->Values(), (std::vector<float>{1, 2, 3, 4}));
+  const ShardStatus st = shard->GetStatus();
+  EXPECT_EQ(st.version, 0);
+  EXPECT_EQ(st.rejected_nonfinite, 2);
+  EXPECT_EQ(st.workers[0].clock, 0);
+}
+
+TEST(Shard, RetriedPushIsAcknowledgedAndAppliedOnce) {
+  auto shard = MakeShard(ConsistencyMode::kAsp, 1);
+  InitAndRegister(*shard, 1);
+  auto a = shard->Push(PushOf(0, 0, 0, {1, 1, 1, 1}));
+  ASSERT_TRUE(a.ok());
+  EXPECT_TRUE(a->applied);
+  auto b = shard->Push(PushOf(0, 0, 0, {1, 1, 1, 1}));
+  ASSERT_TRUE(b.ok());
+  EXPECT_TRUE(b->duplicate);
+  EXPECT_FALSE(b->applied);
+  EXPECT_EQ(shard->Values(), (std::vector<float>{0, 1, 2, 3}));
+  EXPECT_EQ(shard->GetStatus().version, 1);
+}
+
+TEST(Shard, StalenessIsVersionAtApplyMinusBaseVersion) {
+  auto shard = MakeShard(ConsistencyMode::kAsp, 2);
+  InitAndRegister(*shard, 2);
+  ASSERT_TRUE(shard->Push(PushOf(0, 0, 0, {0, 0, 0, 0})).ok());
+  ASSERT_TRUE(shard->Push(PushOf(0, 1, 1, {0, 0, 0, 0})).ok());
+  auto late = shard->Push(PushOf(1, 0, 0, {0, 0, 0, 0}));
+  ASSERT_TRUE(late.ok());
+  EXPECT_EQ(late->staleness, 2);
+  const ShardStatus st = shard->GetStatus();
+  EXPECT_EQ(st.workers[0].staleness.max(), 0);
+  EXPECT_EQ(st.workers[1].staleness.max(), 2);
+  EXPECT_EQ(st.workers[1].staleness.TrimmedCounts(), (std::vector<int64_t>{0, 0, 1}));
+}
+
+TEST(Shard, SspPullPastItsBoundTimesOutAndAspDoesNot) {
+  auto ssp = MakeShard(ConsistencyMode::kSsp, 2, 1);
+  InitAndRegister(*ssp, 2);
+  ASSERT_TRUE(ssp->Push(PushOf(0, 0, 0, {0, 0, 0, 0})).ok());
+  ASSERT_TRUE(ssp->Push(PushOf(0, 1, 1, {0, 0, 0, 0})).ok());
+  std::vector<float> out;
+  EXPECT_EQ(PullOf(*ssp, 0, 2, absl::Now() + absl::Milliseconds(20), &out).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(PullOf(*ssp, 0, 1, absl::InfinitePast(), &out).ok());
+
+  auto asp = MakeShard(ConsistencyMode::kAsp, 2);
+  InitAndRegister(*asp, 2);
+  // A deadline already past: any wait at all would fail.
+  auto r = PullOf(*asp, 0, 1000, absl::InfinitePast(), &out);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->waited, absl::ZeroDuration());
+  EXPECT_EQ(out, (std::vector<float>{1, 2, 3, 4}));
+}
+
+TEST(Shard, WaitingPullIsWokenByThePushThatUnblocksIt) {
+  auto shard = MakeShard(ConsistencyMode::kBsp, 2);
+  InitAndRegister(*shard, 2);
+  ASSERT_TRUE(shard->Push(PushOf(0, 0, 0, {1, 1, 1, 1})).ok());
+  absl::StatusOr<Shard::PullResult> result;
+  std::vector<float> out;
+  std::thread waiter([&] { result = PullOf(*shard, 0, 1, absl::Now() + absl::Seconds(30), &out); });
+  absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_TRUE(shard->Push(PushOf(1, 0, 0, {3, 3, 3, 3})).ok());
+  waiter.join();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->version, 1);
+  EXPECT_EQ(out, (std::vector<float>{-1, 0, 1, 2}));
+}
+
+TEST(Shard, ExpiredLeaseLetsTheBspRoundCompleteWithoutTheSilentWorker) {
+  auto shard = MakeShard(ConsistencyMode::kBsp, 2, 0, absl::Milliseconds(100));
+  InitAndRegister(*shard, 2);
+  std::vector<float> out;
+  // Worker 0 keeps its own lease alive by pushing and pulling; worker 1 goes silent.
+  ASSERT_TRUE(shard->Push(PushOf(0, 0, 0, {2, 2, 2, 2})).ok());
+  auto r = PullOf(*shard, 0, 1, absl::Now() + absl::Seconds(10), &out);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(out, (std::vector<float>{-1, 0, 1, 2}));  // the mean of the one push
+  const ShardStatus st = shard->GetStatus();
+  EXPECT_EQ(st.workers[1].state, WorkerState::kExpired);
+  EXPECT_EQ(shard->Heartbeat(1).code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(shard->Push(PushOf(1, 0, 0, {1, 1, 1, 1})).status().code(), absl::StatusCode::kAborted);
+  // It returns at the open round.
+  auto again = shard->Register(1, kFp);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->clock, 1);
+}
+
+TEST(Shard, ShutdownFailsTheWaitingPull) {
+  auto shard = MakeShard(ConsistencyMode::kBsp, 2);
+  InitAndRegister(*shard, 2);
+  absl::StatusOr<Shard::PullResult> result;
+  std::vector<float> out;
+  std::thread waiter([&] { result = PullOf(*shard, 0, 1, absl::Now() + absl::Seconds(30), &out); });
+  absl::SleepFor(absl::Milliseconds(50));
+  shard->Shutdown();
+  waiter.join();
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(Shard, InitRules) {
+  auto shard = MakeShard(ConsistencyMode::kAsp, 1);
+  const std::vector<float> a = {1, 2, 3, 4};
+  const std::vector<float> b = {9, 9, 9, 9};
+  std::vector<float> out;
+  EXPECT_EQ(PullOf(*shard, 0, 0, absl::InfinitePast(), &out).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // not initialised
+  EXPECT_EQ(shard->Init(kFp, 4, KeyRange{0, 3}, {1, 2, 3}).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // not this shard's range
+  EXPECT_EQ(shard->Init(kFp, 4, KeyRange{0, 4}, {1, 2, 3}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto first = shard->Init(kFp, 4, KeyRange{0, 4}, a);
+  ASSERT_TRUE(first.ok());
+  EXPECT_FALSE(first->already_initialized);
+  auto second = shard->Init(kFp, 4, KeyRange{0, 4}, b);
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(second->already_initialized);
+  EXPECT_EQ(shard->Init(kFp + 1, 4, KeyRange{0, 4}, b).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(shard->Register(0, kFp + 1).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(shard->Values(), a);
+  EXPECT_EQ(shard->Heartbeat(0).code(), absl::StatusCode::kNotFound);
+}
+
+// Three workers, one of them slow, each pulling step c and pushing it with the version it read.
+// No applied gradient may be staler than (W-1)(2s+1).
+TEST(Shard, SspStalenessStaysWithinTheBoundUnderConcurrency) {
+  const int workers = 3;
+  const int s = 1;
+  auto shard = MakeShard(ConsistencyMode::kSsp, workers, s);
+  InitAndRegister(*shard, workers);
+  std::vector<std::thread> threads;
+  std::vector<absl::Status> errors(workers);
+  for (int r = 0; r < workers; ++r) {
+    threads.emplace_back([&, r] {
+      std::vector<float> out;
+      for (int c = 0; c < 30; ++c) {
+        auto pulled = PullOf(*shard, r, c, absl::Now() + absl::Seconds(30), &out);
+        if (!pulled.ok()) {
+          errors[r] = pulled.status();
+          return;
+        }
+        absl::SleepFor(absl::Microseconds(r == 1 ? 3000 : 200));
+        auto pushed = shard->Push(PushOf(r, c, pulled->version, {0.01f, 0, 0, 0}));
+        if (!pushed.ok()) {
+          errors[r] = pushed.status();
+          return;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) EXPECT_TRUE(e.ok()) << e;
+  const ShardStatus st = shard->GetStatus();
+  EXPECT_EQ(st.version, workers * 30);
+  int64_t max_staleness = 0;
+  for (const auto& w : st.workers) max_staleness = std::max(max_staleness, w.staleness.max());
+  EXPECT_LE(max_staleness, (workers - 1) * (2 * s + 1));
+  EXPECT_GT(max_staleness, 0);  // the run really was asynchronous
+}
+
+}  // namespace
+}  // namespace ps

@@ -1,0 +1,152 @@
+// The trainer against in-process shards over gRPC, on a small synthetic data set.
+
+#include "worker/trainer.h"
+
+#include <atomic>
+#include <thread>
+
+#include "common/cpu_device.h"
+#include "common/random.h"
+#include "gtest/gtest.h"
+#include "server/shard_server.h"
+#include "worker/grpc_parameter_client.h"
+
+namespace ps {
+namespace {
+
+// 4x4 "images" whose label is the brightest quadrant: learnable by a small MLP.
+Dataset SyntheticData(int n, uint64_t seed) {
+  Dataset d;
+  d.rows = 4;
+  d.cols = 4;
+  d.num_classes = 4;
+  Rng rng(seed);
+  for (int i = 0; i < n; ++i) {
+    const int label = static_cast<int>(rng.Below(4));
+    for (int p = 0; p < 16; ++p) {
+      const int quadrant = (p / 8) * 2 + (p % 4) / 2;
+      d.pixels.push_back(static_cast<uint8_t>(quadrant == label ? 200 + rng.Below(56) : rng.Below(100)));
+    }
+    d.labels.push_back(label);
+  }
+  return d;
+}
+
+struct Cluster {
+  std::vector<std::unique_ptr<ShardServer>> servers;
+  std::vector<std::string> addresses;
+};
+
+Cluster StartCluster(int shards, int workers, ConsistencyMode mode) {
+  Cluster c;
+  for (int s = 0; s < shards; ++s) {
+    ShardServerOptions o;
+    o.shard.shard_id = s;
+    o.shard.num_shards = shards;
+    o.shard.consistency.mode = mode;
+    o.shard.consistency.num_workers = workers;
+    o.shard.optimizer.kind = OptimizerKind::kSgd;
+    o.shard.optimizer.lr = 0.1f;
+    auto server = ShardServer::Start(o);
+    EXPECT_TRUE(server.ok()) << server.status();
+    c.addresses.push_back("127.0.0.1:" + std::to_string((*server)->port()));
+    c.servers.push_back(std::move(*server));
+  }
+  return c;
+}
+
+// Trains `rank` for `epochs` on the cluster; returns the status of Run().
+absl::Status TrainWorker(const Cluster& cluster, const Dataset& train, int rank, int batch,
+                         int accumulate, int epochs) {
+  CpuDevice dev;
+  auto model = MakeMlp(16, {8}, 4, dev, 64);
+  EXPECT_TRUE(model.ok());
+  GrpcClientOptions co;
+  co.servers = cluster.addresses;
+  co.fingerprint = (*model)->layout().fingerprint();
+  co.total_params = (*model)->layout().total();
+  co.rank = rank;
+  auto client = GrpcParameterClient::Create(co);
+  EXPECT_TRUE(client.ok());
+  TrainerOptions o;
+  o.rank = rank;
+  o.batch_size = batch;
+  o.accumulate = accumulate;
+  o.epochs = epochs;
+  o.seed = 5;
+  Trainer trainer(o, **model, dev, **client, train, nullptr, nullptr, nullptr);
+  std::atomic<bool> stop{false};
+  return trainer.Run(stop);
+}
+
+std::vector<float> AllWeights(Cluster& c) {
+  std::vector<float> all;
+  for (auto& s : c.servers) {
+    const std::vector<float> v = s->shard().Values();
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return all;
+}
+
+TEST(Trainer, AccumulationMatchesTheLargerBatch) {
+  const Dataset train = SyntheticData(256, 1);
+  Cluster big = StartCluster(2, 1, ConsistencyMode::kBsp);
+  ASSERT_TRUE(TrainWorker(big, train, 0, 32, 1, 2).ok());
+  Cluster accumulated = StartCluster(2, 1, ConsistencyMode::kBsp);
+  ASSERT_TRUE(TrainWorker(accumulated, train, 0, 16, 2, 2).ok());
+  const auto a = AllWeights(big);
+  const auto b = AllWeights(accumulated);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5f * (1 + std::abs(a[i]))) << i;
+  EXPECT_EQ(big.servers[0]->shard().GetStatus().version, 16);  // 8 steps x 2 epochs
+}
+
+TEST(Trainer, ARestartedWorkerResumesAtTheShardsClock) {
+  const Dataset train = SyntheticData(256, 2);
+  Cluster once = StartCluster(2, 1, ConsistencyMode::kAsp);
+  ASSERT_TRUE(TrainWorker(once, train, 0, 32, 1, 2).ok());
+  Cluster twice = StartCluster(2, 1, ConsistencyMode::kAsp);
+  ASSERT_TRUE(TrainWorker(twice, train, 0, 32, 1, 1).ok());
+  EXPECT_EQ(twice.servers[1]->shard().GetStatus().workers[0].clock, 8);
+  // A fresh process, same rank: it must continue at step 8, not start over.
+  ASSERT_TRUE(TrainWorker(twice, train, 0, 32, 1, 2).ok());
+  EXPECT_EQ(twice.servers[1]->shard().GetStatus().version, 16);
+  EXPECT_EQ(AllWeights(once), AllWeights(twice));
+}
+
+TEST(Trainer, LearnsTheSyntheticTask) {
+  const Dataset train = SyntheticData(512, 3);
+  Cluster c = StartCluster(1, 2, ConsistencyMode::kBsp);
+  absl::Status s0, s1;
+  std::thread t0([&] { s0 = TrainWorker(c, train, 0, 16, 1, 5); });
+  std::thread t1([&] { s1 = TrainWorker(c, train, 1, 16, 1, 5); });
+  t0.join();
+  t1.join();
+  ASSERT_TRUE(s0.ok()) << s0;
+  ASSERT_TRUE(s1.ok()) << s1;
+  CpuDevice dev;
+  auto model = MakeMlp(16, {8}, 4, dev, 64);
+  const std::vector<float> w = AllWeights(c);
+  auto stats = EvaluateDataset(**model, dev, w.data(), train);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_GT(stats->correct / stats->count, 0.9);
+}
+
+TEST(Trainer, StopFlagCancels) {
+  const Dataset train = SyntheticData(256, 4);
+  Cluster c = StartCluster(1, 1, ConsistencyMode::kAsp);
+  CpuDevice dev;
+  auto model = MakeMlp(16, {8}, 4, dev, 64);
+  GrpcClientOptions co;
+  co.servers = c.addresses;
+  co.fingerprint = (*model)->layout().fingerprint();
+  co.total_params = (*model)->layout().total();
+  auto client = GrpcParameterClient::Create(co);
+  TrainerOptions o;
+  Trainer trainer(o, **model, dev, **client, train, nullptr, nullptr, nullptr);
+  std::atomic<bool> stop{true};
+  EXPECT_EQ(trainer.Run(stop).code(), absl::StatusCode::kCancelled);
+}
+
+}  // namespace
+}  // namespace ps
