@@ -108,6 +108,7 @@ absl::StatusOr<PushAction> ConsistencyController::ClassifyPush(int rank, int64_t
 void ConsistencyController::RecordPush(int rank) { ++workers_[rank].clock; }
 
 bool ConsistencyController::RoundReady() const {
+  if (options_.mode != ConsistencyMode::kBsp) return false;
   bool any = false;
   for (const Worker& w : workers_) {
     if (w.state == WorkerState::kExpired) {

@@ -73,7 +73,8 @@ class ConsistencyController {
   void RecordPush(int rank);
 
   // BSP rounds: the number of updates applied so far, and whether the current round is complete
-  // (every pending and live worker has pushed it, and at least one worker has).
+  // (every pending and live worker has pushed it, and at least one worker has). Never true in
+  // the other modes, which have no rounds.
   int64_t rounds() const { return rounds_; }
   bool RoundReady() const;
   void CompleteRound() { ++rounds_; }

@@ -1,6 +1,7 @@
 #include "server/shard.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -242,7 +243,10 @@ void Shard::ApplyGradient(absl::Span<const float> gradient) {
 }
 
 void Shard::MaybeApplyRound() {
-  if (!initialized_ || !controller_.RoundReady()) return;
+  if (options_.consistency.mode != ConsistencyMode::kBsp || !initialized_ ||
+      !controller_.RoundReady()) {
+    return;
+  }
   // Sum in rank order so that the result does not depend on arrival order.
   std::fill(round_sum_.begin(), round_sum_.end(), 0.0f);
   int contributors = 0;
@@ -254,6 +258,9 @@ void Shard::MaybeApplyRound() {
     round_has_gradient_[r] = false;
     ++contributors;
   }
+  // RoundReady() implies some worker pushed this round; an empty round would divide by zero.
+  assert(contributors > 0);
+  if (contributors == 0) return;
   const float inv = 1.0f / static_cast<float>(contributors);
   for (float& x : round_sum_) x *= inv;
   ApplyGradient(round_sum_);

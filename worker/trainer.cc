@@ -165,6 +165,12 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
                                                     static_cast<int>(step_stats.count), grads));
     const absl::Time t3 = absl::Now();
 
+    stats_.steps += 1;
+    stats_.samples += step_stats.count;
+    stats_.pull += t1 - t0;
+    stats_.compute += t2s - t1;
+    stats_.push += t3 - t2s;
+    stats_.total += t3 - t0;
     const double loss = step_stats.loss_sum / step_stats.count;
     epoch_loss += step_stats.loss_sum;
     epoch_samples += step_stats.count;

@@ -45,6 +45,16 @@ struct EpochReport {
   absl::Duration elapsed;        // since training started
 };
 
+// Where a worker's time went, summed over the steps it ran.
+struct TrainStats {
+  int64_t steps = 0;
+  int64_t samples = 0;
+  absl::Duration pull;     // waiting for and receiving weights
+  absl::Duration compute;  // forward, backward, host<->device copies (and any slowdown)
+  absl::Duration push;     // sending gradients
+  absl::Duration total;    // the steps' wall time (excludes evaluation)
+};
+
 class Trainer {
  public:
   // All references must outlive the trainer. `test` may be null when no evaluation is wanted;
@@ -55,6 +65,7 @@ class Trainer {
 
   // Trains to the end. Returns CANCELLED when `stop` becomes true, or the first error.
   absl::Status Run(const std::atomic<bool>& stop);
+  const TrainStats& stats() const { return stats_; }
 
  private:
   TrainerOptions options_;
@@ -65,6 +76,7 @@ class Trainer {
   const Dataset* test_;
   JsonLinesWriter* metrics_;
   std::function<void(const EpochReport&)> on_epoch_;
+  TrainStats stats_;
 };
 
 // Loss and accuracy of `params` (device memory, the model's layout) over all of `data`.

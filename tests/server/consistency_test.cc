@@ -81,9 +81,14 @@ TEST(ConsistencyController, SspZeroGivesBspReadGuarantee) {
   EXPECT_TRUE(c.PullReady(1));
 }
 
-TEST(ConsistencyController, AspNeverWaits) {
+TEST(ConsistencyController, AspNeverWaitsAndHasNoRounds) {
   auto c = Make(ConsistencyMode::kAsp, 3);
   EXPECT_TRUE(c.PullReady(1000000));
+  for (int r = 0; r < 3; ++r) {
+    c.Register(r);
+    c.RecordPush(r);
+  }
+  EXPECT_FALSE(c.RoundReady());
 }
 
 TEST(ConsistencyController, DuplicateAndFutureClocks) {

@@ -182,6 +182,23 @@ TEST(Shard, ExpiredLeaseLetsTheBspRoundCompleteWithoutTheSilentWorker) {
   EXPECT_EQ(again->clock, 1);
 }
 
+// Regression: an expiring lease under ASP once applied an empty "round" (0/0) and filled the
+// weights with NaN.
+TEST(Shard, LeaseExpiryOutsideBspChangesNoWeights) {
+  for (ConsistencyMode mode : {ConsistencyMode::kAsp, ConsistencyMode::kSsp}) {
+    auto shard = MakeShard(mode, 2, 1, absl::Milliseconds(50));
+    InitAndRegister(*shard, 2);
+    ASSERT_TRUE(shard->Push(PushOf(0, 0, 0, {1, 1, 1, 1})).ok());
+    ASSERT_TRUE(shard->Push(PushOf(1, 0, 0, {1, 1, 1, 1})).ok());
+    absl::SleepFor(absl::Milliseconds(300));
+    const ShardStatus st = shard->GetStatus();
+    EXPECT_EQ(st.workers[0].state, WorkerState::kExpired);
+    EXPECT_EQ(st.workers[1].state, WorkerState::kExpired);
+    EXPECT_EQ(st.version, 2);
+    EXPECT_EQ(shard->Values(), (std::vector<float>{-1, 0, 1, 2}));
+  }
+}
+
 TEST(Shard, ShutdownFailsTheWaitingPull) {
   auto shard = MakeShard(ConsistencyMode::kBsp, 2);
   InitAndRegister(*shard, 2);
