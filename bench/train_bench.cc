@@ -35,8 +35,8 @@ namespace {
 
 // The local reference: the same batches through the same model (CPU device, so host memory is
 // device memory), SGD applied in place.
-absl::StatusOr<double> LocalSamplesPerSec(ps::Model& model,
-                                          const ps::Dataset& train, int batch, int steps) {
+absl::StatusOr<double> LocalSamplesPerSec(ps::Model& model, const ps::Dataset& train, int batch,
+                                          int steps) {
   const int64_t n = model.layout().total();
   std::vector<float> params(n), grads(n);
   model.InitParams(1, params.data());

@@ -8,8 +8,19 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace ps {
+
+namespace {
+
+absl::Status CheckLabel(int32_t label, int row, int classes) {
+  if (label >= 0 && label < classes) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("label ", label, " of row ", row, " is outside [0, ", classes, ")"));
+}
+
+}  // namespace
 
 CpuDevice::CpuDevice(int blas_threads) { openblas_set_num_threads(std::max(1, blas_threads)); }
 
@@ -85,10 +96,7 @@ absl::Status CpuDevice::SoftmaxCrossEntropy(int rows, int classes, const float* 
                                             float* loss_per_row, float* correct_per_row) {
   for (int r = 0; r < rows; ++r) {
     const int32_t label = labels[r];
-    if (label < 0 || label >= classes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("label ", label, " of row ", r, " is outside [0, ", classes, ")"));
-    }
+    RETURN_IF_ERROR(CheckLabel(label, r, classes));
     const float* z = logits + static_cast<int64_t>(r) * classes;
     float* p = probs + static_cast<int64_t>(r) * classes;
     int argmax = 0;
@@ -114,10 +122,7 @@ absl::Status CpuDevice::SoftmaxCrossEntropyBackward(int rows, int classes, const
                                                     float* dlogits) {
   for (int r = 0; r < rows; ++r) {
     const int32_t label = labels[r];
-    if (label < 0 || label >= classes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("label ", label, " of row ", r, " is outside [0, ", classes, ")"));
-    }
+    RETURN_IF_ERROR(CheckLabel(label, r, classes));
     const float* p = probs + static_cast<int64_t>(r) * classes;
     float* d = dlogits + static_cast<int64_t>(r) * classes;
     for (int j = 0; j < classes; ++j) d[j] = scale * (p[j] - (j == label ? 1.0f : 0.0f));

@@ -83,7 +83,8 @@ absl::StatusOr<IdxFile> ReadIdxFile(const std::string& path, uint32_t expected_m
     idx.dims.push_back(static_cast<int32_t>(dim));
     count *= dim;
     if (count > kMaxIdxBytes) {
-      return absl::DataLossError(absl::StrCat(path, ": header claims over ", kMaxIdxBytes, " bytes"));
+      return absl::DataLossError(
+          absl::StrCat(path, ": header claims over ", kMaxIdxBytes, " bytes"));
     }
   }
   idx.data.resize(count);
@@ -92,8 +93,8 @@ absl::StatusOr<IdxFile> ReadIdxFile(const std::string& path, uint32_t expected_m
   char extra;
   const int more = gzread(f.get(), &extra, 1);
   if (more != 0) {
-    return absl::DataLossError(
-        absl::StrCat(path, more < 0 ? ": corrupt after the data" : ": data beyond the header's size"));
+    return absl::DataLossError(absl::StrCat(
+        path, more < 0 ? ": corrupt after the data" : ": data beyond the header's size"));
   }
   return idx;
 }

@@ -25,8 +25,8 @@ struct Dataset {
   int rows = 0;
   int cols = 0;
   int num_classes = 10;
-  std::vector<uint8_t> pixels;   // size() * rows * cols
-  std::vector<int32_t> labels;   // size()
+  std::vector<uint8_t> pixels;  // size() * rows * cols
+  std::vector<int32_t> labels;  // size()
 };
 
 // Reads one IDX file, gzip-compressed or not. `expected_magic` is 0x00000803 for images and

@@ -65,8 +65,8 @@ class Device {
   // (-log p[label]); correct_per_row (rows) 1 when the arg-max equals the label, else 0.
   // Labels outside [0, classes) give INVALID_ARGUMENT.
   virtual absl::Status SoftmaxCrossEntropy(int rows, int classes, const float* logits,
-                                           const int32_t* labels, float* probs,
-                                           float* loss_per_row, float* correct_per_row) = 0;
+                                           const int32_t* labels, float* probs, float* loss_per_row,
+                                           float* correct_per_row) = 0;
   // dlogits = scale * (probs - onehot(labels)); the gradient of scale * sum of row losses.
   virtual absl::Status SoftmaxCrossEntropyBackward(int rows, int classes, const float* probs,
                                                    const int32_t* labels, float scale,

@@ -38,8 +38,7 @@ class Layer {
 // W and b uniform in [-1/sqrt(in), 1/sqrt(in)).
 class Linear final : public Layer {
  public:
-  Linear(std::string name, int64_t in, int64_t out)
-      : name_(std::move(name)), in_(in), out_(out) {}
+  Linear(std::string name, int64_t in, int64_t out) : name_(std::move(name)), in_(in), out_(out) {}
   int64_t input_size() const override { return in_; }
   int64_t output_size() const override { return out_; }
   std::vector<TensorSpec> ParamSpecs() const override;

@@ -53,7 +53,8 @@ Model::Model(std::string name, std::vector<std::unique_ptr<Layer>> layers, Param
 
 void Model::InitParams(uint64_t seed, float* params) const {
   Rng rng = Rng::FromKeys({seed, 0x1417});
-  for (size_t i = 0; i < layers_.size(); ++i) layers_[i]->InitParams(rng, params + param_offsets_[i]);
+  for (size_t i = 0; i < layers_.size(); ++i)
+    layers_[i]->InitParams(rng, params + param_offsets_[i]);
 }
 
 absl::StatusOr<BatchStats> Model::Forward(const float* params, const float* x,
@@ -68,9 +69,8 @@ absl::StatusOr<BatchStats> Model::Forward(const float* params, const float* x,
     RETURN_IF_ERROR(layers_[i]->Forward(device_, params + param_offsets_[i], in, batch, out));
     in = out;
   }
-  RETURN_IF_ERROR(device_.SoftmaxCrossEntropy(batch, num_classes(), in, labels,
-                                              probs_.as<float>(), loss_rows_.as<float>(),
-                                              correct_rows_.as<float>()));
+  RETURN_IF_ERROR(device_.SoftmaxCrossEntropy(batch, num_classes(), in, labels, probs_.as<float>(),
+                                              loss_rows_.as<float>(), correct_rows_.as<float>()));
   BatchStats stats;
   stats.count = batch;
   ASSIGN_OR_RETURN(stats.loss_sum, device_.Sum(batch, loss_rows_.as<float>()));
@@ -102,8 +102,8 @@ absl::StatusOr<BatchStats> Model::ForwardBackward(const float* params, const flo
 }
 
 absl::StatusOr<std::unique_ptr<Model>> MakeMlp(int64_t input_size,
-                                               const std::vector<int64_t>& hidden,
-                                               int64_t classes, Device& device, int max_batch) {
+                                               const std::vector<int64_t>& hidden, int64_t classes,
+                                               Device& device, int max_batch) {
   std::vector<std::unique_ptr<Layer>> layers;
   int64_t width = input_size;
   int index = 1;

@@ -71,12 +71,12 @@ class Model {
 // The MLP: input -> [Linear -> ReLU] per hidden size -> Linear -> classes.
 // Tensors are named fc1.weight, fc1.bias, fc2.weight, ...
 absl::StatusOr<std::unique_ptr<Model>> MakeMlp(int64_t input_size,
-                                               const std::vector<int64_t>& hidden,
-                                               int64_t classes, Device& device, int max_batch);
+                                               const std::vector<int64_t>& hidden, int64_t classes,
+                                               Device& device, int max_batch);
 
 // A model by name, as the binaries' --model and --hidden flags give it.
 struct ModelSpec {
-  std::string name = "mlp";               // "mlp"
+  std::string name = "mlp";                  // "mlp"
   std::vector<int64_t> hidden = {256, 128};  // hidden layer widths of the MLP
 };
 // INVALID_ARGUMENT for an unknown name or a bad size.

@@ -1,7 +1,7 @@
 #include "common/optimizer.h"
 
-#include <cassert>
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -64,8 +64,7 @@ namespace {
 // The one elementwise loop every rule shares: `rule(i, g)` updates element i given its
 // weight-decayed gradient g. Written so the compiler vectorises the common case.
 template <typename Rule>
-void ApplyElementwise(int64_t n, const float* grad, float* params, float weight_decay,
-                      Rule rule) {
+void ApplyElementwise(int64_t n, const float* grad, float* params, float weight_decay, Rule rule) {
   if (weight_decay == 0.0f) {
     for (int64_t i = 0; i < n; ++i) rule(i, grad[i]);
   } else {
@@ -88,9 +87,8 @@ float Optimizer::LearningRate(int64_t update_index) const {
     return options_.lr * static_cast<float>(update_index + 1) / static_cast<float>(warmup);
   }
   if (options_.schedule == LrSchedule::kCosine) {
-    const double progress =
-        std::min(1.0, static_cast<double>(update_index - warmup) /
-                          static_cast<double>(options_.decay_updates - warmup));
+    const double progress = std::min(1.0, static_cast<double>(update_index - warmup) /
+                                              static_cast<double>(options_.decay_updates - warmup));
     return static_cast<float>(options_.lr * 0.5 * (1.0 + std::cos(M_PI * progress)));
   }
   return options_.lr;

@@ -25,15 +25,15 @@ absl::StatusOr<LrSchedule> ParseLrSchedule(const std::string& name);
 
 struct OptimizerOptions {
   OptimizerKind kind = OptimizerKind::kSgd;
-  float lr = 0.01f;             // peak learning rate
-  float momentum = 0.9f;        // kMomentum: v = momentum * v + g; w -= lr * v (PyTorch's form)
-  float beta1 = 0.9f;           // kAdam
-  float beta2 = 0.999f;         // kAdam
-  float epsilon = 1e-8f;        // kAdam
-  float weight_decay = 0.0f;    // L2 penalty: g += weight_decay * w before the rule (all kinds)
-  int64_t warmup_updates = 0;   // lr ramps linearly from lr/warmup to lr over the first updates
+  float lr = 0.01f;            // peak learning rate
+  float momentum = 0.9f;       // kMomentum: v = momentum * v + g; w -= lr * v (PyTorch's form)
+  float beta1 = 0.9f;          // kAdam
+  float beta2 = 0.999f;        // kAdam
+  float epsilon = 1e-8f;       // kAdam
+  float weight_decay = 0.0f;   // L2 penalty: g += weight_decay * w before the rule (all kinds)
+  int64_t warmup_updates = 0;  // lr ramps linearly from lr/warmup to lr over the first updates
   LrSchedule schedule = LrSchedule::kConstant;
-  int64_t decay_updates = 0;    // kCosine: the update at which lr reaches 0; > warmup_updates
+  int64_t decay_updates = 0;  // kCosine: the update at which lr reaches 0; > warmup_updates
 };
 
 // Fails with INVALID_ARGUMENT naming the field when an option is out of range.

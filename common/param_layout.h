@@ -25,9 +25,7 @@ struct KeyRange {
   int64_t begin = 0;
   int64_t end = 0;
   int64_t size() const { return end - begin; }
-  bool operator==(const KeyRange& other) const {
-    return begin == other.begin && end == other.end;
-  }
+  bool operator==(const KeyRange& other) const { return begin == other.begin && end == other.end; }
 };
 
 class ParamLayout {

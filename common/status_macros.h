@@ -11,9 +11,9 @@
 #define PS_STATUS_CONCAT_(a, b) PS_STATUS_CONCAT_INNER_(a, b)
 
 // Evaluates `expr` (an absl::Status) and returns it from the enclosing function when not OK.
-#define RETURN_IF_ERROR(expr)                                  \
-  do {                                                         \
-    ::absl::Status ps_status_macro_status_ = (expr);           \
+#define RETURN_IF_ERROR(expr)                                          \
+  do {                                                                 \
+    ::absl::Status ps_status_macro_status_ = (expr);                   \
     if (!ps_status_macro_status_.ok()) return ps_status_macro_status_; \
   } while (false)
 

@@ -29,7 +29,8 @@ std::string ConsistencyModeName(ConsistencyMode mode) {
 
 absl::Status ValidateConsistencyOptions(const ConsistencyOptions& o) {
   if (o.num_workers < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("num_workers must be >= 1, got ", o.num_workers));
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_workers must be >= 1, got ", o.num_workers));
   }
   if (o.staleness < 0) {
     return absl::InvalidArgumentError(absl::StrCat("staleness must be >= 0, got ", o.staleness));
@@ -93,8 +94,8 @@ absl::StatusOr<PushAction> ConsistencyController::ClassifyPush(int rank, int64_t
   const Worker& w = workers_[rank];
   if (clock < w.clock) return PushAction::kDuplicate;
   if (clock > w.clock) {
-    return absl::FailedPreconditionError(absl::StrCat("worker ", rank, " pushed clock ", clock,
-                                                      " but its next step is ", w.clock));
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", rank, " pushed clock ", clock, " but its next step is ", w.clock));
   }
   if (options_.mode != ConsistencyMode::kBsp) return PushAction::kApply;
   // A BSP worker can only push the open round: its pull of that step waited for the round.

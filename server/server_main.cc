@@ -114,8 +114,7 @@ int main(int argc, char** argv) {
   spdlog::info("shard {}/{} serving on {}:{} mode={} staleness={} workers={} optimizer={} lr={}",
                s.shard_id, s.num_shards, options->host, (*server)->port(),
                ps::ConsistencyModeName(s.consistency.mode), s.consistency.staleness,
-               s.consistency.num_workers, ps::OptimizerKindName(s.optimizer.kind),
-               s.optimizer.lr);
+               s.consistency.num_workers, ps::OptimizerKindName(s.optimizer.kind), s.optimizer.lr);
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty() && !WritePortFile(port_file, (*server)->port())) {
     spdlog::error("cannot write --port_file {}", port_file);

@@ -16,8 +16,7 @@ KeyRange RangeOf(int64_t begin, int64_t end) { return KeyRange{begin, end}; }
 
 absl::Status CheckRange(int64_t begin, int64_t end) {
   if (begin < 0 || end < begin) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("malformed key range [", begin, ", ", end, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("malformed key range [", begin, ", ", end, ")"));
   }
   return absl::OkStatus();
 }
@@ -54,16 +53,15 @@ grpc::Status ParameterServerService::Init(grpc::ServerContext*, const ps::v1::In
   if (!s.ok()) return ToGrpcStatus(s);
   absl::StatusOr<absl::Span<const float>> values = FloatView(req->values(), "values");
   if (!values.ok()) return ToGrpcStatus(values.status());
-  absl::StatusOr<Shard::InitResult> r = shard_.Init(
-      req->layout_fingerprint(), req->total_params(), RangeOf(req->begin(), req->end()), *values);
+  absl::StatusOr<Shard::InitResult> r = shard_.Init(req->layout_fingerprint(), req->total_params(),
+                                                    RangeOf(req->begin(), req->end()), *values);
   if (!r.ok()) return ToGrpcStatus(r.status());
   resp->set_already_initialized(r->already_initialized);
   resp->set_version(r->version);
   return grpc::Status::OK;
 }
 
-grpc::Status ParameterServerService::Pull(grpc::ServerContext* ctx,
-                                          const ps::v1::PullRequest* req,
+grpc::Status ParameterServerService::Pull(grpc::ServerContext* ctx, const ps::v1::PullRequest* req,
                                           ps::v1::PullResponse* resp) {
   absl::Status s = CheckRange(req->begin(), req->end());
   if (!s.ok()) return ToGrpcStatus(s);

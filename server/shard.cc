@@ -22,8 +22,8 @@ bool AllFinite(absl::Span<const float> values) {
 
 absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& options) {
   if (options.num_shards < 1 || options.shard_id < 0 || options.shard_id >= options.num_shards) {
-    return absl::InvalidArgumentError(absl::StrCat("shard_id ", options.shard_id,
-                                                   " is not in [0, ", options.num_shards, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard_id ", options.shard_id, " is not in [0, ", options.num_shards, ")"));
   }
   RETURN_IF_ERROR(ValidateConsistencyOptions(options.consistency));
   RETURN_IF_ERROR(ValidateOptimizerOptions(options.optimizer));
@@ -56,24 +56,22 @@ void Shard::Shutdown() {
 
 absl::Status Shard::CheckRank(int rank) const {
   if (rank < 0 || rank >= options_.consistency.num_workers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", rank, " is not in [0, ", options_.consistency.num_workers, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is not in [0, ", options_.consistency.num_workers, ")"));
   }
   return absl::OkStatus();
 }
 
-void Shard::RenewLease(int rank) {
-  lease_deadline_[rank] = absl::Now() + options_.lease;
-}
+void Shard::RenewLease(int rank) { lease_deadline_[rank] = absl::Now() + options_.lease; }
 
 absl::StatusOr<Shard::RegisterResult> Shard::Register(int rank, uint64_t fingerprint) {
   RETURN_IF_ERROR(CheckRank(rank));
   absl::MutexLock lock(&mu_);
   if (shutdown_) return absl::UnavailableError("shard is shutting down");
   if (initialized_ && fingerprint != fingerprint_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("layout fingerprint ", fingerprint, " differs from the shard's ", fingerprint_,
-                     ": the worker runs another model"));
+    return absl::FailedPreconditionError(absl::StrCat("layout fingerprint ", fingerprint,
+                                                      " differs from the shard's ", fingerprint_,
+                                                      ": the worker runs another model"));
   }
   RegisterResult result;
   result.clock = controller_.Register(rank);
@@ -86,15 +84,8 @@ absl::StatusOr<Shard::RegisterResult> Shard::Register(int rank, uint64_t fingerp
 absl::Status Shard::Heartbeat(int rank) {
   RETURN_IF_ERROR(CheckRank(rank));
   absl::MutexLock lock(&mu_);
-  switch (controller_.state(rank)) {
-    case WorkerState::kPending:
-      return absl::NotFoundError(absl::StrCat("worker ", rank, " has not registered"));
-    case WorkerState::kExpired:
-      return absl::AbortedError(absl::StrCat("the lease of worker ", rank, " expired; register again"));
-    case WorkerState::kLive:
-      RenewLease(rank);
-      return absl::OkStatus();
-  }
+  RETURN_IF_ERROR(CheckLive(rank, absl::StatusCode::kNotFound));
+  RenewLease(rank);
   return absl::OkStatus();
 }
 
@@ -103,22 +94,21 @@ absl::StatusOr<Shard::InitResult> Shard::Init(uint64_t fingerprint, int64_t tota
   if (total_params < 0) return absl::InvalidArgumentError("total_params < 0");
   const KeyRange mine = ShardRange(total_params, options_.num_shards, options_.shard_id);
   if (!(range == mine)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("shard ", options_.shard_id, " of ", options_.num_shards, " owns [", mine.begin,
-                     ", ", mine.end, ") of ", total_params, " but Init names [", range.begin, ", ",
-                     range.end, ")"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shard ", options_.shard_id, " of ", options_.num_shards, " owns [", mine.begin, ", ",
+        mine.end, ") of ", total_params, " but Init names [", range.begin, ", ", range.end, ")"));
   }
   if (static_cast<int64_t>(values.size()) != range.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("Init carries ", values.size(),
-                                                   " values for a range of ", range.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Init carries ", values.size(), " values for a range of ", range.size()));
   }
   if (!AllFinite(values)) return absl::InvalidArgumentError("Init values contain NaN or Inf");
   absl::MutexLock lock(&mu_);
   if (shutdown_) return absl::UnavailableError("shard is shutting down");
   if (initialized_) {
     if (fingerprint != fingerprint_) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "shard already holds layout ", fingerprint_, "; Init names layout ", fingerprint));
+      return absl::FailedPreconditionError(absl::StrCat("shard already holds layout ", fingerprint_,
+                                                        "; Init names layout ", fingerprint));
     }
     return InitResult{true, version_};
   }
@@ -131,13 +121,13 @@ absl::StatusOr<Shard::InitResult> Shard::Init(uint64_t fingerprint, int64_t tota
   return InitResult{false, version_};
 }
 
-absl::Status Shard::ValidateAccess(int rank, uint64_t fingerprint, KeyRange range,
-                                   size_t length, bool observer) const {
+absl::Status Shard::ValidateAccess(int rank, uint64_t fingerprint, KeyRange range, size_t length,
+                                   bool observer) const {
   if (shutdown_) return absl::UnavailableError("shard is shutting down");
   if (!initialized_) return absl::FailedPreconditionError("shard is not initialised; call Init");
   if (fingerprint != fingerprint_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "layout fingerprint ", fingerprint, " differs from the shard's ", fingerprint_));
+    return absl::FailedPreconditionError(absl::StrCat("layout fingerprint ", fingerprint,
+                                                      " differs from the shard's ", fingerprint_));
   }
   if (!(range == range_)) {
     return absl::FailedPreconditionError(absl::StrCat("shard owns [", range_.begin, ", ",
@@ -149,11 +139,16 @@ absl::Status Shard::ValidateAccess(int rank, uint64_t fingerprint, KeyRange rang
         absl::StrCat("payload of ", length, " floats for a range of ", range_.size()));
   }
   if (observer) return absl::OkStatus();
+  return CheckLive(rank, absl::StatusCode::kFailedPrecondition);
+}
+
+absl::Status Shard::CheckLive(int rank, absl::StatusCode if_pending) const {
   switch (controller_.state(rank)) {
     case WorkerState::kPending:
-      return absl::FailedPreconditionError(absl::StrCat("worker ", rank, " has not registered"));
+      return absl::Status(if_pending, absl::StrCat("worker ", rank, " has not registered"));
     case WorkerState::kExpired:
-      return absl::AbortedError(absl::StrCat("the lease of worker ", rank, " expired; register again"));
+      return absl::AbortedError(
+          absl::StrCat("the lease of worker ", rank, " expired; register again"));
     case WorkerState::kLive:
       break;
   }
@@ -204,8 +199,8 @@ absl::StatusOr<Shard::PushResult> Shard::Push(const PushArgs& args) {
                                                    args.clock, " contains NaN or Inf"));
   }
   if (args.base_version < 0 || args.base_version > version_) {
-    return absl::InvalidArgumentError(absl::StrCat("base_version ", args.base_version,
-                                                   " is not in [0, ", version_, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("base_version ", args.base_version, " is not in [0, ", version_, "]"));
   }
   ASSIGN_OR_RETURN(PushAction action, controller_.ClassifyPush(args.rank, args.clock));
   RenewLease(args.rank);

@@ -26,7 +26,7 @@
 namespace ps {
 
 struct ShardOptions {
-  int shard_id = 0;                          // 0 <= shard_id < num_shards
+  int shard_id = 0;  // 0 <= shard_id < num_shards
   int num_shards = 1;
   ConsistencyOptions consistency;            // mode, SSP bound, number of workers
   OptimizerOptions optimizer;                // the update rule applied to the slice
@@ -130,6 +130,9 @@ class Shard {
   absl::Status ValidateAccess(int rank, uint64_t fingerprint, KeyRange range, size_t length,
                               bool observer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckRank(int rank) const;
+  // OK for a live worker; `if_pending` for one that never registered, ABORTED for an expired one.
+  absl::Status CheckLive(int rank, absl::StatusCode if_pending) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RenewLease(int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the BSP round when it is complete (after a push or an expiry).
   void MaybeApplyRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -7,8 +7,7 @@
 
 namespace ps {
 
-absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
-    const ShardServerOptions& options) {
+absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServerOptions& options) {
   std::unique_ptr<ShardServer> s(new ShardServer());
   ASSIGN_OR_RETURN(s->shard_, Shard::Create(options.shard));
   s->service_ = std::make_unique<ParameterServerService>(*s->shard_, options.max_pull_wait);

@@ -17,9 +17,9 @@ namespace ps {
 
 struct ShardServerOptions {
   ShardOptions shard;
-  std::string host = "127.0.0.1";             // address to bind; 0.0.0.0 for every interface
-  int port = 0;                               // 0 picks a free port (see port())
-  int max_message_bytes = 256 << 20;          // receive and send limit of one message
+  std::string host = "127.0.0.1";                   // address to bind; 0.0.0.0 for every interface
+  int port = 0;                                     // 0 picks a free port (see port())
+  int max_message_bytes = 256 << 20;                // receive and send limit of one message
   absl::Duration max_pull_wait = absl::Minutes(5);  // cap on a pull without a client deadline
 };
 

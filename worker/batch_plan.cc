@@ -17,9 +17,8 @@ absl::StatusOr<BatchPlan> BatchPlan::Create(const BatchPlanOptions& o) {
   if (o.dataset_size > INT32_MAX) return absl::InvalidArgumentError("data set too large");
   const int64_t global = int64_t{o.num_workers} * o.accumulate * o.batch_size;
   if (o.dataset_size < global) {
-    return absl::InvalidArgumentError(absl::StrCat("the data set has ", o.dataset_size,
-                                                   " samples, fewer than one global batch of ",
-                                                   global));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the data set has ", o.dataset_size, " samples, fewer than one global batch of ", global));
   }
   return BatchPlan(o);
 }
@@ -39,8 +38,8 @@ void BatchPlan::MicroBatch(int64_t step, int micro, std::vector<int32_t>* out) {
     cached_epoch_ = epoch;
   }
   const int64_t share = int64_t{options_.accumulate} * options_.batch_size;
-  const int64_t begin = batch_in_epoch * global_batch_ + options_.rank * share +
-                        int64_t{micro} * options_.batch_size;
+  const int64_t begin =
+      batch_in_epoch * global_batch_ + options_.rank * share + int64_t{micro} * options_.batch_size;
   out->assign(permutation_.begin() + begin, permutation_.begin() + begin + options_.batch_size);
 }
 

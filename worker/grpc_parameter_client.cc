@@ -36,11 +36,23 @@ KeyRange GrpcParameterClient::range(int shard) const {
   return ShardRange(options_.total_params, static_cast<int>(stubs_.size()), shard);
 }
 
+template <typename Request>
+std::vector<Request> GrpcParameterClient::RequestsPerShard() const {
+  std::vector<Request> requests(stubs_.size());
+  for (size_t s = 0; s < stubs_.size(); ++s) {
+    const KeyRange r = range(static_cast<int>(s));
+    requests[s].set_layout_fingerprint(options_.fingerprint);
+    requests[s].set_begin(r.begin);
+    requests[s].set_end(r.end);
+  }
+  return requests;
+}
+
 template <typename Request, typename Response>
 absl::Status GrpcParameterClient::CallAll(const char* method, StartFn<Request, Response> start,
                                           const std::vector<Request>& requests,
-                                          std::vector<Response>* responses,
-                                          absl::Duration timeout, bool wait_for_ready) {
+                                          std::vector<Response>* responses, absl::Duration timeout,
+                                          bool wait_for_ready) {
   const size_t n = stubs_.size();
   responses->assign(n, Response());
   std::vector<size_t> pending(n);
@@ -149,13 +161,10 @@ absl::Status GrpcParameterClient::Init(absl::Span<const float> params) {
   if (static_cast<int64_t>(params.size()) != options_.total_params) {
     return absl::InvalidArgumentError("Init: buffer size differs from the layout");
   }
-  std::vector<ps::v1::InitRequest> requests(stubs_.size());
+  auto requests = RequestsPerShard<ps::v1::InitRequest>();
   for (size_t s = 0; s < stubs_.size(); ++s) {
     const KeyRange r = range(static_cast<int>(s));
-    requests[s].set_layout_fingerprint(options_.fingerprint);
     requests[s].set_total_params(options_.total_params);
-    requests[s].set_begin(r.begin);
-    requests[s].set_end(r.end);
     requests[s].set_values(params.data() + r.begin, r.size() * sizeof(float));
   }
   std::vector<ps::v1::InitResponse> responses;
@@ -168,19 +177,15 @@ absl::StatusOr<PullStats> GrpcParameterClient::Pull(int64_t clock, bool no_wait,
   if (static_cast<int64_t>(params.size()) != options_.total_params) {
     return absl::InvalidArgumentError("Pull: buffer size differs from the layout");
   }
-  std::vector<ps::v1::PullRequest> requests(stubs_.size());
-  for (size_t s = 0; s < stubs_.size(); ++s) {
-    const KeyRange r = range(static_cast<int>(s));
-    requests[s].set_rank(options_.rank);
-    requests[s].set_layout_fingerprint(options_.fingerprint);
-    requests[s].set_begin(r.begin);
-    requests[s].set_end(r.end);
-    requests[s].set_clock(clock);
-    requests[s].set_no_wait(no_wait);
+  auto requests = RequestsPerShard<ps::v1::PullRequest>();
+  for (auto& request : requests) {
+    request.set_rank(options_.rank);
+    request.set_clock(clock);
+    request.set_no_wait(no_wait);
   }
   std::vector<ps::v1::PullResponse> responses;
-  RETURN_IF_ERROR(CallAll("Pull", &Stub::PrepareAsyncPull, requests, &responses,
-                          options_.pull_timeout, false));
+  RETURN_IF_ERROR(
+      CallAll("Pull", &Stub::PrepareAsyncPull, requests, &responses, options_.pull_timeout, false));
   PullStats stats;
   for (size_t s = 0; s < stubs_.size(); ++s) {
     const KeyRange r = range(static_cast<int>(s));
@@ -204,21 +209,18 @@ absl::StatusOr<PushStats> GrpcParameterClient::Push(int64_t clock,
       base_versions.size() != stubs_.size()) {
     return absl::InvalidArgumentError("Push: gradient or base versions do not fit the layout");
   }
-  std::vector<ps::v1::PushRequest> requests(stubs_.size());
+  auto requests = RequestsPerShard<ps::v1::PushRequest>();
   for (size_t s = 0; s < stubs_.size(); ++s) {
     const KeyRange r = range(static_cast<int>(s));
     requests[s].set_rank(options_.rank);
-    requests[s].set_layout_fingerprint(options_.fingerprint);
-    requests[s].set_begin(r.begin);
-    requests[s].set_end(r.end);
     requests[s].set_clock(clock);
     requests[s].set_base_version(base_versions[s]);
     requests[s].set_num_samples(num_samples);
     requests[s].set_gradient(gradient.data() + r.begin, r.size() * sizeof(float));
   }
   std::vector<ps::v1::PushResponse> responses;
-  RETURN_IF_ERROR(CallAll("Push", &Stub::PrepareAsyncPush, requests, &responses,
-                          options_.call_timeout, false));
+  RETURN_IF_ERROR(
+      CallAll("Push", &Stub::PrepareAsyncPush, requests, &responses, options_.call_timeout, false));
   PushStats stats;
   for (const auto& r : responses) {
     stats.applied += r.applied();

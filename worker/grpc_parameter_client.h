@@ -18,13 +18,13 @@
 namespace ps {
 
 struct GrpcClientOptions {
-  std::vector<std::string> servers;           // host:port of shard 0, 1, ... in order
-  uint64_t fingerprint = 0;                   // of the model's ParamLayout
-  int64_t total_params = 0;                   // N of the layout
-  int rank = 0;                               // this worker; ignored by observers
-  absl::Duration call_timeout = absl::Seconds(30);   // Register, Init, Push, GetStatus
-  absl::Duration pull_timeout = absl::Minutes(10);   // a pull may wait for slow workers
-  int max_attempts = 6;                       // per call, for UNAVAILABLE answers
+  std::vector<std::string> servers;                 // host:port of shard 0, 1, ... in order
+  uint64_t fingerprint = 0;                         // of the model's ParamLayout
+  int64_t total_params = 0;                         // N of the layout
+  int rank = 0;                                     // this worker; ignored by observers
+  absl::Duration call_timeout = absl::Seconds(30);  // Register, Init, Push, GetStatus
+  absl::Duration pull_timeout = absl::Minutes(10);  // a pull may wait for slow workers
+  int max_attempts = 6;                             // per call, for UNAVAILABLE answers
   absl::Duration initial_backoff = absl::Milliseconds(100);
   int max_message_bytes = 256 << 20;
 };
@@ -52,6 +52,9 @@ class GrpcParameterClient final : public ParameterClient {
 
   explicit GrpcParameterClient(const GrpcClientOptions& options);
   KeyRange range(int shard) const;
+  // One request per shard with the layout fingerprint and the shard's key range filled in.
+  template <typename Request>
+  std::vector<Request> RequestsPerShard() const;
   // One call per shard, all in flight together; retries UNAVAILABLE. The error returned names
   // the method and the shard.
   template <typename Request, typename Response>

@@ -19,7 +19,7 @@ namespace ps {
 struct ClusterInfo {
   int num_shards = 0;
   int num_workers = 0;
-  std::string mode;          // "bsp", "ssp" or "asp"
+  std::string mode;  // "bsp", "ssp" or "asp"
   int staleness = 0;
   int64_t resume_clock = 0;  // the smallest clock the shards hold for this worker
   bool initialized = false;  // every shard has been initialised

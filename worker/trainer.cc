@@ -67,7 +67,8 @@ absl::StatusOr<BatchStats> EvaluateDataset(Model& model, Device& device, const f
     data.Gather(indices.data(), n, x.data(), y.data());
     RETURN_IF_ERROR(device.CopyToDevice(x.data(), sizeof(float) * n * features, x_dev.as<float>()));
     RETURN_IF_ERROR(device.CopyToDevice(y.data(), sizeof(int32_t) * n, y_dev.as<int32_t>()));
-    ASSIGN_OR_RETURN(BatchStats s, model.Evaluate(params, x_dev.as<float>(), y_dev.as<int32_t>(), n));
+    ASSIGN_OR_RETURN(BatchStats s,
+                     model.Evaluate(params, x_dev.as<float>(), y_dev.as<int32_t>(), n));
     total.loss_sum += s.loss_sum;
     total.correct += s.correct;
     total.count += s.count;
@@ -93,9 +94,8 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
     return absl::InvalidArgumentError("batch_size exceeds the model's max_batch");
   }
   if (train_.features() != model_.input_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("the data has ", train_.features(),
-                                                   " features, the model takes ",
-                                                   model_.input_size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the data has ", train_.features(), " features, the model takes ", model_.input_size()));
   }
   ASSIGN_OR_RETURN(ClusterInfo cluster, client_.Register(options_.rank, options_.register_timeout));
   BatchPlanOptions plan_options;
@@ -115,11 +115,11 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
     model_.InitParams(options_.seed, params.data());
     RETURN_IF_ERROR(client_.Init(params));
   }
-  spdlog::info("rank {}/{} {} mode={} staleness={} shards={} params={} global_batch={} "
-               "steps/epoch={} resume_step={}",
-               options_.rank, cluster.num_workers, model_.name(), cluster.mode, cluster.staleness,
-               cluster.num_shards, n, plan.global_batch(), plan.steps_per_epoch(),
-               cluster.resume_clock);
+  spdlog::info(
+      "rank {}/{} {} mode={} staleness={} shards={} params={} global_batch={} "
+      "steps/epoch={} resume_step={}",
+      options_.rank, cluster.num_workers, model_.name(), cluster.mode, cluster.staleness,
+      cluster.num_shards, n, plan.global_batch(), plan.steps_per_epoch(), cluster.resume_clock);
   HeartbeatThread heartbeat(client_, cluster.lease);
 
   const int64_t features = train_.features();
@@ -139,7 +139,8 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   for (int64_t step = cluster.resume_clock; step < total_steps; ++step) {
     if (stop.load()) return absl::CancelledError("stopped by signal");
     const absl::Time t0 = absl::Now();
-    ASSIGN_OR_RETURN(PullStats pulled, client_.Pull(step, /*no_wait=*/false, absl::MakeSpan(params)));
+    ASSIGN_OR_RETURN(PullStats pulled,
+                     client_.Pull(step, /*no_wait=*/false, absl::MakeSpan(params)));
     const absl::Time t1 = absl::Now();
     RETURN_IF_ERROR(device_.CopyToDevice(params.data(), n * sizeof(float), params_dev.as<float>()));
     RETURN_IF_ERROR(device_.Fill(0.0f, n, grads_dev.as<float>()));
@@ -147,12 +148,13 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
     for (int micro = 0; micro < options_.accumulate; ++micro) {
       plan.MicroBatch(step, micro, &indices);
       train_.Gather(indices.data(), b, x.data(), y.data());
-      RETURN_IF_ERROR(device_.CopyToDevice(x.data(), sizeof(float) * b * features, x_dev.as<float>()));
+      RETURN_IF_ERROR(
+          device_.CopyToDevice(x.data(), sizeof(float) * b * features, x_dev.as<float>()));
       RETURN_IF_ERROR(device_.CopyToDevice(y.data(), sizeof(int32_t) * b, y_dev.as<int32_t>()));
-      ASSIGN_OR_RETURN(BatchStats s, model_.ForwardBackward(params_dev.as<float>(), x_dev.as<float>(),
-                                                           y_dev.as<int32_t>(), b,
-                                                           1.0f / options_.accumulate,
-                                                           grads_dev.as<float>()));
+      ASSIGN_OR_RETURN(
+          BatchStats s,
+          model_.ForwardBackward(params_dev.as<float>(), x_dev.as<float>(), y_dev.as<int32_t>(), b,
+                                 1.0f / options_.accumulate, grads_dev.as<float>()));
       step_stats.loss_sum += s.loss_sum;
       step_stats.correct += s.correct;
       step_stats.count += s.count;
@@ -195,11 +197,13 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
 
     const bool epoch_end = (step + 1) % plan.steps_per_epoch() == 0;
     if (epoch_end && options_.evaluate_each_epoch && test_ != nullptr) {
-      ASSIGN_OR_RETURN(PullStats fresh, client_.Pull(step + 1, /*no_wait=*/true,
-                                                     absl::MakeSpan(params)));
+      ASSIGN_OR_RETURN(PullStats fresh,
+                       client_.Pull(step + 1, /*no_wait=*/true, absl::MakeSpan(params)));
       (void)fresh;
-      RETURN_IF_ERROR(device_.CopyToDevice(params.data(), n * sizeof(float), params_dev.as<float>()));
-      ASSIGN_OR_RETURN(BatchStats test, EvaluateDataset(model_, device_, params_dev.as<float>(), *test_));
+      RETURN_IF_ERROR(
+          device_.CopyToDevice(params.data(), n * sizeof(float), params_dev.as<float>()));
+      ASSIGN_OR_RETURN(BatchStats test,
+                       EvaluateDataset(model_, device_, params_dev.as<float>(), *test_));
       const absl::Time now = absl::Now();
       EpochReport report;
       report.epoch = static_cast<int>((step + 1) / plan.steps_per_epoch());

@@ -24,13 +24,13 @@ namespace ps {
 
 struct TrainerOptions {
   int rank = 0;
-  int batch_size = 32;          // per micro-batch
-  int accumulate = 1;           // micro-batches per push
+  int batch_size = 32;  // per micro-batch
+  int accumulate = 1;   // micro-batches per push
   int epochs = 5;
-  uint64_t seed = 1;            // fixes the initial weights and every epoch's sample order
-  double slowdown = 1.0;        // >= 1: sleep (slowdown - 1) x compute time per step (straggler)
+  uint64_t seed = 1;      // fixes the initial weights and every epoch's sample order
+  double slowdown = 1.0;  // >= 1: sleep (slowdown - 1) x compute time per step (straggler)
   bool evaluate_each_epoch = false;  // measure test accuracy at each epoch end (rank 0)
-  int eval_batch = 1000;        // rows per forward pass when evaluating
+  int eval_batch = 1000;             // rows per forward pass when evaluating
   absl::Duration register_timeout = absl::Seconds(60);  // wait this long for the shards
 };
 
@@ -38,7 +38,7 @@ struct TrainerOptions {
 struct EpochReport {
   int epoch = 0;  // 1-based
   int epochs = 0;
-  double train_loss = 0.0;      // mean over this worker's samples of the epoch
+  double train_loss = 0.0;  // mean over this worker's samples of the epoch
   double test_loss = 0.0;
   double test_accuracy = 0.0;
   double samples_per_sec = 0.0;  // cluster estimate: this worker's rate x number of workers

@@ -30,7 +30,8 @@ ABSL_FLAG(std::string, servers, "127.0.0.1:5000",
 ABSL_FLAG(std::string, model, "mlp", "Model: mlp.");
 ABSL_FLAG(std::string, hidden, "256,128", "Hidden layer widths of the MLP, comma-separated.");
 ABSL_FLAG(int32_t, batch_size, 32, "Samples per worker per micro-batch.");
-ABSL_FLAG(int32_t, accumulate, 1, "Micro-batches accumulated into one push (gradient accumulation).");
+ABSL_FLAG(int32_t, accumulate, 1,
+          "Micro-batches accumulated into one push (gradient accumulation).");
 ABSL_FLAG(int32_t, epochs, 5, "Epochs over the training set.");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the initial weights and of every epoch's sample order.");
 ABSL_FLAG(std::string, data_dir, ps::kDefaultFashionMnistDir,
@@ -38,7 +39,8 @@ ABSL_FLAG(std::string, data_dir, ps::kDefaultFashionMnistDir,
 ABSL_FLAG(int64_t, train_limit, 0, "Use only the first N training samples (0: all).");
 ABSL_FLAG(int64_t, test_limit, 0, "Use only the first N test samples (0: all).");
 ABSL_FLAG(std::string, metrics_file, "", "Append per-step metrics as JSON lines to this file.");
-ABSL_FLAG(double, slowdown, 1.0, "Straggler factor >= 1: each step's compute takes this much longer.");
+ABSL_FLAG(double, slowdown, 1.0,
+          "Straggler factor >= 1: each step's compute takes this much longer.");
 ABSL_FLAG(bool, eval_each_epoch, true, "Rank 0 measures test accuracy at each epoch end.");
 ABSL_FLAG(bool, evaluate, false,
           "Observer mode: read the current weights, evaluate the test set, write --summary_out.");
@@ -56,10 +58,12 @@ absl::StatusOr<ps::ModelSpec> ModelSpecFromFlags() {
   ps::ModelSpec spec;
   spec.name = absl::GetFlag(FLAGS_model);
   spec.hidden.clear();
-  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_hidden), ',', absl::SkipEmpty())) {
+  for (absl::string_view part :
+       absl::StrSplit(absl::GetFlag(FLAGS_hidden), ',', absl::SkipEmpty())) {
     int64_t width = 0;
     if (!absl::SimpleAtoi(part, &width) || width <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat("--hidden: '", part, "' is not a positive width"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--hidden: '", part, "' is not a positive width"));
     }
     spec.hidden.push_back(width);
   }
@@ -159,15 +163,16 @@ int main(int argc, char** argv) {
   ps::BlockShutdownSignals();
   const bool evaluate = absl::GetFlag(FLAGS_evaluate);
   const int rank = absl::GetFlag(FLAGS_rank);
-  ps::SetUpLogging(evaluate ? "eval" : absl::StrCat("worker-", rank), absl::GetFlag(FLAGS_log_level));
+  ps::SetUpLogging(evaluate ? "eval" : absl::StrCat("worker-", rank),
+                   absl::GetFlag(FLAGS_log_level));
 
   auto fail = [](const absl::Status& s) {
     spdlog::error("{}", s.ToString());
     return ExitCodeFor(s);
   };
   if (absl::GetFlag(FLAGS_device) != "cpu") {
-    return fail(absl::InvalidArgumentError(absl::StrCat(
-        "--device ", absl::GetFlag(FLAGS_device), ": this build has only the cpu device")));
+    return fail(absl::InvalidArgumentError(absl::StrCat("--device ", absl::GetFlag(FLAGS_device),
+                                                        ": this build has only the cpu device")));
   }
   auto spec = ModelSpecFromFlags();
   if (!spec.ok()) return fail(spec.status());

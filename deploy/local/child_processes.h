@@ -52,7 +52,7 @@ class ChildProcesses {
   struct Child {
     std::string name;
     pid_t pid = -1;
-    int fd = -1;  // read end of the child's stdout+stderr pipe, -1 once closed
+    int fd = -1;          // read end of the child's stdout+stderr pipe, -1 once closed
     std::string partial;  // output after the last newline
     bool running = false;
     int exit_code = -1;

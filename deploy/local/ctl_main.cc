@@ -71,13 +71,14 @@ int main(int argc, char** argv) {
                               .c_str());
       continue;
     }
-    std::printf("shard %d (%s)  mode %s%s  range [%lld, %lld)  version %lld  min_clock %lld  "
-                "rejected_nonfinite %lld\n",
-                r.shard_id, o.servers[i].c_str(), r.mode.c_str(),
-                r.mode == "ssp" ? (" s=" + std::to_string(r.staleness_bound)).c_str() : "",
-                static_cast<long long>(r.range.begin), static_cast<long long>(r.range.end),
-                static_cast<long long>(r.version), static_cast<long long>(r.min_clock),
-                static_cast<long long>(r.rejected_nonfinite));
+    std::printf(
+        "shard %d (%s)  mode %s%s  range [%lld, %lld)  version %lld  min_clock %lld  "
+        "rejected_nonfinite %lld\n",
+        r.shard_id, o.servers[i].c_str(), r.mode.c_str(),
+        r.mode == "ssp" ? (" s=" + std::to_string(r.staleness_bound)).c_str() : "",
+        static_cast<long long>(r.range.begin), static_cast<long long>(r.range.end),
+        static_cast<long long>(r.version), static_cast<long long>(r.min_clock),
+        static_cast<long long>(r.rejected_nonfinite));
     std::printf("  %-5s %-8s %8s %8s %9s %9s  %s\n", "rank", "state", "clock", "applied",
                 "max_stale", "mean_stale", "staleness histogram (0,1,2,...)");
     for (const auto& w : r.workers) {

@@ -52,7 +52,8 @@ ABSL_FLAG(int64_t, train_limit, 0, "Use only the first N training samples (0: al
 ABSL_FLAG(int64_t, test_limit, 0, "Use only the first N test samples (0: all).");
 ABSL_FLAG(std::string, metrics_dir, "",
           "Where summary.json and the per-worker JSON lines go (default runs/<time>).");
-ABSL_FLAG(std::string, bin_dir, "", "Folder of ps_server and ps_worker (default: beside ps_launch).");
+ABSL_FLAG(std::string, bin_dir, "",
+          "Folder of ps_server and ps_worker (default: beside ps_launch).");
 ABSL_FLAG(bool, save_weights, false,
           "Also write the final weights as raw float32 to <metrics_dir>/weights.f32.");
 ABSL_FLAG(int64_t, lease_ms, 10000, "Worker lease on the shards.");
@@ -145,8 +146,8 @@ int main(int argc, char** argv) {
   }
   std::string metrics_dir = absl::GetFlag(FLAGS_metrics_dir);
   if (metrics_dir.empty()) {
-    metrics_dir = absl::StrCat("runs/", absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(),
-                                                         absl::LocalTimeZone()));
+    metrics_dir = absl::StrCat(
+        "runs/", absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone()));
   }
   std::error_code ec;
   std::filesystem::create_directories(metrics_dir, ec);
@@ -161,7 +162,8 @@ int main(int argc, char** argv) {
   const std::string worker_bin = bin_dir + "/ps_worker";
   for (const std::string& b : {server_bin, worker_bin}) {
     if (access(b.c_str(), X_OK) != 0) {
-      std::fprintf(stderr, "ps_launch: %s is missing or not executable (see --bin_dir)\n", b.c_str());
+      std::fprintf(stderr, "ps_launch: %s is missing or not executable (see --bin_dir)\n",
+                   b.c_str());
       return 2;
     }
   }
@@ -171,8 +173,8 @@ int main(int argc, char** argv) {
   // labels file's header.
   int64_t decay_updates = 0;
   if (absl::GetFlag(FLAGS_lr_schedule) == "cosine") {
-    auto labels = ps::ReadIdxFile(absl::GetFlag(FLAGS_data_dir) + "/train-labels-idx1-ubyte.gz",
-                                  0x00000801);
+    auto labels =
+        ps::ReadIdxFile(absl::GetFlag(FLAGS_data_dir) + "/train-labels-idx1-ubyte.gz", 0x00000801);
     if (!labels.ok()) {
       std::fprintf(stderr, "ps_launch: %s\n", labels.status().ToString().c_str());
       return 2;
@@ -182,7 +184,8 @@ int main(int argc, char** argv) {
     if (limit > 0) train_size = std::min(train_size, limit);
     const int64_t global_batch =
         int64_t{workers} * absl::GetFlag(FLAGS_batch_size) * absl::GetFlag(FLAGS_accumulate);
-    const int64_t steps = global_batch > 0 ? train_size / global_batch * absl::GetFlag(FLAGS_epochs) : 0;
+    const int64_t steps =
+        global_batch > 0 ? train_size / global_batch * absl::GetFlag(FLAGS_epochs) : 0;
     decay_updates = absl::GetFlag(FLAGS_mode) == "bsp" ? steps : steps * workers;
     decay_updates = std::max(decay_updates, absl::GetFlag(FLAGS_warmup_updates) + 1);
   }
@@ -203,8 +206,8 @@ int main(int argc, char** argv) {
     } else if (!quiet || absl::StrContains(line, " E ") || absl::StrContains(line, " W ") ||
                absl::StartsWith(line, "test_accuracy")) {
       const std::string prefix = "[" + name + "]";
-      std::printf("%s\n", absl::StartsWith(line, prefix) ? line.c_str()
-                                                         : (prefix + " " + line).c_str());
+      std::printf("%s\n",
+                  absl::StartsWith(line, prefix) ? line.c_str() : (prefix + " " + line).c_str());
     }
     std::fflush(stdout);
   });
@@ -217,7 +220,8 @@ int main(int argc, char** argv) {
   };
   auto interrupted_exit = [&]() {
     signalfd_siginfo info;
-    const int signo = read(signal_fd, &info, sizeof(info)) == sizeof(info) ? info.ssi_signo : SIGINT;
+    const int signo =
+        read(signal_fd, &info, sizeof(info)) == sizeof(info) ? info.ssi_signo : SIGINT;
     std::fprintf(stderr, "ps_launch: signal %d; stopping every process\n", signo);
     children.StopAll();
     return 128 + signo;
@@ -346,8 +350,8 @@ int main(int argc, char** argv) {
       .Add("epochs", absl::GetFlag(FLAGS_epochs))
       .Add("batch_size", absl::GetFlag(FLAGS_batch_size))
       .Add("accumulate", absl::GetFlag(FLAGS_accumulate))
-      .Add("effective_batch", int64_t{workers} * absl::GetFlag(FLAGS_batch_size) *
-                                  absl::GetFlag(FLAGS_accumulate))
+      .Add("effective_batch",
+           int64_t{workers} * absl::GetFlag(FLAGS_batch_size) * absl::GetFlag(FLAGS_accumulate))
       .Add("optimizer", absl::GetFlag(FLAGS_optimizer))
       .Add("lr", absl::GetFlag(FLAGS_lr))
       .Add("lr_schedule", absl::GetFlag(FLAGS_lr_schedule))
@@ -357,8 +361,8 @@ int main(int argc, char** argv) {
       .Add("samples_per_sec", samples / wall_s)
       .Add("wall_seconds", wall_s);
   // eval.json's fields (test_accuracy, final_loss, staleness, ...) complete the object.
-  const std::string text = summary.str().substr(0, summary.str().size() - 1) + "," +
-                           eval.substr(1) + "}\n";
+  const std::string text =
+      summary.str().substr(0, summary.str().size() - 1) + "," + eval.substr(1) + "}\n";
   const std::string summary_path = metrics_dir + "/summary.json";
   std::ofstream out(summary_path);
   out << text;

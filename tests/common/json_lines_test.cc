@@ -14,8 +14,7 @@ TEST(JsonObject, WritesFieldsInOrderWithEscapes) {
   JsonObject o;
   o.Add("name", "a\"b\\c\n").Add("n", int64_t{-3}).Add("x", 0.5).Add("ok", true);
   o.Add("v", std::vector<int64_t>{1, 2}).Add("nan", std::nan(""));
-  EXPECT_EQ(o.str(),
-            R"({"name":"a\"b\\c\n","n":-3,"x":0.5,"ok":true,"v":[1,2],"nan":null})");
+  EXPECT_EQ(o.str(), R"({"name":"a\"b\\c\n","n":-3,"x":0.5,"ok":true,"v":[1,2],"nan":null})");
 }
 
 TEST(JsonLinesWriter, AppendsOneLinePerObject) {

@@ -43,9 +43,10 @@ void CheckLayerGradients(Layer& layer, std::vector<float> x, int batch, double t
   // Gradients accumulate: start from a known non-zero value and subtract it afterwards.
   std::vector<float> grads(num_params, 0.5f);
   std::vector<float> dx(x.size());
-  ASSERT_TRUE(
-      layer.Backward(dev, params.data(), x.data(), y.data(), r.data(), batch, dx.data(), grads.data())
-          .ok());
+  ASSERT_TRUE(layer
+                  .Backward(dev, params.data(), x.data(), y.data(), r.data(), batch, dx.data(),
+                            grads.data())
+                  .ok());
   const float h = 1e-2f;
   for (int64_t i = 0; i < num_params; ++i) {
     std::vector<float> p = params;
@@ -128,9 +129,9 @@ TEST(SoftmaxCrossEntropy, RejectsLabelOutOfRange) {
   CpuDevice dev;
   std::vector<float> z(4), p(4), loss(1), correct(1);
   const int32_t label = 4;
-  EXPECT_EQ(dev.SoftmaxCrossEntropy(1, 4, z.data(), &label, p.data(), loss.data(), correct.data())
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      dev.SoftmaxCrossEntropy(1, 4, z.data(), &label, p.data(), loss.data(), correct.data()).code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST(Mlp, WholeModelGradientMatchesFiniteDifferences) {
@@ -163,8 +164,8 @@ TEST(Mlp, WholeModelGradientMatchesFiniteDifferences) {
   }
   const std::vector<int32_t> labels = {0, 2, 1, 2};
   std::vector<float> grads(n, 0.0f);
-  auto stats = (*model)->ForwardBackward(params.data(), x.data(), labels.data(), batch, 1.0f,
-                                         grads.data());
+  auto stats =
+      (*model)->ForwardBackward(params.data(), x.data(), labels.data(), batch, 1.0f, grads.data());
   ASSERT_TRUE(stats.ok());
   auto mean_loss = [&](const std::vector<float>& p) {
     auto s = (*model)->Evaluate(p.data(), x.data(), labels.data(), batch);
@@ -193,12 +194,13 @@ TEST(Mlp, GradScaleScalesAndAccumulates) {
   const std::vector<float> x = {0.1f, -0.2f, 0.3f, 0.5f, 0.5f, -0.5f};
   const std::vector<int32_t> labels = {1, 0};
   std::vector<float> once(n, 0.0f), twice_half(n, 0.0f);
-  ASSERT_TRUE((*model)->ForwardBackward(params.data(), x.data(), labels.data(), 2, 1.0f, once.data()).ok());
+  ASSERT_TRUE(
+      (*model)->ForwardBackward(params.data(), x.data(), labels.data(), 2, 1.0f, once.data()).ok());
   for (int k = 0; k < 2; ++k) {
-    ASSERT_TRUE((*model)
-                    ->ForwardBackward(params.data(), x.data(), labels.data(), 2, 0.5f,
-                                      twice_half.data())
-                    .ok());
+    ASSERT_TRUE(
+        (*model)
+            ->ForwardBackward(params.data(), x.data(), labels.data(), 2, 0.5f, twice_half.data())
+            .ok());
   }
   for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(twice_half[i], once[i], 1e-6) << i;
 }

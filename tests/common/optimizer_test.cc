@@ -88,8 +88,8 @@ TEST(Optimizer, CosineDecaysToZeroAfterWarmup) {
   o.decay_updates = 12;
   ASSERT_TRUE(ValidateOptimizerOptions(o).ok());
   Optimizer opt(o, 1);
-  EXPECT_FLOAT_EQ(opt.LearningRate(1), 1.0f);   // end of warmup
-  EXPECT_FLOAT_EQ(opt.LearningRate(2), 1.0f);   // cosine starts at the peak
+  EXPECT_FLOAT_EQ(opt.LearningRate(1), 1.0f);    // end of warmup
+  EXPECT_FLOAT_EQ(opt.LearningRate(2), 1.0f);    // cosine starts at the peak
   EXPECT_NEAR(opt.LearningRate(7), 0.5f, 1e-6);  // half way: (1 + cos(pi/2)) / 2
   EXPECT_NEAR(opt.LearningRate(12), 0.0f, 1e-7);
   EXPECT_NEAR(opt.LearningRate(50), 0.0f, 1e-7);

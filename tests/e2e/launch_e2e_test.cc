@@ -2,6 +2,7 @@
 // subset of Fashion-MNIST. Checks the data-parallel guarantees of DESIGN.md section 3 from the
 // files the run writes, and that the launcher leaves no process behind.
 
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -10,7 +11,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -45,10 +45,10 @@ std::string RunDir(const std::string& name) {
 }
 
 // Starts ps_launch with `args`, its output going to <dir>/launch.log.
-pid_t StartLaunch(const std::string& dir, std::vector<std::string> args) {
+pid_t StartLaunch(const std::string& dir, std::vector<std::string> args, bool quiet = true) {
   args.insert(args.begin(), BinDir() + "/ps_launch");
   args.push_back("--metrics_dir=" + dir);
-  args.push_back("--quiet");
+  if (quiet) args.push_back("--quiet");
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -80,7 +80,8 @@ std::string ReadAll(const std::string& path) {
 
 int RunLaunch(const std::string& dir, const std::vector<std::string>& args) {
   const int code = WaitExit(StartLaunch(dir, args));
-  if (code != 0) ADD_FAILURE() << "ps_launch exited " << code << ":\n" << ReadAll(dir + "/launch.log");
+  if (code != 0)
+    ADD_FAILURE() << "ps_launch exited " << code << ":\n" << ReadAll(dir + "/launch.log");
   return code;
 }
 
@@ -152,8 +153,8 @@ class LaunchE2e : public testing::Test {
 // BSP with 2 workers x 32, 1 worker x 64 and 1 worker x 32 x accumulate 2 (same seed, plain SGD)
 // see the same global batches and must give the same per-step losses and final weights.
 TEST_F(LaunchE2e, BspDataParallelismEqualsOneLargeBatch) {
-  const std::vector<std::string> sgd = {"--mode=bsp", "--optimizer=sgd", "--lr=0.1", "--epochs=2",
-                                        "--seed=7", "--save_weights"};
+  const std::vector<std::string> sgd = {"--mode=bsp", "--optimizer=sgd", "--lr=0.1",
+                                        "--epochs=2", "--seed=7",        "--save_weights"};
   const std::string two = RunDir("two_workers");
   const std::string one = RunDir("one_worker");
   const std::string acc = RunDir("accumulate");
@@ -196,9 +197,9 @@ TEST_F(LaunchE2e, BspDataParallelismEqualsOneLargeBatch) {
 // SSP(1) with 3 workers, one 4x slower: no gradient staler than (W-1)(2s+1) = 6.
 TEST_F(LaunchE2e, SspStalenessStaysWithinTheBoundWithAStraggler) {
   const std::string dir = RunDir("ssp");
-  ASSERT_EQ(RunLaunch(dir, With(Common("3072"), {"--workers=3", "--mode=ssp", "--staleness=1",
-                                                 "--straggler=1:4", "--epochs=1", "--batch_size=16",
-                                                 "--optimizer=sgd", "--lr=0.05"})),
+  ASSERT_EQ(RunLaunch(dir, With(Common("3072"),
+                                {"--workers=3", "--mode=ssp", "--staleness=1", "--straggler=1:4",
+                                 "--epochs=1", "--batch_size=16", "--optimizer=sgd", "--lr=0.05"})),
             0);
   const std::string summary = ReadAll(dir + "/summary.json");
   const double max_staleness = Field(summary, "max_staleness");
@@ -215,9 +216,9 @@ TEST_F(LaunchE2e, SspStalenessStaysWithinTheBoundWithAStraggler) {
 // ASP: the fast worker's pulls never wait, however slow the other worker is.
 TEST_F(LaunchE2e, AspNeverBlocksAPull) {
   const std::string dir = RunDir("asp");
-  ASSERT_EQ(RunLaunch(dir, With(Common("2048"), {"--workers=2", "--mode=asp", "--straggler=1:5",
-                                                 "--epochs=1", "--batch_size=16",
-                                                 "--optimizer=sgd", "--lr=0.05"})),
+  ASSERT_EQ(RunLaunch(dir, With(Common("2048"),
+                                {"--workers=2", "--mode=asp", "--straggler=1:5", "--epochs=1",
+                                 "--batch_size=16", "--optimizer=sgd", "--lr=0.05"})),
             0);
   for (int r = 0; r < 2; ++r) {
     const auto lines = StepLines(absl::StrCat(dir, "/worker-", r, ".jsonl"));
@@ -228,9 +229,9 @@ TEST_F(LaunchE2e, AspNeverBlocksAPull) {
 
 TEST_F(LaunchE2e, AChildFailureStopsEveryProcessAndFailsTheRun) {
   const std::string dir = RunDir("failure");
-  const int code = WaitExit(StartLaunch(
-      dir, {"--data_dir=/nonexistent-data", "--lr_schedule=constant", "--workers=2", "--shards=2",
-            "--epochs=1"}));
+  const int code =
+      WaitExit(StartLaunch(dir, {"--data_dir=/nonexistent-data", "--lr_schedule=constant",
+                                 "--workers=2", "--shards=2", "--epochs=1"}));
   EXPECT_EQ(code, 1) << ReadAll(dir + "/launch.log");
   EXPECT_TRUE(absl::StrContains(ReadAll(dir + "/launch.log"), "/nonexistent-data"));
   EXPECT_TRUE(ProcessesMentioning(dir).empty());
@@ -240,7 +241,7 @@ TEST_F(LaunchE2e, AChildFailureStopsEveryProcessAndFailsTheRun) {
 TEST_F(LaunchE2e, SigtermStopsEveryProcess) {
   const std::string dir = RunDir("sigterm");
   const pid_t pid =
-      StartLaunch(dir, With(Common("0"), {"--workers=2", "--epochs=50", "--mode=ssp"}));
+      StartLaunch(dir, With(Common("0"), {"--workers=2", "--epochs=50", "--mode=ssp"}), false);
   // Wait until training is under way: worker 0 has written step metrics.
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   while (StepLines(dir + "/worker-0.jsonl").size() < 5 && absl::Now() < deadline) {

@@ -50,7 +50,7 @@ class ServiceTest : public testing::Test {
 
   template <typename Req, typename Resp>
   grpc::Status Call(grpc::Status (ps::v1::ParameterServer::Stub::*method)(grpc::ClientContext*,
-                                                                           const Req&, Resp*),
+                                                                          const Req&, Resp*),
                     const Req& req, Resp* resp) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
@@ -113,7 +113,8 @@ TEST_F(ServiceTest, NanGradientIsInvalidArgumentCountedAndChangesNothing) {
   EXPECT_EQ(PushCode(p), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(Weights(), (std::vector<float>{1, 2, 3}));
   ps::v1::GetStatusResponse status;
-  ASSERT_TRUE(Call(&ps::v1::ParameterServer::Stub::GetStatus, ps::v1::GetStatusRequest(), &status).ok());
+  ASSERT_TRUE(
+      Call(&ps::v1::ParameterServer::Stub::GetStatus, ps::v1::GetStatusRequest(), &status).ok());
   EXPECT_EQ(status.rejected_nonfinite(), 1);
   EXPECT_EQ(status.version(), 0);
 }

@@ -25,7 +25,8 @@ Dataset SyntheticData(int n, uint64_t seed) {
     const int label = static_cast<int>(rng.Below(4));
     for (int p = 0; p < 16; ++p) {
       const int quadrant = (p / 8) * 2 + (p % 4) / 2;
-      d.pixels.push_back(static_cast<uint8_t>(quadrant == label ? 200 + rng.Below(56) : rng.Below(100)));
+      d.pixels.push_back(
+          static_cast<uint8_t>(quadrant == label ? 200 + rng.Below(56) : rng.Below(100)));
     }
     d.labels.push_back(label);
   }
