@@ -97,7 +97,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ps_server: unexpected argument '%s' (see --help)\n", rest[0].c_str());
     return 2;
   }
-  ps::BlockShutdownSignals();
   ps::SetUpLogging(absl::StrCat("ps-", absl::GetFlag(FLAGS_shard_id)),
                    absl::GetFlag(FLAGS_log_level));
   absl::StatusOr<ps::ShardServerOptions> options = OptionsFromFlags();

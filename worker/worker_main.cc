@@ -160,7 +160,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ps_worker: unexpected argument '%s' (see --help)\n", rest[0].c_str());
     return 2;
   }
-  ps::BlockShutdownSignals();
   const bool evaluate = absl::GetFlag(FLAGS_evaluate);
   const int rank = absl::GetFlag(FLAGS_rank);
   ps::SetUpLogging(evaluate ? "eval" : absl::StrCat("worker-", rank),

@@ -5,7 +5,6 @@
 // failure it stops every child.
 
 #include <signal.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -25,6 +24,7 @@
 #include "common/cli.h"
 #include "common/dataset.h"
 #include "common/json_lines.h"
+#include "common/shutdown_signal.h"
 #include "deploy/local/child_processes.h"
 
 ABSL_FLAG(int32_t, shards, 2, "Number of ps_server shards.");
@@ -191,12 +191,8 @@ int main(int argc, char** argv) {
   }
 
   // Signals arrive on a descriptor polled with the children's output.
-  sigset_t mask;
-  sigemptyset(&mask);
-  sigaddset(&mask, SIGINT);
-  sigaddset(&mask, SIGTERM);
-  sigprocmask(SIG_BLOCK, &mask, nullptr);
-  const int signal_fd = signalfd(-1, &mask, SFD_CLOEXEC);
+  ps::SignalPipe signals;
+  const int signal_fd = signals.fd();
 
   const bool quiet = absl::GetFlag(FLAGS_quiet);
   ChildProcesses children([quiet](const std::string& name, const std::string& line) {
@@ -219,9 +215,7 @@ int main(int argc, char** argv) {
     return 1;
   };
   auto interrupted_exit = [&]() {
-    signalfd_siginfo info;
-    const int signo =
-        read(signal_fd, &info, sizeof(info)) == sizeof(info) ? info.ssi_signo : SIGINT;
+    const int signo = signals.Read();
     std::fprintf(stderr, "ps_launch: signal %d; stopping every process\n", signo);
     children.StopAll();
     return 128 + signo;

@@ -73,14 +73,16 @@ TEST(Shard, BspAppliesOneMeanUpdatePerRoundWhateverTheArrivalOrder) {
 TEST(Shard, RejectedPushesChangeNothing) {
   auto shard = MakeShard(ConsistencyMode::kAsp, 1);
   InitAndRegister(*shard, 1);
-  Shard::PushArgs wrong_fp = PushOf(0, 0, 0, {1, 1, 1, 1});
+  // PushArgs views its gradient: keep the vector alive while the args are.
+  const std::vector<float> ones = {1, 1, 1, 1};
+  Shard::PushArgs wrong_fp = PushOf(0, 0, 0, ones);
   wrong_fp.fingerprint = kFp + 1;
   EXPECT_EQ(shard->Push(wrong_fp).status().code(), absl::StatusCode::kFailedPrecondition);
   const std::vector<float> short_grad = {1, 1, 1};
-  Shard::PushArgs wrong_len = PushOf(0, 0, 0, {});
+  Shard::PushArgs wrong_len = PushOf(0, 0, 0, ones);
   wrong_len.gradient = short_grad;
   EXPECT_EQ(shard->Push(wrong_len).status().code(), absl::StatusCode::kInvalidArgument);
-  Shard::PushArgs wrong_range = PushOf(0, 0, 0, {1, 1, 1, 1});
+  Shard::PushArgs wrong_range = PushOf(0, 0, 0, ones);
   wrong_range.range = KeyRange{1, 5};
   EXPECT_EQ(shard->Push(wrong_range).status().code(), absl::StatusCode::kFailedPrecondition);
   const float nan = std::numeric_limits<float>::quiet_NaN();
