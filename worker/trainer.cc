@@ -197,9 +197,8 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
 
     const bool epoch_end = (step + 1) % plan.steps_per_epoch() == 0;
     if (epoch_end && options_.evaluate_each_epoch && test_ != nullptr) {
-      ASSIGN_OR_RETURN(PullStats fresh,
-                       client_.Pull(step + 1, /*no_wait=*/true, absl::MakeSpan(params)));
-      (void)fresh;
+      // An observer read: the freshest weights, whatever the consistency mode.
+      RETURN_IF_ERROR(client_.Pull(step + 1, /*no_wait=*/true, absl::MakeSpan(params)).status());
       RETURN_IF_ERROR(
           device_.CopyToDevice(params.data(), n * sizeof(float), params_dev.as<float>()));
       ASSIGN_OR_RETURN(BatchStats test,

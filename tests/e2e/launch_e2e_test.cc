@@ -21,6 +21,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/dataset.h"
 #include "gtest/gtest.h"
 
 extern char** environ;
@@ -34,7 +35,7 @@ std::string BinDir() {
 
 std::string DataDir() {
   const char* d = std::getenv("PS_DATA_DIR");
-  return d != nullptr ? d : "/usr/share/datasets/fashion-mnist";
+  return d != nullptr ? d : ps::kDefaultFashionMnistDir;
 }
 
 std::string RunDir(const std::string& name) {
@@ -45,6 +46,26 @@ std::string RunDir(const std::string& name) {
 }
 
 // Starts ps_launch with `args`, its output going to <dir>/launch.log.
+// Runs argv to completion with its output in `log`; returns the exit code.
+int RunTool(const std::vector<std::string>& args, const std::string& log) {
+  std::vector<std::string> copy = args;
+  std::vector<char*> argv;
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return -1;
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 pid_t StartLaunch(const std::string& dir, std::vector<std::string> args, bool quiet = true) {
   args.insert(args.begin(), BinDir() + "/ps_launch");
   args.push_back("--metrics_dir=" + dir);
@@ -253,6 +274,54 @@ TEST_F(LaunchE2e, SigtermStopsEveryProcess) {
   EXPECT_TRUE(ProcessesMentioning(dir).empty());
   // The servers shut down cleanly (they log their final version on the way out).
   EXPECT_TRUE(absl::StrContains(ReadAll(dir + "/launch.log"), "stopped at version"));
+}
+
+TEST(PsCtl, StatusReportsEveryShardAndFailsOnADeadOne) {
+  const std::string dir = RunDir("ctl");
+  std::vector<pid_t> servers;
+  std::vector<std::string> addresses;
+  for (int s = 0; s < 2; ++s) {
+    const std::string port_file = absl::StrCat(dir, "/ps-", s, ".port");
+    std::vector<std::string> args = {BinDir() + "/ps_server",
+                                     absl::StrCat("--shard_id=", s),
+                                     "--num_shards=2",
+                                     "--num_workers=3",
+                                     "--mode=ssp",
+                                     "--staleness=2",
+                                     "--port_file=" + port_file};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = -1;
+    ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+    servers.push_back(pid);
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    int port = 0;
+    while (port == 0 && absl::Now() < deadline) {
+      std::ifstream in(port_file);
+      if (!(in >> port)) absl::SleepFor(absl::Milliseconds(20));
+    }
+    ASSERT_GT(port, 0);
+    addresses.push_back(absl::StrCat("127.0.0.1:", port));
+  }
+  const std::string both = addresses[0] + "," + addresses[1];
+  const std::string log = dir + "/ctl.log";
+  EXPECT_EQ(RunTool({BinDir() + "/ps_ctl", "status", "--json", "--servers=" + both}, log), 0);
+  const std::string out = ReadAll(log);
+  EXPECT_TRUE(absl::StrContains(out, "\"shard_id\":0,\"mode\":\"ssp\",\"staleness_bound\":2"))
+      << out;
+  EXPECT_TRUE(absl::StrContains(out, "\"shard_id\":1,")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "\"rank\":2,\"state\":\"pending\"")) << out;
+  EXPECT_EQ(RunTool({BinDir() + "/ps_ctl", "status", "--servers=" + both}, log), 0);
+  EXPECT_TRUE(absl::StrContains(ReadAll(log), "staleness histogram")) << ReadAll(log);
+  EXPECT_EQ(RunTool({BinDir() + "/ps_ctl", "--servers=" + both}, log), 2);  // no command
+  for (pid_t pid : servers) {
+    kill(pid, SIGTERM);
+    EXPECT_EQ(WaitExit(pid), 0);  // SIGTERM is an orderly shutdown for a server
+  }
+  EXPECT_EQ(RunTool({BinDir() + "/ps_ctl", "status", "--timeout_s=2", "--servers=" + both}, log),
+            1);
+  EXPECT_TRUE(absl::StrContains(ReadAll(log), "UNAVAILABLE")) << ReadAll(log);
 }
 
 }  // namespace
