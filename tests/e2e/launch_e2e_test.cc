@@ -45,37 +45,13 @@ std::string RunDir(const std::string& name) {
   return dir;
 }
 
-// Starts ps_launch with `args`, its output going to <dir>/launch.log.
-// Runs argv to completion with its output in `log`; returns the exit code.
-int RunTool(const std::vector<std::string>& args, const std::string& log) {
-  std::vector<std::string> copy = args;
-  std::vector<char*> argv;
-  for (auto& a : copy) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
-  posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) return -1;
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-pid_t StartLaunch(const std::string& dir, std::vector<std::string> args, bool quiet = true) {
-  args.insert(args.begin(), BinDir() + "/ps_launch");
-  args.push_back("--metrics_dir=" + dir);
-  if (quiet) args.push_back("--quiet");
+// Starts args[0] with args, its stdout and stderr going to the file `log`.
+pid_t Spawn(std::vector<std::string> args, const std::string& log) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  const std::string log = dir + "/launch.log";
   posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
                                    0644);
   posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
@@ -87,9 +63,23 @@ pid_t StartLaunch(const std::string& dir, std::vector<std::string> args, bool qu
 }
 
 int WaitExit(pid_t pid) {
+  if (pid <= 0) return -1;  // never waitpid(-1): that would reap any child
   int status = 0;
   waitpid(pid, &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Runs args to completion with its output in `log`; returns the exit code.
+int RunTool(const std::vector<std::string>& args, const std::string& log) {
+  return WaitExit(Spawn(args, log));
+}
+
+// Starts ps_launch with `args`, its output going to <dir>/launch.log.
+pid_t StartLaunch(const std::string& dir, std::vector<std::string> args, bool quiet = true) {
+  args.insert(args.begin(), BinDir() + "/ps_launch");
+  args.push_back("--metrics_dir=" + dir);
+  if (quiet) args.push_back("--quiet");
+  return Spawn(args, dir + "/launch.log");
 }
 
 std::string ReadAll(const std::string& path) {
@@ -289,11 +279,8 @@ TEST(PsCtl, StatusReportsEveryShardAndFailsOnADeadOne) {
                                      "--mode=ssp",
                                      "--staleness=2",
                                      "--port_file=" + port_file};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t pid = -1;
-    ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+    const pid_t pid = Spawn(args, absl::StrCat(dir, "/ps-", s, ".log"));
+    ASSERT_GT(pid, 0);
     servers.push_back(pid);
     const absl::Time deadline = absl::Now() + absl::Seconds(30);
     int port = 0;
