@@ -84,7 +84,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   ps::CpuDevice dev;
-  auto model = ps::MakeModel(spec, train->features(), train->num_classes, dev, batch);
+  auto model = ps::MakeModel(spec, ps::ImageShape{train->rows, train->cols, 1}, train->num_classes,
+                             dev, batch);
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
     return 2;

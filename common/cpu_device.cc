@@ -136,4 +136,87 @@ absl::StatusOr<double> CpuDevice::Sum(int64_t n, const float* x) {
   return s;
 }
 
+absl::Status CpuDevice::Im2Col(int batch, int height, int width, int channels, int kernel,
+                               const float* x, float* cols) {
+  const int out_h = height - kernel + 1;
+  const int out_w = width - kernel + 1;
+  if (out_h < 1 || out_w < 1) return absl::InvalidArgumentError("Im2Col: kernel larger than image");
+  const int64_t row_len = int64_t{kernel} * kernel * channels;
+  const int64_t span = int64_t{kernel} * channels;  // one kernel row of a patch is contiguous in x
+  for (int n = 0; n < batch; ++n) {
+    const float* image = x + int64_t{n} * height * width * channels;
+    for (int oh = 0; oh < out_h; ++oh) {
+      for (int ow = 0; ow < out_w; ++ow) {
+        float* row = cols + ((int64_t{n} * out_h + oh) * out_w + ow) * row_len;
+        for (int kh = 0; kh < kernel; ++kh) {
+          const float* src = image + ((int64_t{oh} + kh) * width + ow) * channels;
+          std::copy(src, src + span, row + kh * span);
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::Col2Im(int batch, int height, int width, int channels, int kernel,
+                               const float* dcols, float* dx) {
+  const int out_h = height - kernel + 1;
+  const int out_w = width - kernel + 1;
+  if (out_h < 1 || out_w < 1) return absl::InvalidArgumentError("Col2Im: kernel larger than image");
+  const int64_t row_len = int64_t{kernel} * kernel * channels;
+  const int64_t span = int64_t{kernel} * channels;
+  std::fill(dx, dx + int64_t{batch} * height * width * channels, 0.0f);
+  for (int n = 0; n < batch; ++n) {
+    float* image = dx + int64_t{n} * height * width * channels;
+    for (int oh = 0; oh < out_h; ++oh) {
+      for (int ow = 0; ow < out_w; ++ow) {
+        const float* row = dcols + ((int64_t{n} * out_h + oh) * out_w + ow) * row_len;
+        for (int kh = 0; kh < kernel; ++kh) {
+          float* dst = image + ((int64_t{oh} + kh) * width + ow) * channels;
+          const float* src = row + kh * span;
+          for (int64_t i = 0; i < span; ++i) dst[i] += src[i];
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::MaxPoolForward(int batch, int height, int width, int channels, int pool,
+                                       const float* x, float* y, int32_t* argmax) {
+  if (pool < 1 || height % pool != 0 || width % pool != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MaxPool: ", height, "x", width, " does not divide by pool ", pool));
+  }
+  const int out_h = height / pool;
+  const int out_w = width / pool;
+  for (int n = 0; n < batch; ++n) {
+    for (int oh = 0; oh < out_h; ++oh) {
+      for (int ow = 0; ow < out_w; ++ow) {
+        for (int c = 0; c < channels; ++c) {
+          int64_t best = ((int64_t{n} * height + oh * pool) * width + ow * pool) * channels + c;
+          for (int ph = 0; ph < pool; ++ph) {
+            for (int pw = 0; pw < pool; ++pw) {
+              const int64_t i =
+                  ((int64_t{n} * height + oh * pool + ph) * width + ow * pool + pw) * channels + c;
+              if (x[i] > x[best]) best = i;
+            }
+          }
+          const int64_t o = ((int64_t{n} * out_h + oh) * out_w + ow) * channels + c;
+          y[o] = x[best];
+          argmax[o] = static_cast<int32_t>(best);
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::MaxPoolBackward(int64_t y_size, const float* dy, const int32_t* argmax,
+                                        int64_t x_size, float* dx) {
+  std::fill(dx, dx + x_size, 0.0f);
+  for (int64_t i = 0; i < y_size; ++i) dx[argmax[i]] = dy[i];
+  return absl::OkStatus();
+}
+
 }  // namespace ps

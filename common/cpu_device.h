@@ -32,6 +32,14 @@ class CpuDevice final : public Device {
                                            const int32_t* labels, float scale,
                                            float* dlogits) override;
   absl::StatusOr<double> Sum(int64_t n, const float* x) override;
+  absl::Status Im2Col(int batch, int height, int width, int channels, int kernel, const float* x,
+                      float* cols) override;
+  absl::Status Col2Im(int batch, int height, int width, int channels, int kernel,
+                      const float* dcols, float* dx) override;
+  absl::Status MaxPoolForward(int batch, int height, int width, int channels, int pool,
+                              const float* x, float* y, int32_t* argmax) override;
+  absl::Status MaxPoolBackward(int64_t y_size, const float* dy, const int32_t* argmax,
+                               int64_t x_size, float* dx) override;
 };
 
 }  // namespace ps

@@ -73,6 +73,27 @@ class Device {
                                                    float* dlogits) = 0;
   // Sum of the n elements of x, returned to the host.
   virtual absl::StatusOr<double> Sum(int64_t n, const float* x) = 0;
+
+  // Convolution support. Images are NHWC: x (batch, height, width, channels). Square kernels,
+  // stride 1, no padding: out_h = height - kernel + 1, out_w = width - kernel + 1.
+  // cols (batch * out_h * out_w, kernel * kernel * channels): row (n, oh, ow) holds the patch
+  // x[n, oh + kh, ow + kw, c] in (kh, kw, c) order, so that cols * W (kernel*kernel*channels,
+  // out_channels) is the convolution's output, NHWC.
+  virtual absl::Status Im2Col(int batch, int height, int width, int channels, int kernel,
+                              const float* x, float* cols) = 0;
+  // The adjoint of Im2Col: dx (batch, height, width, channels) = the sum of every patch row of
+  // dcols back onto the pixels it was taken from. Overwrites dx.
+  virtual absl::Status Col2Im(int batch, int height, int width, int channels, int kernel,
+                              const float* dcols, float* dx) = 0;
+  // Max pooling with a pool x pool window and stride pool over x (batch, height, width, channels)
+  // into y (batch, height / pool, width / pool, channels); height and width must divide by pool.
+  // argmax (same shape as y) receives the flat index into x of each window's maximum.
+  virtual absl::Status MaxPoolForward(int batch, int height, int width, int channels, int pool,
+                                      const float* x, float* y, int32_t* argmax) = 0;
+  // dx (x_size elements) = 0, then dx[argmax[i]] = dy[i] for the y_size outputs. The windows do
+  // not overlap, so each element of dx receives at most one value.
+  virtual absl::Status MaxPoolBackward(int64_t y_size, const float* dy, const int32_t* argmax,
+                                       int64_t x_size, float* dx) = 0;
 };
 
 }  // namespace ps

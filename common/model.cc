@@ -24,6 +24,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name,
   std::unique_ptr<Model> model(
       new Model(std::move(name), std::move(layers), std::move(layout), device, max_batch));
   for (const auto& layer : model->layers_) {
+    RETURN_IF_ERROR(layer->Prepare(device, max_batch));
     const size_t bytes = sizeof(float) * max_batch * layer->output_size();
     ASSIGN_OR_RETURN(DeviceBuffer act, device.Allocate(bytes));
     ASSIGN_OR_RETURN(DeviceBuffer grad, device.Allocate(bytes));
@@ -117,10 +118,58 @@ absl::StatusOr<std::unique_ptr<Model>> MakeMlp(int64_t input_size,
   return Model::Create("mlp", std::move(layers), device, max_batch);
 }
 
-absl::StatusOr<std::unique_ptr<Model>> MakeModel(const ModelSpec& spec, int64_t input_size,
+absl::StatusOr<std::unique_ptr<Model>> MakeCnn(const ImageShape& input,
+                                               const std::vector<int64_t>& hidden, int64_t classes,
+                                               Device& device, int max_batch) {
+  constexpr int kKernel = 5;
+  constexpr int kPool = 2;
+  constexpr int kChannels1 = 32;
+  constexpr int kChannels2 = 64;
+  std::vector<std::unique_ptr<Layer>> layers;
+  int h = input.height, w = input.width;
+  layers.push_back(std::make_unique<Conv2d>("conv1", h, w, input.channels, kChannels1, kKernel));
+  h -= kKernel - 1;
+  w -= kKernel - 1;
+  layers.push_back(std::make_unique<Relu>(int64_t{h} * w * kChannels1));
+  layers.push_back(std::make_unique<MaxPool2d>(h, w, kChannels1, kPool));
+  h /= kPool;
+  w /= kPool;
+  layers.push_back(std::make_unique<Conv2d>("conv2", h, w, kChannels1, kChannels2, kKernel));
+  h -= kKernel - 1;
+  w -= kKernel - 1;
+  layers.push_back(std::make_unique<Relu>(int64_t{h} * w * kChannels2));
+  layers.push_back(std::make_unique<MaxPool2d>(h, w, kChannels2, kPool));
+  h /= kPool;
+  w /= kPool;
+  if (h < 1 || w < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("the cnn needs images of at least 16x16, got ",
+                                                   input.height, "x", input.width));
+  }
+  int64_t width = int64_t{h} * w * kChannels2;
+  int index = 1;
+  for (int64_t units : hidden) {
+    if (units <= 0) return absl::InvalidArgumentError(absl::StrCat("hidden size ", units, " <= 0"));
+    layers.push_back(std::make_unique<Linear>(absl::StrCat("fc", index++), width, units));
+    layers.push_back(std::make_unique<Relu>(units));
+    width = units;
+  }
+  layers.push_back(std::make_unique<Linear>(absl::StrCat("fc", index), width, classes));
+  return Model::Create("cnn", std::move(layers), device, max_batch);
+}
+
+absl::StatusOr<std::unique_ptr<Model>> MakeModel(const ModelSpec& spec, const ImageShape& input,
                                                  int64_t classes, Device& device, int max_batch) {
-  if (spec.name == "mlp") return MakeMlp(input_size, spec.hidden, classes, device, max_batch);
-  return absl::InvalidArgumentError(absl::StrCat("unknown model '", spec.name, "' (mlp)"));
+  if (spec.name == "mlp") {
+    const std::vector<int64_t> hidden =
+        spec.hidden.empty() ? std::vector<int64_t>{256, 128} : spec.hidden;
+    return MakeMlp(input.features(), hidden, classes, device, max_batch);
+  }
+  if (spec.name == "cnn") {
+    const std::vector<int64_t> hidden =
+        spec.hidden.empty() ? std::vector<int64_t>{128} : spec.hidden;
+    return MakeCnn(input, hidden, classes, device, max_batch);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown model '", spec.name, "' (mlp|cnn)"));
 }
 
 }  // namespace ps

@@ -27,8 +27,9 @@ ABSL_FLAG(int32_t, num_workers, 0,
           "Workers in the job; checked against the servers' --num_workers (0: take theirs).");
 ABSL_FLAG(std::string, servers, "127.0.0.1:5000",
           "Comma-separated host:port of shard 0, 1, ... in shard order.");
-ABSL_FLAG(std::string, model, "mlp", "Model: mlp.");
-ABSL_FLAG(std::string, hidden, "256,128", "Hidden layer widths of the MLP, comma-separated.");
+ABSL_FLAG(std::string, model, "mlp", "Model: mlp or cnn.");
+ABSL_FLAG(std::string, hidden, "",
+          "Hidden fully connected widths, comma-separated (default: mlp 256,128; cnn 128).");
 ABSL_FLAG(int32_t, batch_size, 32, "Samples per worker per micro-batch.");
 ABSL_FLAG(int32_t, accumulate, 1,
           "Micro-batches accumulated into one push (gradient accumulation).");
@@ -183,8 +184,8 @@ int main(int argc, char** argv) {
   ps::CpuDevice device;
   const int batch_size = absl::GetFlag(FLAGS_batch_size);
   if (batch_size < 1) return fail(absl::InvalidArgumentError("--batch_size must be >= 1"));
-  auto model = ps::MakeModel(*spec, test->features(), test->num_classes, device,
-                             evaluate ? kEvalBatch : std::max(batch_size, kEvalBatch));
+  auto model = ps::MakeModel(*spec, ps::ImageShape{test->rows, test->cols, 1}, test->num_classes,
+                             device, evaluate ? kEvalBatch : std::max(batch_size, kEvalBatch));
   if (!model.ok()) return fail(model.status());
 
   ps::GrpcClientOptions client_options;

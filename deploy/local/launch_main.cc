@@ -31,8 +31,9 @@ ABSL_FLAG(int32_t, shards, 2, "Number of ps_server shards.");
 ABSL_FLAG(int32_t, workers, 2, "Number of ps_worker processes.");
 ABSL_FLAG(std::string, mode, "bsp", "Consistency mode: bsp, ssp or asp.");
 ABSL_FLAG(int32_t, staleness, 0, "SSP staleness bound s.");
-ABSL_FLAG(std::string, model, "mlp", "Model: mlp.");
-ABSL_FLAG(std::string, hidden, "256,128", "Hidden layer widths of the MLP.");
+ABSL_FLAG(std::string, model, "mlp", "Model: mlp or cnn.");
+ABSL_FLAG(std::string, hidden, "",
+          "Hidden fully connected widths (default: mlp 256,128; cnn 128).");
 ABSL_FLAG(int32_t, epochs, 5, "Epochs.");
 ABSL_FLAG(int32_t, batch_size, 32, "Samples per worker per micro-batch.");
 ABSL_FLAG(int32_t, accumulate, 1, "Micro-batches per push (gradient accumulation).");

@@ -32,6 +32,7 @@ double Objective(Layer& layer, CpuDevice& dev, const std::vector<float>& params,
 
 void CheckLayerGradients(Layer& layer, std::vector<float> x, int batch, double tolerance) {
   CpuDevice dev;
+  ASSERT_TRUE(layer.Prepare(dev, batch).ok());
   int64_t num_params = 0;
   for (const TensorSpec& s : layer.ParamSpecs()) num_params += s.NumElements();
   std::vector<float> params(num_params);
@@ -78,6 +79,123 @@ TEST(Relu, GradientsMatchFiniteDifferences) {
   std::vector<float> x = RandomVector(3 * 6, 5);
   for (float& v : x) v = v < 0 ? v - 0.1f : v + 0.1f;
   CheckLayerGradients(layer, x, 3, 1e-3);
+}
+
+TEST(Conv2d, GradientsMatchFiniteDifferences) {
+  // 2 images of 5x4 pixels, 2 channels, 3 output channels, 3x3 kernel: outputs 3x2.
+  Conv2d layer("conv", 5, 4, 2, 3, 3);
+  CheckLayerGradients(layer, RandomVector(2 * 5 * 4 * 2, 31), 2, 1e-3);
+}
+
+TEST(MaxPool2d, GradientsMatchFiniteDifferences) {
+  MaxPool2d layer(4, 6, 2, 2);
+  // Distinct values at least 0.05 apart: a perturbation of 0.01 never changes a window's maximum.
+  const int n = 2 * 4 * 6 * 2;
+  Rng rng(8);
+  std::vector<int32_t> order = Permutation(n, rng);
+  std::vector<float> x(n);
+  for (int i = 0; i < n; ++i) x[i] = 0.05f * order[i] - 1.0f;
+  CheckLayerGradients(layer, x, 2, 1e-3);
+}
+
+TEST(Conv2d, ForwardMatchesDirectConvolution) {
+  CpuDevice dev;
+  const int h = 6, w = 5, c = 2, oc = 3, k = 3, batch = 2;
+  Conv2d layer("conv", h, w, c, oc, k);
+  ASSERT_TRUE(layer.Prepare(dev, batch).ok());
+  std::vector<float> params(k * k * c * oc + oc);
+  Rng rng(4);
+  layer.InitParams(rng, params.data());
+  const std::vector<float> x = RandomVector(batch * h * w * c, 12);
+  std::vector<float> y(batch * layer.output_size());
+  ASSERT_TRUE(layer.Forward(dev, params.data(), x.data(), batch, y.data()).ok());
+  const int oh_n = h - k + 1, ow_n = w - k + 1;
+  for (int n = 0; n < batch; ++n) {
+    for (int oh = 0; oh < oh_n; ++oh) {
+      for (int ow = 0; ow < ow_n; ++ow) {
+        for (int o = 0; o < oc; ++o) {
+          double sum = params[k * k * c * oc + o];
+          for (int kh = 0; kh < k; ++kh) {
+            for (int kw = 0; kw < k; ++kw) {
+              for (int ci = 0; ci < c; ++ci) {
+                sum += static_cast<double>(x[((n * h + oh + kh) * w + ow + kw) * c + ci]) *
+                       params[((kh * k + kw) * c + ci) * oc + o];
+              }
+            }
+          }
+          EXPECT_NEAR(y[((n * oh_n + oh) * ow_n + ow) * oc + o], sum, 1e-5);
+        }
+      }
+    }
+  }
+}
+
+TEST(Im2Col, Col2ImIsItsAdjoint) {
+  // <Im2Col(x), c> == <x, Col2Im(c)> for any x and c.
+  CpuDevice dev;
+  const int batch = 2, h = 7, w = 6, ch = 3, k = 4;
+  const int rows = batch * (h - k + 1) * (w - k + 1);
+  const std::vector<float> x = RandomVector(batch * h * w * ch, 1);
+  const std::vector<float> c = RandomVector(rows * k * k * ch, 2);
+  std::vector<float> cols(c.size()), back(x.size());
+  ASSERT_TRUE(dev.Im2Col(batch, h, w, ch, k, x.data(), cols.data()).ok());
+  ASSERT_TRUE(dev.Col2Im(batch, h, w, ch, k, c.data(), back.data()).ok());
+  double lhs = 0, rhs = 0;
+  for (size_t i = 0; i < c.size(); ++i) lhs += static_cast<double>(cols[i]) * c[i];
+  for (size_t i = 0; i < x.size(); ++i) rhs += static_cast<double>(x[i]) * back[i];
+  EXPECT_NEAR(lhs, rhs, 1e-6 * std::abs(lhs));
+}
+
+TEST(MaxPool2d, PicksTheWindowMaximum) {
+  CpuDevice dev;
+  // One 2x4 single-channel image: windows {1, 5, 2, 0} and {3, -1, 7, 4}.
+  const std::vector<float> x = {1, 5, 3, -1, 2, 0, 7, 4};
+  std::vector<float> y(2);
+  std::vector<int32_t> argmax(2);
+  ASSERT_TRUE(dev.MaxPoolForward(1, 2, 4, 1, 2, x.data(), y.data(), argmax.data()).ok());
+  EXPECT_EQ(y, (std::vector<float>{5, 7}));
+  EXPECT_EQ(argmax, (std::vector<int32_t>{1, 6}));
+  EXPECT_EQ(dev.MaxPoolForward(1, 3, 4, 1, 2, x.data(), y.data(), argmax.data()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Cnn, WholeModelGradientMatchesFiniteDifferences) {
+  CpuDevice dev;
+  const int batch = 2;
+  auto model = MakeCnn(ImageShape{16, 16, 1}, {8}, 3, dev, batch);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const int64_t n = (*model)->layout().total();
+  std::vector<float> params(n);
+  (*model)->InitParams(5, params.data());
+  const std::vector<float> x = RandomVector(batch * 256, 44);
+  const std::vector<int32_t> labels = {2, 0};
+  std::vector<float> grads(n, 0.0f);
+  ASSERT_TRUE(
+      (*model)
+          ->ForwardBackward(params.data(), x.data(), labels.data(), batch, 1.0f, grads.data())
+          .ok());
+  auto mean_loss = [&](const std::vector<float>& p) {
+    auto s = (*model)->Evaluate(p.data(), x.data(), labels.data(), batch);
+    EXPECT_TRUE(s.ok());
+    return s->loss_sum / batch;
+  };
+  // A strided sample of every tensor; the check is deterministic (fixed seeds).
+  const float h = 1e-3f;
+  int checked = 0;
+  int disagreeing = 0;
+  for (int64_t i = 0; i < n; i += 37) {
+    std::vector<float> p = params;
+    p[i] += h;
+    const double up = mean_loss(p);
+    p[i] -= 2 * h;
+    const double down = mean_loss(p);
+    const double numeric = (up - down) / (2 * h);
+    ++checked;
+    // A perturbation can cross a ReLU or max-pool kink; allow a handful of such parameters.
+    if (std::abs(grads[i] - numeric) > 1e-3 + 0.05 * std::abs(numeric)) ++disagreeing;
+  }
+  EXPECT_GT(checked, 500);
+  EXPECT_LE(disagreeing, checked / 100) << disagreeing << " of " << checked;
 }
 
 TEST(Linear, ForwardComputesXWPlusB) {
@@ -212,7 +330,7 @@ TEST(Model, RejectsMismatchedLayerSizes) {
   layers.push_back(std::make_unique<Linear>("b", 2, 2));
   EXPECT_EQ(Model::Create("bad", std::move(layers), dev, 8).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(MakeModel(ModelSpec{"resnet", {}}, 4, 2, dev, 8).status().code(),
+  EXPECT_EQ(MakeModel(ModelSpec{"resnet", {}}, ImageShape{2, 2, 1}, 2, dev, 8).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
