@@ -1,6 +1,6 @@
 # ps_target_defaults(<target>): the warning flags and include root every project target uses.
 function(ps_target_defaults target)
-  target_compile_options(${target} PRIVATE ${PS_WARNINGS})
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${PS_WARNINGS}>)
   target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR})
 endfunction()
 

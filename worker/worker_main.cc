@@ -12,13 +12,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/cli.h"
-#include "common/cpu_device.h"
 #include "common/dataset.h"
 #include "common/json_lines.h"
 #include "common/logging.h"
 #include "common/model.h"
 #include "common/shutdown_signal.h"
 #include "spdlog/spdlog.h"
+#include "worker/device_select.h"
 #include "worker/grpc_parameter_client.h"
 #include "worker/trainer.h"
 
@@ -47,7 +47,7 @@ ABSL_FLAG(bool, evaluate, false,
           "Observer mode: read the current weights, evaluate the test set, write --summary_out.");
 ABSL_FLAG(std::string, summary_out, "", "--evaluate: write the result as one JSON object here.");
 ABSL_FLAG(std::string, weights_out, "", "--evaluate: write the weights as raw float32 here.");
-ABSL_FLAG(std::string, device, "cpu", "Compute device: cpu.");
+ABSL_FLAG(std::string, device, "cpu", "Compute device: cpu, cuda or cuda:N.");
 ABSL_FLAG(int32_t, register_timeout_s, 60, "Seconds to wait for the servers to come up.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn or error.");
 
@@ -170,10 +170,9 @@ int main(int argc, char** argv) {
     spdlog::error("{}", s.ToString());
     return ExitCodeFor(s);
   };
-  if (absl::GetFlag(FLAGS_device) != "cpu") {
-    return fail(absl::InvalidArgumentError(absl::StrCat("--device ", absl::GetFlag(FLAGS_device),
-                                                        ": this build has only the cpu device")));
-  }
+  auto device_or = ps::CreateDevice(absl::GetFlag(FLAGS_device));
+  if (!device_or.ok()) return fail(device_or.status());
+  ps::Device& device = **device_or;
   auto spec = ModelSpecFromFlags();
   if (!spec.ok()) return fail(spec.status());
   const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
@@ -181,7 +180,6 @@ int main(int argc, char** argv) {
   if (!test.ok()) return fail(test.status());
   test->Truncate(absl::GetFlag(FLAGS_test_limit));
 
-  ps::CpuDevice device;
   const int batch_size = absl::GetFlag(FLAGS_batch_size);
   if (batch_size < 1) return fail(absl::InvalidArgumentError("--batch_size must be >= 1"));
   auto model = ps::MakeModel(*spec, ps::ImageShape{test->rows, test->cols, 1}, test->num_classes,

@@ -44,6 +44,7 @@ ABSL_FLAG(double, weight_decay, 0.0, "L2 weight decay.");
 ABSL_FLAG(std::string, lr_schedule, "cosine",
           "constant, or cosine: decay to 0 over the run (the launcher counts its updates).");
 ABSL_FLAG(int64_t, warmup_updates, 0, "Linear learning-rate warmup, in updates of a shard.");
+ABSL_FLAG(std::string, device, "cpu", "Workers' compute device: cpu, cuda or cuda:N.");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the weights and the sample order.");
 ABSL_FLAG(std::vector<std::string>, straggler, {},
           "RANK:FACTOR makes that worker's compute FACTOR times slower; repeatable, or "
@@ -278,6 +279,7 @@ int main(int argc, char** argv) {
         absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
         absl::StrCat("--train_limit=", absl::GetFlag(FLAGS_train_limit)),
         absl::StrCat("--slowdown=", slowdown[r]),
+        absl::StrCat("--device=", absl::GetFlag(FLAGS_device)),
         absl::StrCat("--metrics_file=", metrics_dir, "/worker-", r, ".jsonl")};
     args.insert(args.end(), model_args.begin(), model_args.end());
     auto id = children.Start(absl::StrCat("worker-", r), args);
@@ -347,6 +349,7 @@ int main(int argc, char** argv) {
       .Add("accumulate", absl::GetFlag(FLAGS_accumulate))
       .Add("effective_batch",
            int64_t{workers} * absl::GetFlag(FLAGS_batch_size) * absl::GetFlag(FLAGS_accumulate))
+      .Add("device", absl::GetFlag(FLAGS_device))
       .Add("optimizer", absl::GetFlag(FLAGS_optimizer))
       .Add("lr", absl::GetFlag(FLAGS_lr))
       .Add("lr_schedule", absl::GetFlag(FLAGS_lr_schedule))
