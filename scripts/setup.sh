@@ -3,7 +3,9 @@
 # into build/ (binaries in build/bin/). Idempotent: a second run installs nothing and rebuilds
 # only what changed.
 #
-#   scripts/setup.sh                 # Release-like build in build/
+#   scripts/setup.sh                 # optimised build in build/ (with the CUDA device when nvcc
+#                                    # is found: -DPS_ENABLE_CUDA=AUTO)
+#   BUILD_DIR=build-cpu CMAKE_ARGS="-DPS_ENABLE_CUDA=OFF" scripts/setup.sh
 #   BUILD_DIR=build-asan CMAKE_ARGS="-DPS_SANITIZE=ON" scripts/setup.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +29,11 @@ if ((${#missing[@]} > 0)); then
   if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The CUDA toolkit installs nvcc outside the default PATH; CMake's AUTO finds it there.
+if ! command -v nvcc >/dev/null 2>&1 && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  export PATH="/usr/local/cuda/bin:$PATH"
 fi
 
 BUILD_DIR="${BUILD_DIR:-build}"

@@ -1,16 +1,25 @@
 #!/usr/bin/env bash
-# Runs every test: set-up if needed (packages and build), then ctest on build/.
-# With SANITIZE=1 it also builds build-asan/ with AddressSanitizer + UndefinedBehaviorSanitizer
-# and runs every test there too, the multi-process end-to-end tests included.
+# Runs every test: set-up if needed (packages and build), then ctest.
+# - build/: the default build, with the CUDA device when nvcc is found (its GPU tests skip
+#   without a GPU);
+# - build-cpu/: when build/ has CUDA, the CPU-only build (-DPS_ENABLE_CUDA=OFF) too, so both
+#   configurations stay green;
+# - build-asan/: with SANITIZE=1, AddressSanitizer + UndefinedBehaviorSanitizer (CPU only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+JOBS="${CTEST_JOBS:-2}"
 
 scripts/setup.sh
-(cd build && ctest --output-on-failure -j "${CTEST_JOBS:-2}")
+(cd build && ctest --output-on-failure -j "$JOBS")
+
+if grep -q '^PS_CUDA_BUILT:INTERNAL=TRUE' build/CMakeCache.txt; then
+  BUILD_DIR=build-cpu CMAKE_ARGS="-DPS_ENABLE_CUDA=OFF -DPS_BUILD_BENCH=OFF" scripts/setup.sh
+  (cd build-cpu && ctest --output-on-failure -j "$JOBS")
+fi
 
 if [[ "${SANITIZE:-0}" == "1" ]]; then
-  BUILD_DIR=build-asan CMAKE_ARGS="-DPS_SANITIZE=ON -DPS_BUILD_BENCH=OFF" BUILD_TYPE=Debug \
-    scripts/setup.sh
+  BUILD_DIR=build-asan CMAKE_ARGS="-DPS_SANITIZE=ON -DPS_ENABLE_CUDA=OFF -DPS_BUILD_BENCH=OFF" \
+    BUILD_TYPE=Debug scripts/setup.sh
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --output-on-failure -j "${CTEST_JOBS:-2}")
+    ctest --output-on-failure -j "$JOBS")
 fi

@@ -1,0 +1,168 @@
+// ps_bench_device: forward+backward throughput of the MLP and the CNN on each device this build
+// and machine have (cpu always; cuda when a GPU is visible), at batch 64 and 512, with the share
+// of a training step spent in host<->device copies, and the SGEMM rate of the CNN's largest
+// layer (conv2 as im2col + GEMM). One JSON line per measurement; GPU lines carry ratio_vs_cpu,
+// against the CPU figure measured in the same run.
+//
+//   ps_bench_device [--seconds 1.5] [--devices cpu,cuda]
+
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/cli.h"
+#include "common/json_lines.h"
+#include "common/model.h"
+#include "common/random.h"
+#include "worker/device_select.h"
+
+ABSL_FLAG(double, seconds, 1.5, "Minimum measuring time per figure.");
+ABSL_FLAG(std::string, devices, "cpu,cuda", "Devices to measure; unavailable ones are skipped.");
+
+namespace {
+
+struct StepTimes {
+  double samples_per_sec = 0;  // forward + backward only
+  double copy_share = 0;       // host<->device copies / whole step
+  double step_ms = 0;
+};
+
+// Times training steps of `spec` at `batch`: copy weights and a batch in, forward+backward,
+// copy the gradient out.
+absl::StatusOr<StepTimes> MeasureSteps(ps::Device& dev, const ps::ModelSpec& spec, int batch,
+                                       double seconds) {
+  const ps::ImageShape shape{28, 28, 1};
+  auto model = ps::MakeModel(spec, shape, 10, dev, batch);
+  if (!model.ok()) return model.status();
+  const int64_t n = (*model)->layout().total();
+  std::vector<float> params(n), grads(n);
+  (*model)->InitParams(1, params.data());
+  ps::Rng rng(2);
+  std::vector<float> x(batch * shape.features());
+  for (float& v : x) v = rng.Uniform(-1, 1);
+  std::vector<int32_t> y(batch);
+  for (int i = 0; i < batch; ++i) y[i] = i % 10;
+  auto p = dev.Allocate(n * sizeof(float));
+  auto g = dev.Allocate(n * sizeof(float));
+  auto xd = dev.Allocate(x.size() * sizeof(float));
+  auto yd = dev.Allocate(y.size() * sizeof(int32_t));
+  if (!p.ok() || !g.ok() || !xd.ok() || !yd.ok()) return absl::ResourceExhaustedError("allocate");
+  absl::Duration copies, compute;
+  int steps = 0;
+  const absl::Time start = absl::Now();
+  for (int i = 0;; ++i) {
+    const absl::Time t0 = absl::Now();
+    auto st = dev.CopyToDevice(params.data(), n * sizeof(float), p->as<float>());
+    if (st.ok()) st = dev.CopyToDevice(x.data(), x.size() * sizeof(float), xd->as<float>());
+    if (st.ok()) st = dev.CopyToDevice(y.data(), y.size() * sizeof(int32_t), yd->as<int32_t>());
+    if (st.ok()) st = dev.Fill(0.0f, n, g->as<float>());
+    if (!st.ok()) return st;
+    const absl::Time t1 = absl::Now();
+    auto s = (*model)->ForwardBackward(p->as<float>(), xd->as<float>(), yd->as<int32_t>(), batch,
+                                       1.0f, g->as<float>());
+    if (!s.ok()) return s.status();
+    if (auto sync = dev.Synchronize(); !sync.ok()) return sync;
+    const absl::Time t2 = absl::Now();
+    if (auto c = dev.CopyToHost(g->as<float>(), n * sizeof(float), grads.data()); !c.ok()) return c;
+    const absl::Time t3 = absl::Now();
+    if (i == 0) continue;  // warm-up: first-touch allocations, cuBLAS heuristics
+    copies += (t1 - t0) + (t3 - t2);
+    compute += t2 - t1;
+    ++steps;
+    if (steps >= 3 && absl::Now() - start > absl::Seconds(seconds)) break;
+  }
+  StepTimes out;
+  out.samples_per_sec = steps * batch / absl::ToDoubleSeconds(compute);
+  out.copy_share = absl::ToDoubleSeconds(copies) / absl::ToDoubleSeconds(copies + compute);
+  out.step_ms = absl::ToDoubleMilliseconds(copies + compute) / steps;
+  return out;
+}
+
+// SGEMM rate of conv2's forward product at batch 512: (512*8*8, 800) x (800, 64).
+absl::StatusOr<double> GemmTflops(ps::Device& dev, double seconds) {
+  const int m = 512 * 8 * 8, n = 64, k = 800;
+  auto a = dev.Allocate(sizeof(float) * m * k);
+  auto b = dev.Allocate(sizeof(float) * k * n);
+  auto c = dev.Allocate(sizeof(float) * m * n);
+  if (!a.ok() || !b.ok() || !c.ok()) return absl::ResourceExhaustedError("allocate");
+  int reps = 0;
+  if (auto s = dev.Gemm(false, false, m, n, k, 1, a->as<float>(), b->as<float>(), 0, c->as<float>());
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = dev.Synchronize(); !s.ok()) return s;
+  const absl::Time start = absl::Now();
+  while (reps < 3 || absl::Now() - start < absl::Seconds(seconds)) {
+    for (int i = 0; i < 10; ++i) {
+      auto s = dev.Gemm(false, false, m, n, k, 1, a->as<float>(), b->as<float>(), 0, c->as<float>());
+      if (!s.ok()) return s;
+    }
+    if (auto s = dev.Synchronize(); !s.ok()) return s;
+    reps += 10;
+  }
+  return 2.0 * m * n * k * reps / absl::ToDoubleSeconds(absl::Now() - start) / 1e12;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ps::ParseCommandLine(argc, argv, "Per-device forward+backward throughput of the MLP and CNN.");
+  const double seconds = absl::GetFlag(FLAGS_seconds);
+  std::map<std::string, double> cpu_rate;  // "model/batch" and "gemm" -> CPU figure
+  int failures = 0;
+  for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_devices), ',')) {
+    auto dev = ps::CreateDevice(std::string(name));
+    if (!dev.ok()) {
+      std::fprintf(stderr, "skipping %s: %s\n", std::string(name).c_str(),
+                   dev.status().ToString().c_str());
+      continue;
+    }
+    const bool is_cpu = name == "cpu";
+    for (const char* model : {"mlp", "cnn"}) {
+      for (int batch : {64, 512}) {
+        auto t = MeasureSteps(**dev, ps::ModelSpec{model, {}}, batch, seconds);
+        if (!t.ok()) {
+          std::fprintf(stderr, "%s %s %d: %s\n", std::string(name).c_str(), model, batch,
+                       t.status().ToString().c_str());
+          ++failures;
+          continue;
+        }
+        const std::string key = std::string(model) + "/" + std::to_string(batch);
+        if (is_cpu) cpu_rate[key] = t->samples_per_sec;
+        ps::JsonObject line;
+        line.Add("bench", "fwd_bwd")
+            .Add("device", (*dev)->name())
+            .Add("model", model)
+            .Add("batch", batch)
+            .Add("samples_per_sec", t->samples_per_sec)
+            .Add("step_ms", t->step_ms)
+            .Add("copy_share", t->copy_share);
+        if (!is_cpu && cpu_rate.count(key)) {
+          line.Add("ratio_vs_cpu", t->samples_per_sec / cpu_rate[key]);
+        }
+        std::printf("%s\n", line.str().c_str());
+        std::fflush(stdout);
+      }
+    }
+    auto tflops = GemmTflops(**dev, seconds);
+    if (!tflops.ok()) {
+      ++failures;
+      continue;
+    }
+    if (is_cpu) cpu_rate["gemm"] = *tflops;
+    ps::JsonObject line;
+    line.Add("bench", "sgemm_conv2")
+        .Add("device", (*dev)->name())
+        .Add("m", 32768)
+        .Add("n", 64)
+        .Add("k", 800)
+        .Add("tflops", *tflops);
+    if (!is_cpu && cpu_rate.count("gemm")) line.Add("ratio_vs_cpu", *tflops / cpu_rate["gemm"]);
+    std::printf("%s\n", line.str().c_str());
+  }
+  return failures == 0 ? 0 : 1;
+}
