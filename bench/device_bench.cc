@@ -90,7 +90,8 @@ absl::StatusOr<double> GemmTflops(ps::Device& dev, double seconds) {
   auto c = dev.Allocate(sizeof(float) * m * n);
   if (!a.ok() || !b.ok() || !c.ok()) return absl::ResourceExhaustedError("allocate");
   int reps = 0;
-  if (auto s = dev.Gemm(false, false, m, n, k, 1, a->as<float>(), b->as<float>(), 0, c->as<float>());
+  if (auto s =
+          dev.Gemm(false, false, m, n, k, 1, a->as<float>(), b->as<float>(), 0, c->as<float>());
       !s.ok()) {
     return s;
   }
@@ -98,7 +99,8 @@ absl::StatusOr<double> GemmTflops(ps::Device& dev, double seconds) {
   const absl::Time start = absl::Now();
   while (reps < 3 || absl::Now() - start < absl::Seconds(seconds)) {
     for (int i = 0; i < 10; ++i) {
-      auto s = dev.Gemm(false, false, m, n, k, 1, a->as<float>(), b->as<float>(), 0, c->as<float>());
+      auto s =
+          dev.Gemm(false, false, m, n, k, 1, a->as<float>(), b->as<float>(), 0, c->as<float>());
       if (!s.ok()) return s;
     }
     if (auto s = dev.Synchronize(); !s.ok()) return s;

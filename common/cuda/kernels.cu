@@ -1,6 +1,6 @@
-#include "common/cuda/kernels.cuh"
-
 #include <cfloat>
+
+#include "common/cuda/kernels.cuh"
 
 namespace ps::cuda {
 
@@ -187,8 +187,7 @@ __global__ void MaxPoolForwardKernel(int batch, int height, int width, int chann
   }
 }
 
-__global__ void MaxPoolScatterKernel(int64_t n, const float* dy, const int32_t* argmax,
-                                     float* dx) {
+__global__ void MaxPoolScatterKernel(int64_t n, const float* dy, const int32_t* argmax, float* dx) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{blockDim.x} * gridDim.x) {
     dx[argmax[i]] = dy[i];
@@ -229,8 +228,7 @@ cudaError_t LaunchReluBackward(int64_t n, const float* y, const float* dy, float
 
 cudaError_t LaunchSoftmaxCrossEntropy(int rows, int classes, const float* logits,
                                       const int32_t* labels, float* probs, float* loss_per_row,
-                                      float* correct_per_row, int* bad_label,
-                                      cudaStream_t stream) {
+                                      float* correct_per_row, int* bad_label, cudaStream_t stream) {
   SoftmaxCrossEntropyKernel<<<BlocksFor(rows), kThreads, 0, stream>>>(
       rows, classes, logits, labels, probs, loss_per_row, correct_per_row, bad_label);
   return cudaGetLastError();
@@ -249,10 +247,10 @@ cudaError_t LaunchSum(int64_t n, const float* x, double* out, cudaStream_t strea
   return cudaGetLastError();
 }
 
-cudaError_t LaunchIm2Col(int batch, int height, int width, int channels, int kernel,
-                         const float* x, float* cols, cudaStream_t stream) {
-  const int64_t n = int64_t{batch} * (height - kernel + 1) * (width - kernel + 1) * kernel *
-                    kernel * channels;
+cudaError_t LaunchIm2Col(int batch, int height, int width, int channels, int kernel, const float* x,
+                         float* cols, cudaStream_t stream) {
+  const int64_t n =
+      int64_t{batch} * (height - kernel + 1) * (width - kernel + 1) * kernel * kernel * channels;
   Im2ColKernel<<<BlocksFor(n), kThreads, 0, stream>>>(batch, height, width, channels, kernel, x,
                                                       cols);
   return cudaGetLastError();
@@ -261,8 +259,8 @@ cudaError_t LaunchIm2Col(int batch, int height, int width, int channels, int ker
 cudaError_t LaunchCol2Im(int batch, int height, int width, int channels, int kernel,
                          const float* dcols, float* dx, cudaStream_t stream) {
   const int64_t n = int64_t{batch} * height * width * channels;
-  Col2ImKernel<<<BlocksFor(n), kThreads, 0, stream>>>(batch, height, width, channels, kernel,
-                                                      dcols, dx);
+  Col2ImKernel<<<BlocksFor(n), kThreads, 0, stream>>>(batch, height, width, channels, kernel, dcols,
+                                                      dx);
   return cudaGetLastError();
 }
 

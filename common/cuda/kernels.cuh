@@ -31,8 +31,8 @@ cudaError_t LaunchSoftmaxCrossEntropyBackward(int rows, int classes, const float
 // *out = sum of x[0..n), accumulated in double by one block.
 cudaError_t LaunchSum(int64_t n, const float* x, double* out, cudaStream_t stream);
 // x NHWC (batch, height, width, channels) -> cols (batch*out_h*out_w, kernel*kernel*channels)
-cudaError_t LaunchIm2Col(int batch, int height, int width, int channels, int kernel,
-                         const float* x, float* cols, cudaStream_t stream);
+cudaError_t LaunchIm2Col(int batch, int height, int width, int channels, int kernel, const float* x,
+                         float* cols, cudaStream_t stream);
 // One thread per pixel of dx: gathers every patch entry that was taken from it (no atomics).
 cudaError_t LaunchCol2Im(int batch, int height, int width, int channels, int kernel,
                          const float* dcols, float* dx, cudaStream_t stream);
