@@ -39,12 +39,20 @@ absl::StatusOr<StepTimes> MeasureSteps(ps::Device& dev, const ps::ModelSpec& spe
   auto model = ps::MakeModel(spec, shape, 10, dev, batch);
   if (!model.ok()) return model.status();
   const int64_t n = (*model)->layout().total();
-  std::vector<float> params(n), grads(n);
+  // Host buffers as the trainer has them: the device's preferred (pinned, for CUDA) memory.
+  auto params_h = dev.AllocateHost(n * sizeof(float));
+  auto grads_h = dev.AllocateHost(n * sizeof(float));
+  auto x_h = dev.AllocateHost(sizeof(float) * batch * shape.features());
+  auto y_h = dev.AllocateHost(sizeof(int32_t) * batch);
+  if (!params_h.ok() || !grads_h.ok() || !x_h.ok() || !y_h.ok()) {
+    return absl::ResourceExhaustedError("host allocation");
+  }
+  const absl::Span<float> params(params_h->as<float>(), n), grads(grads_h->as<float>(), n);
+  const absl::Span<float> x(x_h->as<float>(), batch * shape.features());
+  const absl::Span<int32_t> y(y_h->as<int32_t>(), batch);
   (*model)->InitParams(1, params.data());
   ps::Rng rng(2);
-  std::vector<float> x(batch * shape.features());
   for (float& v : x) v = rng.Uniform(-1, 1);
-  std::vector<int32_t> y(batch);
   for (int i = 0; i < batch; ++i) y[i] = i % 10;
   auto p = dev.Allocate(n * sizeof(float));
   auto g = dev.Allocate(n * sizeof(float));

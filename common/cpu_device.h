@@ -15,6 +15,8 @@ class CpuDevice final : public Device {
   explicit CpuDevice(int blas_threads = 1);
   std::string name() const override { return "cpu"; }
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
+  // Host and device memory are the same here.
+  absl::StatusOr<DeviceBuffer> AllocateHost(size_t bytes) override { return Allocate(bytes); }
   absl::Status CopyToDevice(const void* host, size_t bytes, void* device) override;
   absl::Status CopyToHost(const void* device, size_t bytes, void* host) override;
   absl::Status Fill(float value, int64_t n, float* x) override;

@@ -41,8 +41,12 @@ class Device {
   virtual ~Device() = default;
   virtual std::string name() const = 0;
 
-  // Memory. Allocate returns zero-filled memory or RESOURCE_EXHAUSTED.
+  // Memory. Allocate returns zero-filled device memory or RESOURCE_EXHAUSTED.
   virtual absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) = 0;
+  // Zero-filled host memory that this device copies to and from fastest: page-locked (pinned)
+  // for CUDA, so copies are DMA transfers without a staging copy. The trainer keeps the weights
+  // it pulls and the gradients it pushes here.
+  virtual absl::StatusOr<DeviceBuffer> AllocateHost(size_t bytes) = 0;
   virtual absl::Status CopyToDevice(const void* host, size_t bytes, void* device) = 0;
   virtual absl::Status CopyToHost(const void* device, size_t bytes, void* host) = 0;
   virtual absl::Status Fill(float value, int64_t n, float* x) = 0;

@@ -109,8 +109,12 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   const int64_t total_steps = plan.steps_per_epoch() * options_.epochs;
 
   const int64_t n = model_.layout().total();
-  std::vector<float> params(n);
-  std::vector<float> grads(n);
+  // Weights and gradients live in the device's preferred host memory (pinned for CUDA): pulls
+  // write into it and pushes read from it, with no staging copy on the way to the device.
+  ASSIGN_OR_RETURN(DeviceBuffer params_host, device_.AllocateHost(n * sizeof(float)));
+  ASSIGN_OR_RETURN(DeviceBuffer grads_host, device_.AllocateHost(n * sizeof(float)));
+  const absl::Span<float> params(params_host.as<float>(), n);
+  const absl::Span<float> grads(grads_host.as<float>(), n);
   if (!cluster.initialized) {
     model_.InitParams(options_.seed, params.data());
     RETURN_IF_ERROR(client_.Init(params));
@@ -128,8 +132,10 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   ASSIGN_OR_RETURN(DeviceBuffer grads_dev, device_.Allocate(n * sizeof(float)));
   ASSIGN_OR_RETURN(DeviceBuffer x_dev, device_.Allocate(sizeof(float) * b * features));
   ASSIGN_OR_RETURN(DeviceBuffer y_dev, device_.Allocate(sizeof(int32_t) * b));
-  std::vector<float> x(static_cast<size_t>(b) * features);
-  std::vector<int32_t> y(b);
+  ASSIGN_OR_RETURN(DeviceBuffer x_host, device_.AllocateHost(sizeof(float) * b * features));
+  ASSIGN_OR_RETURN(DeviceBuffer y_host, device_.AllocateHost(sizeof(int32_t) * b));
+  float* x = x_host.as<float>();
+  int32_t* y = y_host.as<int32_t>();
   std::vector<int32_t> indices;
 
   const absl::Time start = absl::Now();
@@ -139,18 +145,16 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   for (int64_t step = cluster.resume_clock; step < total_steps; ++step) {
     if (stop.load()) return absl::CancelledError("stopped by signal");
     const absl::Time t0 = absl::Now();
-    ASSIGN_OR_RETURN(PullStats pulled,
-                     client_.Pull(step, /*no_wait=*/false, absl::MakeSpan(params)));
+    ASSIGN_OR_RETURN(PullStats pulled, client_.Pull(step, /*no_wait=*/false, params));
     const absl::Time t1 = absl::Now();
     RETURN_IF_ERROR(device_.CopyToDevice(params.data(), n * sizeof(float), params_dev.as<float>()));
     RETURN_IF_ERROR(device_.Fill(0.0f, n, grads_dev.as<float>()));
     BatchStats step_stats;
     for (int micro = 0; micro < options_.accumulate; ++micro) {
       plan.MicroBatch(step, micro, &indices);
-      train_.Gather(indices.data(), b, x.data(), y.data());
-      RETURN_IF_ERROR(
-          device_.CopyToDevice(x.data(), sizeof(float) * b * features, x_dev.as<float>()));
-      RETURN_IF_ERROR(device_.CopyToDevice(y.data(), sizeof(int32_t) * b, y_dev.as<int32_t>()));
+      train_.Gather(indices.data(), b, x, y);
+      RETURN_IF_ERROR(device_.CopyToDevice(x, sizeof(float) * b * features, x_dev.as<float>()));
+      RETURN_IF_ERROR(device_.CopyToDevice(y, sizeof(int32_t) * b, y_dev.as<int32_t>()));
       ASSIGN_OR_RETURN(
           BatchStats s,
           model_.ForwardBackward(params_dev.as<float>(), x_dev.as<float>(), y_dev.as<int32_t>(), b,
@@ -198,7 +202,7 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
     const bool epoch_end = (step + 1) % plan.steps_per_epoch() == 0;
     if (epoch_end && options_.evaluate_each_epoch && test_ != nullptr) {
       // An observer read: the freshest weights, whatever the consistency mode.
-      RETURN_IF_ERROR(client_.Pull(step + 1, /*no_wait=*/true, absl::MakeSpan(params)).status());
+      RETURN_IF_ERROR(client_.Pull(step + 1, /*no_wait=*/true, params).status());
       RETURN_IF_ERROR(
           device_.CopyToDevice(params.data(), n * sizeof(float), params_dev.as<float>()));
       ASSIGN_OR_RETURN(BatchStats test,

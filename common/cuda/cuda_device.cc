@@ -1,5 +1,7 @@
 #include "common/cuda/cuda_device.h"
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "common/cuda/kernels.cuh"
 #include "common/status_macros.h"
@@ -64,6 +66,17 @@ absl::StatusOr<DeviceBuffer> CudaDevice::Allocate(size_t bytes) {
   RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(p, 0, bytes, stream_), "cudaMemsetAsync"));
   RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
   return DeviceBuffer(p, bytes, [](void* q) { cudaFree(q); });
+}
+
+absl::StatusOr<DeviceBuffer> CudaDevice::AllocateHost(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t err = cudaMallocHost(&p, std::max<size_t>(bytes, 4));
+  if (err != cudaSuccess) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cudaMallocHost of ", bytes, " bytes: ", cudaGetErrorString(err)));
+  }
+  std::memset(p, 0, bytes);
+  return DeviceBuffer(p, bytes, [](void* q) { cudaFreeHost(q); });
 }
 
 absl::Status CudaDevice::CopyToDevice(const void* host, size_t bytes, void* device) {

@@ -23,6 +23,7 @@ class CudaDevice final : public Device {
 
   std::string name() const override;
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
+  absl::StatusOr<DeviceBuffer> AllocateHost(size_t bytes) override;
   absl::Status CopyToDevice(const void* host, size_t bytes, void* device) override;
   absl::Status CopyToHost(const void* device, size_t bytes, void* host) override;
   absl::Status Fill(float value, int64_t n, float* x) override;
