@@ -68,6 +68,41 @@ void CheckLayerGradients(Layer& layer, std::vector<float> x, int batch, double t
   }
 }
 
+// Central differences of the model's mean loss for every `stride`-th parameter, beside the
+// analytic gradient: {index, analytic, numeric}.
+struct GradientPair {
+  int64_t index;
+  double analytic;
+  double numeric;
+};
+std::vector<GradientPair> WholeModelGradients(Model& model, const std::vector<float>& params,
+                                              const std::vector<float>& x,
+                                              const std::vector<int32_t>& labels, float h,
+                                              int64_t stride) {
+  const int batch = static_cast<int>(labels.size());
+  const int64_t n = model.layout().total();
+  std::vector<float> grads(n, 0.0f);
+  auto stats =
+      model.ForwardBackward(params.data(), x.data(), labels.data(), batch, 1.0f, grads.data());
+  EXPECT_TRUE(stats.ok());
+  auto mean_loss = [&](const std::vector<float>& p) {
+    auto s = model.Evaluate(p.data(), x.data(), labels.data(), batch);
+    EXPECT_TRUE(s.ok());
+    return s->loss_sum / batch;
+  };
+  EXPECT_NEAR(stats->loss_sum / batch, mean_loss(params), 1e-6);
+  std::vector<GradientPair> out;
+  for (int64_t i = 0; i < n; i += stride) {
+    std::vector<float> p = params;
+    p[i] += h;
+    const double up = mean_loss(p);
+    p[i] -= 2 * h;
+    const double down = mean_loss(p);
+    out.push_back({i, grads[i], (up - down) / (2 * h)});
+  }
+  return out;
+}
+
 TEST(Linear, GradientsMatchFiniteDifferences) {
   Linear layer("fc", 5, 3);
   CheckLayerGradients(layer, RandomVector(4 * 5, 3), 4, 1e-3);
@@ -169,30 +204,13 @@ TEST(Cnn, WholeModelGradientMatchesFiniteDifferences) {
   (*model)->InitParams(5, params.data());
   const std::vector<float> x = RandomVector(batch * 256, 44);
   const std::vector<int32_t> labels = {2, 0};
-  std::vector<float> grads(n, 0.0f);
-  ASSERT_TRUE(
-      (*model)
-          ->ForwardBackward(params.data(), x.data(), labels.data(), batch, 1.0f, grads.data())
-          .ok());
-  auto mean_loss = [&](const std::vector<float>& p) {
-    auto s = (*model)->Evaluate(p.data(), x.data(), labels.data(), batch);
-    EXPECT_TRUE(s.ok());
-    return s->loss_sum / batch;
-  };
   // A strided sample of every tensor; the check is deterministic (fixed seeds).
-  const float h = 1e-3f;
-  int checked = 0;
+  const auto pairs = WholeModelGradients(**model, params, x, labels, 1e-3f, 37);
+  const int checked = static_cast<int>(pairs.size());
   int disagreeing = 0;
-  for (int64_t i = 0; i < n; i += 37) {
-    std::vector<float> p = params;
-    p[i] += h;
-    const double up = mean_loss(p);
-    p[i] -= 2 * h;
-    const double down = mean_loss(p);
-    const double numeric = (up - down) / (2 * h);
-    ++checked;
+  for (const GradientPair& g : pairs) {
     // A perturbation can cross a ReLU or max-pool kink; allow a handful of such parameters.
-    if (std::abs(grads[i] - numeric) > 1e-3 + 0.05 * std::abs(numeric)) ++disagreeing;
+    if (std::abs(g.analytic - g.numeric) > 1e-3 + 0.05 * std::abs(g.numeric)) ++disagreeing;
   }
   EXPECT_GT(checked, 500);
   EXPECT_LE(disagreeing, checked / 100) << disagreeing << " of " << checked;
@@ -281,24 +299,8 @@ TEST(Mlp, WholeModelGradientMatchesFiniteDifferences) {
     ASSERT_LT(seed, 1000u) << "no kink-free input found";
   }
   const std::vector<int32_t> labels = {0, 2, 1, 2};
-  std::vector<float> grads(n, 0.0f);
-  auto stats =
-      (*model)->ForwardBackward(params.data(), x.data(), labels.data(), batch, 1.0f, grads.data());
-  ASSERT_TRUE(stats.ok());
-  auto mean_loss = [&](const std::vector<float>& p) {
-    auto s = (*model)->Evaluate(p.data(), x.data(), labels.data(), batch);
-    EXPECT_TRUE(s.ok());
-    return s->loss_sum / batch;
-  };
-  EXPECT_NEAR(stats->loss_sum / batch, mean_loss(params), 1e-6);
-  const float h = 2e-3f;
-  for (int64_t i = 0; i < n; ++i) {
-    std::vector<float> p = params;
-    p[i] += h;
-    const double up = mean_loss(p);
-    p[i] -= 2 * h;
-    const double down = mean_loss(p);
-    EXPECT_NEAR(grads[i], (up - down) / (2 * h), 1e-3) << "param " << i;
+  for (const GradientPair& g : WholeModelGradients(**model, params, x, labels, 2e-3f, 1)) {
+    EXPECT_NEAR(g.analytic, g.numeric, 1e-3) << "param " << g.index;
   }
 }
 
