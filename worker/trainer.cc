@@ -89,7 +89,12 @@ Trainer::Trainer(const TrainerOptions& options, Model& model, Device& device,
       on_epoch_(std::move(on_epoch)) {}
 
 absl::Status Trainer::Run(const std::atomic<bool>& stop) {
-  if (options_.slowdown < 1.0) return absl::InvalidArgumentError("slowdown must be >= 1");
+  RETURN_IF_ERROR(ValidateDelayOptions(options_.delays));
+  DelayOptions delay_options = options_.delays;
+  delay_options.seed = options_.seed;
+  delay_options.rank = options_.rank;
+  DelayInjector delays(delay_options);
+  absl::Duration last_push = absl::ZeroDuration();
   if (options_.batch_size > model_.max_batch()) {
     return absl::InvalidArgumentError("batch_size exceeds the model's max_batch");
   }
@@ -165,7 +170,10 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
     }
     RETURN_IF_ERROR(device_.CopyToHost(grads_dev.as<float>(), n * sizeof(float), grads.data()));
     const absl::Time t2 = absl::Now();
-    if (options_.slowdown > 1.0) absl::SleepFor((t2 - t1) * (options_.slowdown - 1.0));
+    // The injected delay stands for slower computation: it comes before the push, so the
+    // gradient arrives late and staler, as a slow worker's would.
+    const absl::Duration delay = delays.DelayFor(step, (t2 - t0) + last_push);
+    if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
     const absl::Time t2s = absl::Now();
     ASSIGN_OR_RETURN(PushStats pushed, client_.Push(step, pulled.versions,
                                                     static_cast<int>(step_stats.count), grads));
@@ -174,7 +182,9 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
     stats_.steps += 1;
     stats_.samples += step_stats.count;
     stats_.pull += t1 - t0;
-    stats_.compute += t2s - t1;
+    stats_.compute += t2 - t1;
+    stats_.injected += t2s - t2;
+    last_push = t3 - t2s;
     stats_.push += t3 - t2s;
     stats_.total += t3 - t0;
     const double loss = step_stats.loss_sum / step_stats.count;
@@ -191,7 +201,8 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
           .Add("samples", step_stats.count)
           .Add("step_ms", Ms(t3 - t0))
           .Add("pull_ms", Ms(t1 - t0))
-          .Add("compute_ms", Ms(t2s - t1))
+          .Add("compute_ms", Ms(t2 - t1))
+          .Add("injected_ms", Ms(t2s - t2))
           .Add("push_ms", Ms(t3 - t2s))
           .Add("server_wait_ms", Ms(pulled.server_wait))
           .Add("staleness", pushed.max_staleness)

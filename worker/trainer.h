@@ -18,6 +18,7 @@
 #include "common/device.h"
 #include "common/json_lines.h"
 #include "common/model.h"
+#include "worker/delay_injector.h"
 #include "worker/parameter_client.h"
 
 namespace ps {
@@ -27,8 +28,8 @@ struct TrainerOptions {
   int batch_size = 32;  // per micro-batch
   int accumulate = 1;   // micro-batches per push
   int epochs = 5;
-  uint64_t seed = 1;      // fixes the initial weights and every epoch's sample order
-  double slowdown = 1.0;  // >= 1: sleep (slowdown - 1) x compute time per step (straggler)
+  uint64_t seed = 1;    // fixes the initial weights and every epoch's sample order
+  DelayOptions delays;  // injected slowness (straggler, jitter, pause); none by default
   bool evaluate_each_epoch = false;  // measure test accuracy at each epoch end (rank 0)
   int eval_batch = 1000;             // rows per forward pass when evaluating
   absl::Duration register_timeout = absl::Seconds(60);  // wait this long for the shards
@@ -49,10 +50,11 @@ struct EpochReport {
 struct TrainStats {
   int64_t steps = 0;
   int64_t samples = 0;
-  absl::Duration pull;     // waiting for and receiving weights
-  absl::Duration compute;  // forward, backward, host<->device copies (and any slowdown)
-  absl::Duration push;     // sending gradients
-  absl::Duration total;    // the steps' wall time (excludes evaluation)
+  absl::Duration pull;      // waiting for and receiving weights
+  absl::Duration compute;   // forward, backward, host<->device copies
+  absl::Duration injected;  // sleeps added by DelayOptions before the push
+  absl::Duration push;      // sending gradients
+  absl::Duration total;     // the steps' wall time (excludes evaluation)
 };
 
 class Trainer {

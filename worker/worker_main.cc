@@ -40,8 +40,12 @@ ABSL_FLAG(std::string, data_dir, ps::kDefaultFashionMnistDir,
 ABSL_FLAG(int64_t, train_limit, 0, "Use only the first N training samples (0: all).");
 ABSL_FLAG(int64_t, test_limit, 0, "Use only the first N test samples (0: all).");
 ABSL_FLAG(std::string, metrics_file, "", "Append per-step metrics as JSON lines to this file.");
+ABSL_FLAG(std::string, jitter, "",
+          "PROBABILITY:FACTOR: each step, with that probability, takes FACTOR times the normal "
+          "step time (seeded by --seed, rank and step).");
+ABSL_FLAG(std::string, pause, "", "STEP:SECONDS: pause that long once, after computing STEP.");
 ABSL_FLAG(double, slowdown, 1.0,
-          "Straggler factor >= 1: each step's compute takes this much longer.");
+          "Straggler factor >= 1: every step takes this many times the normal step time.");
 ABSL_FLAG(bool, eval_each_epoch, true, "Rank 0 measures test accuracy at each epoch end.");
 ABSL_FLAG(bool, evaluate, false,
           "Observer mode: read the current weights, evaluate the test set, write --summary_out.");
@@ -217,7 +221,29 @@ int main(int argc, char** argv) {
   options.accumulate = absl::GetFlag(FLAGS_accumulate);
   options.epochs = absl::GetFlag(FLAGS_epochs);
   options.seed = absl::GetFlag(FLAGS_seed);
-  options.slowdown = absl::GetFlag(FLAGS_slowdown);
+  options.delays.slowdown = absl::GetFlag(FLAGS_slowdown);
+  {
+    const std::string jitter = absl::GetFlag(FLAGS_jitter);
+    if (!jitter.empty()) {
+      std::vector<std::string> parts = absl::StrSplit(jitter, ':');
+      if (parts.size() != 2 || !absl::SimpleAtod(parts[0], &options.delays.jitter_probability) ||
+          !absl::SimpleAtod(parts[1], &options.delays.jitter_factor)) {
+        return fail(absl::InvalidArgumentError(
+            absl::StrCat("--jitter '", jitter, "' must be PROBABILITY:FACTOR, e.g. 0.1:4")));
+      }
+    }
+    const std::string pause = absl::GetFlag(FLAGS_pause);
+    if (!pause.empty()) {
+      std::vector<std::string> parts = absl::StrSplit(pause, ':');
+      double seconds = 0;
+      if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &options.delays.pause_step) ||
+          !absl::SimpleAtod(parts[1], &seconds) || options.delays.pause_step < 0) {
+        return fail(absl::InvalidArgumentError(
+            absl::StrCat("--pause '", pause, "' must be STEP:SECONDS, e.g. 100:5")));
+      }
+      options.delays.pause = absl::Seconds(seconds);
+    }
+  }
   options.evaluate_each_epoch = rank == 0 && absl::GetFlag(FLAGS_eval_each_epoch);
   options.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
   if (options.accumulate < 1 || options.epochs < 1) {

@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -47,8 +48,13 @@ ABSL_FLAG(int64_t, warmup_updates, 0, "Linear learning-rate warmup, in updates o
 ABSL_FLAG(std::string, device, "cpu", "Workers' compute device: cpu, cuda or cuda:N.");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the weights and the sample order.");
 ABSL_FLAG(std::vector<std::string>, straggler, {},
-          "RANK:FACTOR makes that worker's compute FACTOR times slower; repeatable, or "
-          "comma-separated.");
+          "RANK:FACTOR makes every step of that worker take FACTOR times its normal time; "
+          "repeatable, or comma-separated.");
+ABSL_FLAG(std::string, jitter, "",
+          "PROBABILITY:FACTOR for every worker: each step, with that probability, takes FACTOR "
+          "times the normal step time (seeded).");
+ABSL_FLAG(std::vector<std::string>, pause, {},
+          "RANK:STEP:SECONDS pauses that worker once after STEP; repeatable.");
 ABSL_FLAG(std::string, data_dir, ps::kDefaultFashionMnistDir, "Fashion-MNIST folder.");
 ABSL_FLAG(int64_t, train_limit, 0, "Use only the first N training samples (0: all).");
 ABSL_FLAG(int64_t, test_limit, 0, "Use only the first N test samples (0: all).");
@@ -90,20 +96,33 @@ int WaitForPort(ChildProcesses& children, int id, const std::string& path, int s
   return 0;
 }
 
-// Sums "samples" over the "step" lines of a worker's metrics file.
-int64_t SamplesIn(const std::string& path) {
+// Totals over the "step" lines of a worker's metrics file.
+struct WorkerTotals {
+  int64_t samples = 0;
+  double step_ms = 0;         // whole steps, injected delays included
+  double server_wait_ms = 0;  // pulls held by the shards for consistency
+};
+
+// The number after "key": in a flat JSON line (0 when absent).
+double JsonNumber(const std::string& line, const std::string& key) {
+  const std::string k = "\"" + key + "\":";
+  const size_t at = line.find(k);
+  if (at == std::string::npos) return 0;
+  const size_t begin = at + k.size();
+  double v = 0;
+  return absl::SimpleAtod(line.substr(begin, line.find_first_of(",}", begin) - begin), &v) ? v : 0;
+}
+
+WorkerTotals TotalsOf(const std::string& path) {
   std::ifstream in(path);
-  std::string line;
-  int64_t total = 0;
-  while (std::getline(in, line)) {
+  WorkerTotals t;
+  for (std::string line; std::getline(in, line);) {
     if (!absl::StrContains(line, "\"kind\":\"step\"")) continue;
-    const size_t at = line.find("\"samples\":");
-    if (at == std::string::npos) continue;
-    int64_t n = 0;
-    const std::string rest = line.substr(at + 10, line.find_first_of(",}", at + 10) - at - 10);
-    if (absl::SimpleAtoi(rest, &n)) total += n;
+    t.samples += static_cast<int64_t>(JsonNumber(line, "samples"));
+    t.step_ms += JsonNumber(line, "step_ms");
+    t.server_wait_ms += JsonNumber(line, "server_wait_ms");
   }
-  return total;
+  return t;
 }
 
 std::string ReadFile(const std::string& path) {
@@ -145,6 +164,18 @@ int main(int argc, char** argv) {
       return 2;
     }
     slowdown[rank] = factor;
+  }
+  std::vector<std::string> pause(workers);
+  for (const std::string& p : absl::GetFlag(FLAGS_pause)) {
+    std::vector<std::string> parts = absl::StrSplit(p, absl::MaxSplits(':', 1));
+    int rank = -1;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &rank) || rank < 0 || rank >= workers) {
+      std::fprintf(stderr,
+                   "ps_launch: --pause '%s' must be RANK:STEP:SECONDS with 0 <= RANK < %d\n",
+                   p.c_str(), workers);
+      return 2;
+    }
+    pause[rank] = parts[1];  // STEP:SECONDS, checked by the worker
   }
   std::string metrics_dir = absl::GetFlag(FLAGS_metrics_dir);
   if (metrics_dir.empty()) {
@@ -279,6 +310,8 @@ int main(int argc, char** argv) {
         absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
         absl::StrCat("--train_limit=", absl::GetFlag(FLAGS_train_limit)),
         absl::StrCat("--slowdown=", slowdown[r]),
+        absl::StrCat("--jitter=", absl::GetFlag(FLAGS_jitter)),
+        absl::StrCat("--pause=", pause[r]),
         absl::StrCat("--device=", absl::GetFlag(FLAGS_device)),
         absl::StrCat("--metrics_file=", metrics_dir, "/worker-", r, ".jsonl")};
     args.insert(args.end(), model_args.begin(), model_args.end());
@@ -330,10 +363,22 @@ int main(int argc, char** argv) {
     }
   }
 
+  // Wait share: the part of each worker's step time its pulls spent held by the shards.
   int64_t samples = 0;
+  double step_ms = 0, wait_ms = 0;
+  std::vector<double> wait_shares;
   for (int r = 0; r < workers; ++r) {
-    samples += SamplesIn(absl::StrCat(metrics_dir, "/worker-", r, ".jsonl"));
+    const WorkerTotals t = TotalsOf(absl::StrCat(metrics_dir, "/worker-", r, ".jsonl"));
+    samples += t.samples;
+    step_ms += t.step_ms;
+    wait_ms += t.server_wait_ms;
+    wait_shares.push_back(t.step_ms > 0 ? t.server_wait_ms / t.step_ms : 0.0);
   }
+  std::string per_worker = "[";
+  for (size_t r = 0; r < wait_shares.size(); ++r) {
+    absl::StrAppend(&per_worker, r > 0 ? "," : "", absl::StrFormat("%.4f", wait_shares[r]));
+  }
+  per_worker += "]";
   const double wall_s = absl::ToDoubleSeconds(train_wall);
   std::string eval = ReadFile(eval_path);
   while (!eval.empty() && (eval.back() == '\n' || eval.back() == '}')) eval.pop_back();
@@ -357,7 +402,11 @@ int main(int argc, char** argv) {
       .Add("seed", static_cast<int64_t>(absl::GetFlag(FLAGS_seed)))
       .Add("samples", samples)
       .Add("samples_per_sec", samples / wall_s)
-      .Add("wall_seconds", wall_s);
+      .Add("wall_seconds", wall_s)
+      .Add("wait_share", step_ms > 0 ? wait_ms / step_ms : 0.0)
+      .AddRaw("worker_wait_share", per_worker)
+      .Add("jitter", absl::GetFlag(FLAGS_jitter))
+      .Add("stragglers", absl::StrJoin(absl::GetFlag(FLAGS_straggler), ","));
   // eval.json's fields (test_accuracy, final_loss, staleness, ...) complete the object.
   const std::string text =
       summary.str().substr(0, summary.str().size() - 1) + "," + eval.substr(1) + "}\n";
