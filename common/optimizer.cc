@@ -94,10 +94,10 @@ float Optimizer::LearningRate(int64_t update_index) const {
   return options_.lr;
 }
 
-void Optimizer::Apply(int64_t update_index, absl::Span<const float> grad,
-                      absl::Span<float> params) {
+void Optimizer::Apply(int64_t update_index, absl::Span<const float> grad, absl::Span<float> params,
+                      float lr_scale) {
   assert(static_cast<int64_t>(grad.size()) == size_ && grad.size() == params.size());
-  const float lr = LearningRate(update_index);
+  const float lr = LearningRate(update_index) * lr_scale;
   float* w = params.data();
   const float* g = grad.data();
   const float wd = options_.weight_decay;
@@ -133,6 +133,14 @@ void Optimizer::Apply(int64_t update_index, absl::Span<const float> grad,
       });
       break;
     }
+  }
+}
+
+void DelayCompensate(float lambda, absl::Span<const float> g, absl::Span<const float> w_now,
+                     absl::Span<const float> w_backup, absl::Span<float> out) {
+  assert(g.size() == w_now.size() && g.size() == w_backup.size() && g.size() == out.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    out[i] = g[i] + lambda * g[i] * g[i] * (w_now[i] - w_backup[i]);
   }
 }
 

@@ -46,8 +46,9 @@ class Optimizer {
 
   // Applies one update with `grad` to `params` (both of size()); `update_index` is the number of
   // updates applied before this one (the shard's version), which drives warmup and Adam's bias
-  // correction.
-  void Apply(int64_t update_index, absl::Span<const float> grad, absl::Span<float> params);
+  // correction. `lr_scale` multiplies this update's learning rate (staleness-aware rules).
+  void Apply(int64_t update_index, absl::Span<const float> grad, absl::Span<float> params,
+             float lr_scale = 1.0f);
 
   // The learning rate of update number `update_index` (0-based).
   float LearningRate(int64_t update_index) const;
@@ -60,6 +61,13 @@ class Optimizer {
   std::vector<float> slot0_;  // momentum buffer, or Adam's first moment
   std::vector<float> slot1_;  // Adam's second moment
 };
+
+// Delay compensation of DC-ASGD (Zheng et al., ICML 2017): a gradient computed at w_backup and
+// applied at w_now is corrected by a first-order Taylor term with the diagonal outer-product
+// approximation of the Hessian: out = g + lambda * g * g * (w_now - w_backup), elementwise.
+// All spans have the same length; out may alias g.
+void DelayCompensate(float lambda, absl::Span<const float> g, absl::Span<const float> w_now,
+                     absl::Span<const float> w_backup, absl::Span<float> out);
 
 }  // namespace ps
 

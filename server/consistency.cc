@@ -35,6 +35,13 @@ absl::Status ValidateConsistencyOptions(const ConsistencyOptions& o) {
   if (o.staleness < 0) {
     return absl::InvalidArgumentError(absl::StrCat("staleness must be >= 0, got ", o.staleness));
   }
+  if (o.backup_workers < 0 || o.backup_workers >= o.num_workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("backup_workers must be in [0, num_workers), got ", o.backup_workers));
+  }
+  if (o.backup_workers > 0 && o.mode != ConsistencyMode::kBsp) {
+    return absl::InvalidArgumentError("backup_workers applies to BSP only");
+  }
   return absl::OkStatus();
 }
 
@@ -98,7 +105,9 @@ absl::StatusOr<PushAction> ConsistencyController::ClassifyPush(int rank, int64_t
         absl::StrCat("worker ", rank, " pushed clock ", clock, " but its next step is ", w.clock));
   }
   if (options_.mode != ConsistencyMode::kBsp) return PushAction::kApply;
-  // A BSP worker can only push the open round: its pull of that step waited for the round.
+  // A BSP worker can only push the open round (its pull of that step waited for the round), or,
+  // with backup workers, a round already applied without it.
+  if (clock < rounds_ && options_.backup_workers > 0) return PushAction::kLate;
   if (clock != rounds_) {
     return absl::FailedPreconditionError(absl::StrCat("worker ", rank, " pushed clock ", clock,
                                                       " but the open BSP round is ", rounds_));
@@ -110,16 +119,17 @@ void ConsistencyController::RecordPush(int rank) { ++workers_[rank].clock; }
 
 bool ConsistencyController::RoundReady() const {
   if (options_.mode != ConsistencyMode::kBsp) return false;
+  int members = 0;
+  int pushed_members = 0;
   bool any = false;
   for (const Worker& w : workers_) {
-    if (w.state == WorkerState::kExpired) {
-      any = any || w.clock > rounds_;
-      continue;
-    }
-    if (w.clock <= rounds_) return false;
-    any = true;
+    const bool pushed = w.clock > rounds_;
+    any = any || pushed;
+    if (w.state == WorkerState::kExpired) continue;
+    ++members;
+    pushed_members += pushed;
   }
-  return any;
+  return any && pushed_members >= members - options_.backup_workers;
 }
 
 }  // namespace ps

@@ -28,6 +28,9 @@ struct ConsistencyOptions {
   ConsistencyMode mode = ConsistencyMode::kBsp;
   int staleness = 0;    // SSP's bound s >= 0; ignored by BSP and ASP
   int num_workers = 1;  // the workers of the job, ranks 0..num_workers-1
+  // BSP backup workers (Chen et al., 2016): a round is applied once all but this many of its
+  // members have pushed; the pushes that come after are late: counted, not applied.
+  int backup_workers = 0;
 };
 
 absl::Status ValidateConsistencyOptions(const ConsistencyOptions& options);
@@ -40,6 +43,7 @@ enum class PushAction {
   kApply,      // SSP/ASP: one optimizer step now
   kBuffer,     // BSP: hold for the round; the round may then be complete (RoundReady())
   kDuplicate,  // this (worker, clock) was applied or buffered before: acknowledge only
+  kLate,       // BSP with backup workers: the round was applied without it; count, don't apply
 };
 
 class ConsistencyController {
@@ -73,8 +77,8 @@ class ConsistencyController {
   void RecordPush(int rank);
 
   // BSP rounds: the number of updates applied so far, and whether the current round is complete
-  // (every pending and live worker has pushed it, and at least one worker has). Never true in
-  // the other modes, which have no rounds.
+  // (all but backup_workers of the pending and live workers have pushed it, and at least one
+  // worker has). Never true in the other modes, which have no rounds.
   int64_t rounds() const { return rounds_; }
   bool RoundReady() const;
   void CompleteRound() { ++rounds_; }

@@ -32,6 +32,14 @@ ABSL_FLAG(int64_t, warmup_updates, 0, "Linear learning-rate warmup over this man
 ABSL_FLAG(std::string, lr_schedule, "constant",
           "After warmup: constant, or cosine (decays to 0 at --decay_updates).");
 ABSL_FLAG(int64_t, decay_updates, 0, "Cosine schedule: the update (shard version) where lr is 0.");
+ABSL_FLAG(std::string, update_rule, "plain",
+          "Stale gradients (SSP/ASP): plain, staleness_lr (lr / (staleness + 1)), dc_asgd (delay "
+          "compensation, --dc_lambda) or drop (refuse staleness > --drop_above).");
+ABSL_FLAG(double, dc_lambda, 0.04, "DC-ASGD's lambda.");
+ABSL_FLAG(int64_t, drop_above, 4, "--update_rule drop: the largest staleness still applied.");
+ABSL_FLAG(int32_t, backup_workers, 0,
+          "BSP: apply each round once all but this many workers have pushed; later pushes of "
+          "the round are counted, not applied.");
 ABSL_FLAG(int64_t, lease_ms, 10000, "A worker silent this long leaves the barrier set.");
 ABSL_FLAG(int32_t, max_message_mb, 256, "Largest gRPC message accepted or sent, in MiB.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn or error.");
@@ -57,6 +65,12 @@ absl::StatusOr<ps::ShardServerOptions> OptionsFromFlags() {
   if (!mode.ok()) return mode.status();
   s.consistency.mode = *mode;
   s.consistency.staleness = absl::GetFlag(FLAGS_staleness);
+  s.consistency.backup_workers = absl::GetFlag(FLAGS_backup_workers);
+  auto rule = ps::ParseUpdateRule(absl::GetFlag(FLAGS_update_rule));
+  if (!rule.ok()) return rule.status();
+  s.update_rule.rule = *rule;
+  s.update_rule.dc_lambda = static_cast<float>(absl::GetFlag(FLAGS_dc_lambda));
+  s.update_rule.drop_above = absl::GetFlag(FLAGS_drop_above);
   auto kind = ps::ParseOptimizerKind(absl::GetFlag(FLAGS_optimizer));
   if (!kind.ok()) return kind.status();
   s.optimizer.kind = *kind;

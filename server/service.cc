@@ -106,6 +106,8 @@ grpc::Status ParameterServerService::Push(grpc::ServerContext*, const ps::v1::Pu
   resp->set_duplicate(r->duplicate);
   resp->set_version(r->version);
   resp->set_staleness(r->staleness);
+  resp->set_dropped(r->dropped);
+  resp->set_late(r->late);
   return grpc::Status::OK;
 }
 
@@ -124,6 +126,8 @@ grpc::Status ParameterServerService::GetStatus(grpc::ServerContext*,
   resp->set_min_clock(s.min_clock);
   resp->set_rejected_nonfinite(s.rejected_nonfinite);
   resp->set_layout_fingerprint(s.fingerprint);
+  resp->set_update_rule(UpdateRuleName(shard_.options().update_rule.rule));
+  resp->set_backup_workers(shard_.options().consistency.backup_workers);
   for (const WorkerStatusInfo& w : s.workers) {
     ps::v1::WorkerStatus* out = resp->add_workers();
     out->set_rank(w.rank);
@@ -133,6 +137,8 @@ grpc::Status ParameterServerService::GetStatus(grpc::ServerContext*,
     out->set_max_staleness(w.staleness.max());
     out->set_mean_staleness(w.staleness.mean());
     for (int64_t c : w.staleness.TrimmedCounts()) out->add_staleness_counts(c);
+    out->set_dropped(w.dropped);
+    out->set_late(w.late);
   }
   return grpc::Status::OK;
 }

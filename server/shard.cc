@@ -27,6 +27,7 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& options
   }
   RETURN_IF_ERROR(ValidateConsistencyOptions(options.consistency));
   RETURN_IF_ERROR(ValidateOptimizerOptions(options.optimizer));
+  RETURN_IF_ERROR(ValidateUpdateRuleOptions(options.update_rule));
   if (options.lease <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("lease must be positive");
   }
@@ -38,6 +39,10 @@ Shard::Shard(const ShardOptions& options)
       controller_(options.consistency),
       lease_deadline_(options.consistency.num_workers, absl::InfiniteFuture()),
       staleness_(options.consistency.num_workers),
+      dropped_(options.consistency.num_workers, 0),
+      late_(options.consistency.num_workers, 0),
+      pulled_values_(
+          options.update_rule.rule == UpdateRule::kDcAsgd ? options.consistency.num_workers : 0),
       round_gradients_(options.consistency.num_workers),
       round_base_versions_(options.consistency.num_workers, 0),
       round_has_gradient_(options.consistency.num_workers, false) {
@@ -181,6 +186,7 @@ absl::StatusOr<Shard::PullResult> Shard::Pull(const PullArgs& args, absl::Time d
     result.waited = absl::Now() - start;
   }
   std::copy(values_.begin(), values_.end(), out.begin());
+  if (!observer && !pulled_values_.empty()) pulled_values_[args.rank] = values_;
   result.version = version_;
   result.min_clock = controller_.MinClock();
   return result;
@@ -212,9 +218,13 @@ absl::StatusOr<Shard::PushResult> Shard::Push(const PushArgs& args) {
     case PushAction::kApply:
       controller_.RecordPush(args.rank);
       result.staleness = version_ - args.base_version;
-      staleness_[args.rank].Record(result.staleness);
-      ApplyGradient(args.gradient);
-      result.applied = true;
+      result.applied = ApplyStale(args.rank, args.gradient, result.staleness);
+      result.dropped = !result.applied;
+      break;
+    case PushAction::kLate:
+      controller_.RecordPush(args.rank);
+      ++late_[args.rank];
+      result.late = true;
       break;
     case PushAction::kBuffer: {
       controller_.RecordPush(args.rank);
@@ -232,9 +242,39 @@ absl::StatusOr<Shard::PushResult> Shard::Push(const PushArgs& args) {
   return result;
 }
 
-void Shard::ApplyGradient(absl::Span<const float> gradient) {
-  optimizer_->Apply(version_, gradient, absl::MakeSpan(values_));
+void Shard::ApplyGradient(absl::Span<const float> gradient, float lr_scale) {
+  optimizer_->Apply(version_, gradient, absl::MakeSpan(values_), lr_scale);
   ++version_;
+}
+
+bool Shard::ApplyStale(int rank, absl::Span<const float> gradient, int64_t staleness) {
+  const UpdateRuleOptions& rule = options_.update_rule;
+  switch (rule.rule) {
+    case UpdateRule::kPlain:
+      break;
+    case UpdateRule::kStalenessLr:
+      staleness_[rank].Record(staleness);
+      ApplyGradient(gradient, 1.0f / static_cast<float>(staleness + 1));
+      return true;
+    case UpdateRule::kDcAsgd: {
+      const std::vector<float>& backup = pulled_values_[rank];
+      if (backup.size() != values_.size()) break;  // never pulled: nothing to compensate against
+      compensated_.resize(values_.size());
+      DelayCompensate(rule.dc_lambda, gradient, values_, backup, absl::MakeSpan(compensated_));
+      staleness_[rank].Record(staleness);
+      ApplyGradient(compensated_);
+      return true;
+    }
+    case UpdateRule::kDropStale:
+      if (staleness > rule.drop_above) {
+        ++dropped_[rank];
+        return false;
+      }
+      break;
+  }
+  staleness_[rank].Record(staleness);
+  ApplyGradient(gradient);
+  return true;
 }
 
 void Shard::MaybeApplyRound() {
@@ -301,6 +341,8 @@ ShardStatus Shard::GetStatus() const {
     w.clock = controller_.clock(r);
     w.state = controller_.state(r);
     w.staleness = staleness_[r];
+    w.dropped = dropped_[r];
+    w.late = late_[r];
     s.workers.push_back(std::move(w));
   }
   return s;

@@ -22,6 +22,7 @@
 #include "common/param_layout.h"
 #include "server/consistency.h"
 #include "server/staleness_histogram.h"
+#include "server/update_rule.h"
 
 namespace ps {
 
@@ -29,7 +30,8 @@ struct ShardOptions {
   int shard_id = 0;  // 0 <= shard_id < num_shards
   int num_shards = 1;
   ConsistencyOptions consistency;            // mode, SSP bound, number of workers
-  OptimizerOptions optimizer;                // the update rule applied to the slice
+  OptimizerOptions optimizer;                // the optimizer applied to the slice
+  UpdateRuleOptions update_rule;             // how stale gradients are applied (SSP, ASP)
   absl::Duration lease = absl::Seconds(10);  // a worker silent this long leaves the barrier set
 };
 
@@ -38,6 +40,8 @@ struct WorkerStatusInfo {
   int64_t clock = 0;
   WorkerState state = WorkerState::kPending;
   StalenessHistogram staleness;
+  int64_t dropped = 0;  // gradients refused by the drop rule (too stale)
+  int64_t late = 0;     // BSP pushes that came after their round was applied (backup workers)
 };
 
 struct ShardStatus {
@@ -107,6 +111,8 @@ class Shard {
     bool applied = false;
     bool buffered = false;
     bool duplicate = false;
+    bool dropped = false;  // too stale for the drop rule: acknowledged, counted, not applied
+    bool late = false;     // its BSP round was applied without it: counted, not applied
     int64_t version = 0;
     int64_t staleness = 0;  // of this gradient, when applied
   };
@@ -136,7 +142,11 @@ class Shard {
   void RenewLease(int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the BSP round when it is complete (after a push or an expiry).
   void MaybeApplyRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ApplyGradient(absl::Span<const float> gradient) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyGradient(absl::Span<const float> gradient, float lr_scale = 1.0f)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies an SSP/ASP push by the configured update rule; false if the rule dropped it.
+  bool ApplyStale(int rank, absl::Span<const float> gradient, int64_t staleness)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LeaseLoop();
 
   const ShardOptions options_;
@@ -152,6 +162,11 @@ class Shard {
   ConsistencyController controller_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::Time> lease_deadline_ ABSL_GUARDED_BY(mu_);
   std::vector<StalenessHistogram> staleness_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> dropped_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> late_ ABSL_GUARDED_BY(mu_);
+  // DC-ASGD: the slice as each worker last pulled it, and scratch for the compensated gradient.
+  std::vector<std::vector<float>> pulled_values_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> compensated_ ABSL_GUARDED_BY(mu_);
   // BSP: the gradient each worker pushed for the open round, and the version it was based on.
   std::vector<std::vector<float>> round_gradients_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> round_base_versions_ ABSL_GUARDED_BY(mu_);

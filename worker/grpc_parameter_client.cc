@@ -226,6 +226,8 @@ absl::StatusOr<PushStats> GrpcParameterClient::Push(int64_t clock,
     stats.applied += r.applied();
     stats.buffered += r.buffered();
     stats.duplicates += r.duplicate();
+    stats.dropped += r.dropped();
+    stats.late += r.late();
     if (r.applied()) stats.max_staleness = std::max(stats.max_staleness, r.staleness());
   }
   return stats;
@@ -247,6 +249,8 @@ absl::StatusOr<std::vector<ShardReport>> GrpcParameterClient::Status() {
     rep.version = r.version();
     rep.min_clock = r.min_clock();
     rep.rejected_nonfinite = r.rejected_nonfinite();
+    rep.update_rule = r.update_rule();
+    rep.backup_workers = r.backup_workers();
     for (const auto& w : r.workers()) {
       ShardReport::Worker out;
       out.rank = w.rank();
@@ -256,6 +260,8 @@ absl::StatusOr<std::vector<ShardReport>> GrpcParameterClient::Status() {
       out.max_staleness = w.max_staleness();
       out.mean_staleness = w.mean_staleness();
       out.staleness_counts.assign(w.staleness_counts().begin(), w.staleness_counts().end());
+      out.dropped = w.dropped();
+      out.late = w.late();
       rep.workers.push_back(std::move(out));
     }
     reports.push_back(std::move(rep));

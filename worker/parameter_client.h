@@ -36,6 +36,8 @@ struct PushStats {
   int applied = 0;            // shards that applied it now
   int buffered = 0;           // shards that buffered it (BSP)
   int duplicates = 0;         // shards that had it already
+  int dropped = 0;            // shards whose drop rule refused it as too stale
+  int late = 0;               // shards that had applied its BSP round without it
 };
 
 struct ShardReport {
@@ -47,6 +49,8 @@ struct ShardReport {
   int64_t version = 0;
   int64_t min_clock = 0;
   int64_t rejected_nonfinite = 0;
+  std::string update_rule;
+  int backup_workers = 0;
   struct Worker {
     int rank = 0;
     int64_t clock = 0;
@@ -55,6 +59,8 @@ struct ShardReport {
     int64_t max_staleness = 0;
     double mean_staleness = 0.0;
     std::vector<int64_t> staleness_counts;
+    int64_t dropped = 0;
+    int64_t late = 0;
   };
   std::vector<Worker> workers;
 };

@@ -206,6 +206,8 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
           .Add("push_ms", Ms(t3 - t2s))
           .Add("server_wait_ms", Ms(pulled.server_wait))
           .Add("staleness", pushed.max_staleness)
+          .Add("dropped", pushed.dropped)
+          .Add("late", pushed.late)
           .Add("wall_s", absl::ToDoubleSeconds(t3 - start));
       RETURN_IF_ERROR(metrics_->Write(line));
     }

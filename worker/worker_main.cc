@@ -106,12 +106,16 @@ absl::Status Evaluate(ps::Model& model, ps::Device& device, ps::ParameterClient&
   int64_t applied = 0;
   double staleness_sum = 0.0;
   int64_t rejected = 0;
+  int64_t dropped = 0;
+  int64_t late = 0;
   for (const ps::ShardReport& r : *reports) {
     versions.push_back(r.version);
     rejected += r.rejected_nonfinite;
     for (const auto& w : r.workers) {
       max_staleness = std::max(max_staleness, w.max_staleness);
       applied += w.applied;
+      dropped += w.dropped;
+      late += w.late;
       staleness_sum += w.mean_staleness * w.applied;
       if (histogram.size() < w.staleness_counts.size()) histogram.resize(w.staleness_counts.size());
       for (size_t i = 0; i < w.staleness_counts.size(); ++i) histogram[i] += w.staleness_counts[i];
@@ -127,7 +131,9 @@ absl::Status Evaluate(ps::Model& model, ps::Device& device, ps::ParameterClient&
       .Add("max_staleness", max_staleness)
       .Add("mean_staleness", applied > 0 ? staleness_sum / applied : 0.0)
       .Add("staleness_histogram", histogram)
-      .Add("rejected_nonfinite", rejected);
+      .Add("rejected_nonfinite", rejected)
+      .Add("dropped_gradients", dropped)
+      .Add("late_pushes", late);
   const std::string summary_out = absl::GetFlag(FLAGS_summary_out);
   if (!summary_out.empty()) {
     const std::string text = out.str() + "\n";

@@ -52,6 +52,8 @@ int main(int argc, char** argv) {
                        .Add("max_staleness", w.max_staleness)
                        .Add("mean_staleness", w.mean_staleness)
                        .Add("staleness_counts", w.staleness_counts)
+                       .Add("dropped", w.dropped)
+                       .Add("late", w.late)
                        .str();
       }
       workers += "]";
@@ -66,6 +68,8 @@ int main(int argc, char** argv) {
                               .Add("version", r.version)
                               .Add("min_clock", r.min_clock)
                               .Add("rejected_nonfinite", r.rejected_nonfinite)
+                              .Add("update_rule", r.update_rule)
+                              .Add("backup_workers", r.backup_workers)
                               .AddRaw("workers", workers)
                               .str()
                               .c_str());
@@ -79,13 +83,15 @@ int main(int argc, char** argv) {
         static_cast<long long>(r.range.begin), static_cast<long long>(r.range.end),
         static_cast<long long>(r.version), static_cast<long long>(r.min_clock),
         static_cast<long long>(r.rejected_nonfinite));
-    std::printf("  %-5s %-8s %8s %8s %9s %9s  %s\n", "rank", "state", "clock", "applied",
-                "max_stale", "mean_stale", "staleness histogram (0,1,2,...)");
+    std::printf("  update rule %s, backup workers %d\n", r.update_rule.c_str(), r.backup_workers);
+    std::printf("  %-5s %-8s %8s %8s %7s %5s %9s %9s  %s\n", "rank", "state", "clock", "applied",
+                "dropped", "late", "max_stale", "mean_stale", "staleness histogram (0,1,2,...)");
     for (const auto& w : r.workers) {
-      std::printf("  %-5d %-8s %8lld %8lld %9lld %9.2f  [%s]\n", w.rank, w.state.c_str(),
-                  static_cast<long long>(w.clock), static_cast<long long>(w.applied),
-                  static_cast<long long>(w.max_staleness), w.mean_staleness,
-                  absl::StrJoin(w.staleness_counts, ",").c_str());
+      std::printf("  %-5d %-8s %8lld %8lld %7lld %5lld %9lld %9.2f  [%s]\n", w.rank,
+                  w.state.c_str(), static_cast<long long>(w.clock),
+                  static_cast<long long>(w.applied), static_cast<long long>(w.dropped),
+                  static_cast<long long>(w.late), static_cast<long long>(w.max_staleness),
+                  w.mean_staleness, absl::StrJoin(w.staleness_counts, ",").c_str());
     }
   }
   return 0;

@@ -46,6 +46,11 @@ ABSL_FLAG(std::string, lr_schedule, "cosine",
           "constant, or cosine: decay to 0 over the run (the launcher counts its updates).");
 ABSL_FLAG(int64_t, warmup_updates, 0, "Linear learning-rate warmup, in updates of a shard.");
 ABSL_FLAG(std::string, device, "cpu", "Workers' compute device: cpu, cuda or cuda:N.");
+ABSL_FLAG(std::string, update_rule, "plain",
+          "Stale gradients on the shards: plain, staleness_lr, dc_asgd or drop.");
+ABSL_FLAG(double, dc_lambda, 0.04, "DC-ASGD's lambda.");
+ABSL_FLAG(int64_t, drop_above, 4, "--update_rule drop: the largest staleness still applied.");
+ABSL_FLAG(int32_t, backup_workers, 0, "BSP: rounds apply without this many slowest workers.");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the weights and the sample order.");
 ABSL_FLAG(std::vector<std::string>, straggler, {},
           "RANK:FACTOR makes every step of that worker take FACTOR times its normal time; "
@@ -276,6 +281,10 @@ int main(int argc, char** argv) {
         absl::StrCat("--weight_decay=", absl::GetFlag(FLAGS_weight_decay)),
         absl::StrCat("--warmup_updates=", absl::GetFlag(FLAGS_warmup_updates)),
         absl::StrCat("--lr_schedule=", absl::GetFlag(FLAGS_lr_schedule)),
+        absl::StrCat("--update_rule=", absl::GetFlag(FLAGS_update_rule)),
+        absl::StrCat("--dc_lambda=", absl::GetFlag(FLAGS_dc_lambda)),
+        absl::StrCat("--drop_above=", absl::GetFlag(FLAGS_drop_above)),
+        absl::StrCat("--backup_workers=", absl::GetFlag(FLAGS_backup_workers)),
         absl::StrCat("--decay_updates=", decay_updates),
         absl::StrCat("--lease_ms=", absl::GetFlag(FLAGS_lease_ms)),
         common_log};
@@ -405,6 +414,8 @@ int main(int argc, char** argv) {
       .Add("wall_seconds", wall_s)
       .Add("wait_share", step_ms > 0 ? wait_ms / step_ms : 0.0)
       .AddRaw("worker_wait_share", per_worker)
+      .Add("update_rule", absl::GetFlag(FLAGS_update_rule))
+      .Add("backup_workers", absl::GetFlag(FLAGS_backup_workers))
       .Add("jitter", absl::GetFlag(FLAGS_jitter))
       .Add("stragglers", absl::StrJoin(absl::GetFlag(FLAGS_straggler), ","));
   // eval.json's fields (test_accuracy, final_loss, staleness, ...) complete the object.

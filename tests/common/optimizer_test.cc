@@ -69,6 +69,28 @@ TEST(Optimizer, AdamMatchesHandComputedSteps) {
   EXPECT_NEAR(w[0], 0.99 - 0.01 * m_hat / (std::sqrt(v_hat) + 1e-8), 1e-6);
 }
 
+TEST(Optimizer, LrScaleScalesOneUpdate) {
+  OptimizerOptions o;
+  o.lr = 1.0f;
+  Optimizer opt(o, 1);
+  std::vector<float> w = {1.0f};
+  const std::vector<float> g = {0.5f};
+  opt.Apply(0, g, absl::MakeSpan(w), 0.25f);
+  EXPECT_FLOAT_EQ(w[0], 0.875f);  // 1 - 1 * 0.25 * 0.5
+}
+
+TEST(DelayCompensate, AddsLambdaGSquaredTimesDrift) {
+  const std::vector<float> g = {2.0f, -1.0f, 0.0f};
+  const std::vector<float> now = {1.0f, 1.0f, 5.0f};
+  const std::vector<float> backup = {0.5f, 3.0f, 1.0f};
+  std::vector<float> out(3);
+  DelayCompensate(0.5f, g, now, backup, absl::MakeSpan(out));
+  // g + 0.5 * g^2 * (now - backup)
+  EXPECT_FLOAT_EQ(out[0], 2.0f + 0.5f * 4.0f * 0.5f);    // 3
+  EXPECT_FLOAT_EQ(out[1], -1.0f + 0.5f * 1.0f * -2.0f);  // -2
+  EXPECT_FLOAT_EQ(out[2], 0.0f);
+}
+
 TEST(Optimizer, WarmupRampsLinearly) {
   OptimizerOptions o;
   o.lr = 1.0f;

@@ -13,8 +13,12 @@ namespace {
 constexpr uint64_t kFp = 0xfeed;
 
 std::unique_ptr<Shard> MakeShard(ConsistencyMode mode, int workers, int staleness = 0,
-                                 absl::Duration lease = absl::Seconds(30)) {
+                                 absl::Duration lease = absl::Seconds(30),
+                                 UpdateRuleOptions rule = UpdateRuleOptions(),
+                                 int backup_workers = 0) {
   ShardOptions o;
+  o.update_rule = rule;
+  o.consistency.backup_workers = backup_workers;
   o.consistency.mode = mode;
   o.consistency.num_workers = workers;
   o.consistency.staleness = staleness;
@@ -272,6 +276,95 @@ TEST(Shard, SspStalenessStaysWithinTheBoundUnderConcurrency) {
   for (const auto& w : st.workers) max_staleness = std::max(max_staleness, w.staleness.max());
   EXPECT_LE(max_staleness, (workers - 1) * (2 * s + 1));
   EXPECT_GT(max_staleness, 0);  // the run really was asynchronous
+}
+
+std::unique_ptr<Shard> MakeRuleShard(UpdateRule rule, float lambda = 0.04f,
+                                     int64_t drop_above = 4) {
+  UpdateRuleOptions r;
+  r.rule = rule;
+  r.dc_lambda = lambda;
+  r.drop_above = drop_above;
+  return MakeShard(ConsistencyMode::kAsp, 2, 0, absl::Seconds(30), r);
+}
+
+TEST(UpdateRules, StalenessLrDividesTheStepByStalenessPlusOne) {
+  auto shard = MakeRuleShard(UpdateRule::kStalenessLr);
+  InitAndRegister(*shard, 2);
+  ASSERT_TRUE(shard->Push(PushOf(0, 0, 0, {1, 1, 1, 1})).ok());  // fresh: lr 1
+  auto stale = shard->Push(PushOf(1, 0, 0, {2, 2, 2, 2}));       // staleness 1: lr 1/2
+  ASSERT_TRUE(stale.ok());
+  EXPECT_EQ(stale->staleness, 1);
+  EXPECT_EQ(shard->Values(), (std::vector<float>{-1, 0, 1, 2}));
+}
+
+TEST(UpdateRules, DcAsgdCompensatesForTheWeightsMovedSinceThePull) {
+  auto shard = MakeRuleShard(UpdateRule::kDcAsgd, /*lambda=*/0.5f);
+  InitAndRegister(*shard, 2);
+  std::vector<float> out;
+  ASSERT_TRUE(PullOf(*shard, 1, 0, absl::InfinitePast(), &out).ok());  // worker 1 reads 1,2,3,4
+  ASSERT_TRUE(PullOf(*shard, 0, 0, absl::InfinitePast(), &out).ok());
+  ASSERT_TRUE(shard->Push(PushOf(0, 0, 0, {1, 1, 1, 1})).ok());  // no drift yet: plain step
+  EXPECT_EQ(shard->Values(), (std::vector<float>{0, 1, 2, 3}));
+  // Worker 1's gradient 2 was computed at 1,2,3,4; the weights moved by -1 since:
+  // 2 + 0.5 * 2^2 * (-1) = 0, so nothing moves.
+  ASSERT_TRUE(shard->Push(PushOf(1, 0, 0, {2, 2, 2, 2})).ok());
+  EXPECT_EQ(shard->Values(), (std::vector<float>{0, 1, 2, 3}));
+  EXPECT_EQ(shard->GetStatus().version, 2);
+}
+
+TEST(UpdateRules, DropRefusesGradientsStalerThanTheBoundAndCountsThem) {
+  auto shard = MakeRuleShard(UpdateRule::kDropStale, 0.04f, /*drop_above=*/0);
+  InitAndRegister(*shard, 2);
+  ASSERT_TRUE(shard->Push(PushOf(0, 0, 0, {1, 1, 1, 1})).ok());
+  auto dropped = shard->Push(PushOf(1, 0, 0, {5, 5, 5, 5}));
+  ASSERT_TRUE(dropped.ok());
+  EXPECT_TRUE(dropped->dropped);
+  EXPECT_FALSE(dropped->applied);
+  EXPECT_EQ(shard->Values(), (std::vector<float>{0, 1, 2, 3}));
+  const ShardStatus st = shard->GetStatus();
+  EXPECT_EQ(st.version, 1);
+  EXPECT_EQ(st.workers[1].dropped, 1);
+  EXPECT_EQ(st.workers[1].clock, 1);  // the worker moves on
+  auto fresh = shard->Push(PushOf(1, 1, 1, {1, 1, 1, 1}));
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_TRUE(fresh->applied);
+}
+
+TEST(BackupWorkers, RoundAppliesWithoutTheSlowestAndItsLatePushIsCountedNotApplied) {
+  auto shard = MakeShard(ConsistencyMode::kBsp, 3, 0, absl::Seconds(30), UpdateRuleOptions(),
+                         /*backup_workers=*/1);
+  const std::vector<float> init = {1, 2, 3, 4};
+  ASSERT_TRUE(shard->Init(kFp, 4, KeyRange{0, 4}, init).ok());
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(shard->Register(r, kFp).ok());
+  ASSERT_TRUE(shard->Push(PushOf(0, 0, 0, {2, 2, 2, 2})).ok());
+  auto second = shard->Push(PushOf(1, 0, 0, {4, 4, 4, 4}));
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(second->applied);  // 2 of 3 pushed: the round is applied with their mean
+  EXPECT_EQ(shard->Values(), (std::vector<float>{-2, -1, 0, 1}));
+  auto late = shard->Push(PushOf(2, 0, 0, {100, 100, 100, 100}));
+  ASSERT_TRUE(late.ok());
+  EXPECT_TRUE(late->late);
+  EXPECT_FALSE(late->applied);
+  EXPECT_EQ(shard->Values(), (std::vector<float>{-2, -1, 0, 1}));
+  const ShardStatus st = shard->GetStatus();
+  EXPECT_EQ(st.version, 1);
+  EXPECT_EQ(st.workers[2].late, 1);
+  EXPECT_EQ(st.workers[2].clock, 1);
+  // The late worker takes part in the next round like the others.
+  ASSERT_TRUE(shard->Push(PushOf(2, 1, 1, {1, 1, 1, 1})).ok());
+  ASSERT_TRUE(shard->Push(PushOf(0, 1, 1, {3, 3, 3, 3})).ok());
+  EXPECT_EQ(shard->Values(), (std::vector<float>{-4, -3, -2, -1}));
+}
+
+TEST(BackupWorkers, OnlyForBsp) {
+  ShardOptions o;
+  o.consistency.mode = ConsistencyMode::kSsp;
+  o.consistency.num_workers = 3;
+  o.consistency.backup_workers = 1;
+  EXPECT_EQ(Shard::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.consistency.mode = ConsistencyMode::kBsp;
+  o.consistency.backup_workers = 3;
+  EXPECT_EQ(Shard::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
