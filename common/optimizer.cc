@@ -136,6 +136,11 @@ void Optimizer::Apply(int64_t update_index, absl::Span<const float> grad, absl::
   }
 }
 
+double LinearScaledLr(double lr, int64_t update_batch, int64_t base_batch) {
+  if (base_batch <= 0) return lr;
+  return lr * static_cast<double>(update_batch) / static_cast<double>(base_batch);
+}
+
 void DelayCompensate(float lambda, absl::Span<const float> g, absl::Span<const float> w_now,
                      absl::Span<const float> w_backup, absl::Span<float> out) {
   assert(g.size() == w_now.size() && g.size() == w_backup.size() && g.size() == out.size());

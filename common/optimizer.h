@@ -62,6 +62,10 @@ class Optimizer {
   std::vector<float> slot1_;  // Adam's second moment
 };
 
+// The linear scaling rule (Goyal et al. 2017): lr x update_batch / base_batch, where
+// update_batch is the number of samples behind one update. base_batch <= 0 leaves lr as is.
+double LinearScaledLr(double lr, int64_t update_batch, int64_t base_batch);
+
 // Delay compensation of DC-ASGD (Zheng et al., ICML 2017): a gradient computed at w_backup and
 // applied at w_now is corrected by a first-order Taylor term with the diagonal outer-product
 // approximation of the Hessian: out = g + lambda * g * g * (w_now - w_backup), elementwise.

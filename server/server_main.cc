@@ -28,6 +28,12 @@ ABSL_FLAG(double, beta1, 0.9, "Adam beta1.");
 ABSL_FLAG(double, beta2, 0.999, "Adam beta2.");
 ABSL_FLAG(double, epsilon, 1e-8, "Adam epsilon.");
 ABSL_FLAG(double, weight_decay, 0.0, "L2 weight decay added to the gradient.");
+ABSL_FLAG(int64_t, base_batch, 0,
+          "Linear scaling rule (Goyal et al. 2017): when > 0, the peak learning rate is "
+          "--lr x --effective_batch / --base_batch.");
+ABSL_FLAG(int64_t, effective_batch, 0,
+          "Samples behind one update: per-worker batch x accumulation x workers (BSP) or "
+          "per-worker batch x accumulation (SSP/ASP, one push per update).");
 ABSL_FLAG(int64_t, warmup_updates, 0, "Linear learning-rate warmup over this many updates.");
 ABSL_FLAG(std::string, lr_schedule, "constant",
           "After warmup: constant, or cosine (decays to 0 at --decay_updates).");
@@ -81,6 +87,15 @@ absl::StatusOr<ps::ShardServerOptions> OptionsFromFlags() {
   s.optimizer.epsilon = static_cast<float>(absl::GetFlag(FLAGS_epsilon));
   s.optimizer.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
   s.optimizer.warmup_updates = absl::GetFlag(FLAGS_warmup_updates);
+  const int64_t base_batch = absl::GetFlag(FLAGS_base_batch);
+  if (base_batch < 0) return absl::InvalidArgumentError("--base_batch must be >= 0");
+  if (base_batch > 0) {
+    const int64_t effective = absl::GetFlag(FLAGS_effective_batch);
+    if (effective <= 0) {
+      return absl::InvalidArgumentError("--base_batch needs --effective_batch > 0");
+    }
+    s.optimizer.lr = static_cast<float>(ps::LinearScaledLr(s.optimizer.lr, effective, base_batch));
+  }
   auto schedule = ps::ParseLrSchedule(absl::GetFlag(FLAGS_lr_schedule));
   if (!schedule.ok()) return schedule.status();
   s.optimizer.schedule = *schedule;

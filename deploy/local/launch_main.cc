@@ -25,6 +25,7 @@
 #include "common/cli.h"
 #include "common/dataset.h"
 #include "common/json_lines.h"
+#include "common/optimizer.h"
 #include "common/shutdown_signal.h"
 #include "deploy/local/child_processes.h"
 
@@ -44,6 +45,9 @@ ABSL_FLAG(double, momentum, 0.9, "Momentum (--optimizer momentum).");
 ABSL_FLAG(double, weight_decay, 0.0, "L2 weight decay.");
 ABSL_FLAG(std::string, lr_schedule, "cosine",
           "constant, or cosine: decay to 0 over the run (the launcher counts its updates).");
+ABSL_FLAG(int64_t, base_batch, 0,
+          "Linear scaling rule: when > 0 the shards scale --lr by the samples behind one update "
+          "over this base batch (use with --warmup_updates, Goyal et al. 2017).");
 ABSL_FLAG(int64_t, warmup_updates, 0, "Linear learning-rate warmup, in updates of a shard.");
 ABSL_FLAG(std::string, device, "cpu", "Workers' compute device: cpu, cuda or cuda:N.");
 ABSL_FLAG(std::string, update_rule, "plain",
@@ -228,6 +232,15 @@ int main(int argc, char** argv) {
     decay_updates = std::max(decay_updates, absl::GetFlag(FLAGS_warmup_updates) + 1);
   }
 
+  // Samples behind one update of a shard: the whole global batch under BSP, one worker's push
+  // otherwise. The linear scaling rule scales the learning rate by it.
+  const int64_t per_push =
+      int64_t{absl::GetFlag(FLAGS_batch_size)} * absl::GetFlag(FLAGS_accumulate);
+  const int64_t update_batch = absl::GetFlag(FLAGS_mode) == "bsp" ? per_push * workers : per_push;
+  const int64_t base_batch = absl::GetFlag(FLAGS_base_batch);
+  const double lr_effective = base_batch > 0 ? absl::GetFlag(FLAGS_lr) * update_batch / base_batch
+                                             : absl::GetFlag(FLAGS_lr);
+
   // Signals arrive on a descriptor polled with the children's output.
   ps::SignalPipe signals;
   const int signal_fd = signals.fd();
@@ -280,6 +293,8 @@ int main(int argc, char** argv) {
         absl::StrCat("--momentum=", absl::GetFlag(FLAGS_momentum)),
         absl::StrCat("--weight_decay=", absl::GetFlag(FLAGS_weight_decay)),
         absl::StrCat("--warmup_updates=", absl::GetFlag(FLAGS_warmup_updates)),
+        absl::StrCat("--base_batch=", base_batch),
+        absl::StrCat("--effective_batch=", update_batch),
         absl::StrCat("--lr_schedule=", absl::GetFlag(FLAGS_lr_schedule)),
         absl::StrCat("--update_rule=", absl::GetFlag(FLAGS_update_rule)),
         absl::StrCat("--dc_lambda=", absl::GetFlag(FLAGS_dc_lambda)),
@@ -406,6 +421,10 @@ int main(int argc, char** argv) {
       .Add("device", absl::GetFlag(FLAGS_device))
       .Add("optimizer", absl::GetFlag(FLAGS_optimizer))
       .Add("lr", absl::GetFlag(FLAGS_lr))
+      .Add("lr_effective", lr_effective)
+      .Add("base_batch", base_batch)
+      .Add("update_batch", update_batch)
+      .Add("warmup_updates", absl::GetFlag(FLAGS_warmup_updates))
       .Add("lr_schedule", absl::GetFlag(FLAGS_lr_schedule))
       .Add("decay_updates", decay_updates)
       .Add("seed", static_cast<int64_t>(absl::GetFlag(FLAGS_seed)))

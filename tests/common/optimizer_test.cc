@@ -79,6 +79,12 @@ TEST(Optimizer, LrScaleScalesOneUpdate) {
   EXPECT_FLOAT_EQ(w[0], 0.875f);  // 1 - 1 * 0.25 * 0.5
 }
 
+TEST(LinearScaledLr, ScalesByUpdateBatchOverBaseBatch) {
+  EXPECT_DOUBLE_EQ(LinearScaledLr(0.1, 256, 32), 0.8);
+  EXPECT_DOUBLE_EQ(LinearScaledLr(0.1, 16, 32), 0.05);
+  EXPECT_DOUBLE_EQ(LinearScaledLr(0.1, 256, 0), 0.1);  // off
+}
+
 TEST(DelayCompensate, AddsLambdaGSquaredTimesDrift) {
   const std::vector<float> g = {2.0f, -1.0f, 0.0f};
   const std::vector<float> now = {1.0f, 1.0f, 5.0f};
