@@ -213,13 +213,25 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
     }
 
     const bool epoch_end = (step + 1) % plan.steps_per_epoch() == 0;
-    if (epoch_end && options_.evaluate_each_epoch && test_ != nullptr) {
-      // An observer read: the freshest weights, whatever the consistency mode.
-      RETURN_IF_ERROR(client_.Pull(step + 1, /*no_wait=*/true, params).status());
-      RETURN_IF_ERROR(
-          device_.CopyToDevice(params.data(), n * sizeof(float), params_dev.as<float>()));
+    const bool periodic = options_.evaluate_every > 0 && (step + 1) % options_.evaluate_every == 0;
+    if (periodic && !epoch_end && test_ != nullptr && metrics_ != nullptr) {
+      int64_t updates = 0;
       ASSIGN_OR_RETURN(BatchStats test,
-                       EvaluateDataset(model_, device_, params_dev.as<float>(), *test_));
+                       EvaluateFresh(step, params, params_dev.as<float>(), &updates));
+      JsonObject line;
+      line.Add("kind", "eval")
+          .Add("rank", options_.rank)
+          .Add("step", step + 1)
+          .Add("updates", updates)
+          .Add("test_loss", test.loss_sum / test.count)
+          .Add("test_accuracy", test.correct / test.count)
+          .Add("wall_s", absl::ToDoubleSeconds(absl::Now() - start));
+      RETURN_IF_ERROR(metrics_->Write(line));
+    }
+    if (epoch_end && options_.evaluate_each_epoch && test_ != nullptr) {
+      int64_t updates = 0;
+      ASSIGN_OR_RETURN(BatchStats test,
+                       EvaluateFresh(step, params, params_dev.as<float>(), &updates));
       const absl::Time now = absl::Now();
       EpochReport report;
       report.epoch = static_cast<int>((step + 1) / plan.steps_per_epoch());
@@ -235,6 +247,8 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
         line.Add("kind", "epoch")
             .Add("rank", options_.rank)
             .Add("epoch", report.epoch)
+            .Add("step", step + 1)
+            .Add("updates", updates)
             .Add("train_loss", report.train_loss)
             .Add("test_loss", report.test_loss)
             .Add("test_accuracy", report.test_accuracy)
@@ -253,6 +267,16 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   spdlog::info("rank {} finished {} steps in {:.1f}s", options_.rank, total_steps,
                absl::ToDoubleSeconds(absl::Now() - start));
   return absl::OkStatus();
+}
+
+absl::StatusOr<BatchStats> Trainer::EvaluateFresh(int64_t step, absl::Span<float> params,
+                                                  float* params_dev, int64_t* updates) {
+  // An observer read: the freshest weights, whatever the consistency mode.
+  ASSIGN_OR_RETURN(PullStats read, client_.Pull(step + 1, /*no_wait=*/true, params));
+  *updates = 0;
+  for (int64_t v : read.versions) *updates = std::max(*updates, v);
+  RETURN_IF_ERROR(device_.CopyToDevice(params.data(), params.size() * sizeof(float), params_dev));
+  return EvaluateDataset(model_, device_, params_dev, *test_);
 }
 
 }  // namespace ps

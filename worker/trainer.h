@@ -31,6 +31,7 @@ struct TrainerOptions {
   uint64_t seed = 1;    // fixes the initial weights and every epoch's sample order
   DelayOptions delays;  // injected slowness (straggler, jitter, pause); none by default
   bool evaluate_each_epoch = false;  // measure test accuracy at each epoch end (rank 0)
+  int64_t evaluate_every = 0;        // also every this many steps (0: never); "eval" metric lines
   int eval_batch = 1000;             // rows per forward pass when evaluating
   absl::Duration register_timeout = absl::Seconds(60);  // wait this long for the shards
 };
@@ -70,6 +71,11 @@ class Trainer {
   const TrainStats& stats() const { return stats_; }
 
  private:
+  // Test-set loss and accuracy of the shards' current weights (an observer read into `params`,
+  // then onto the device); `updates` receives the largest shard version read.
+  absl::StatusOr<BatchStats> EvaluateFresh(int64_t step, absl::Span<float> params,
+                                           float* params_dev, int64_t* updates);
+
   TrainerOptions options_;
   Model& model_;
   Device& device_;

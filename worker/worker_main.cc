@@ -47,6 +47,8 @@ ABSL_FLAG(std::string, pause, "", "STEP:SECONDS: pause that long once, after com
 ABSL_FLAG(double, slowdown, 1.0,
           "Straggler factor >= 1: every step takes this many times the normal step time.");
 ABSL_FLAG(bool, eval_each_epoch, true, "Rank 0 measures test accuracy at each epoch end.");
+ABSL_FLAG(int64_t, eval_every, 0,
+          "Rank 0 also measures test accuracy every this many steps (0: only at epoch ends).");
 ABSL_FLAG(bool, evaluate, false,
           "Observer mode: read the current weights, evaluate the test set, write --summary_out.");
 ABSL_FLAG(std::string, summary_out, "", "--evaluate: write the result as one JSON object here.");
@@ -251,6 +253,7 @@ int main(int argc, char** argv) {
     }
   }
   options.evaluate_each_epoch = rank == 0 && absl::GetFlag(FLAGS_eval_each_epoch);
+  options.evaluate_every = rank == 0 ? absl::GetFlag(FLAGS_eval_every) : 0;
   options.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
   if (options.accumulate < 1 || options.epochs < 1) {
     return fail(absl::InvalidArgumentError("--accumulate and --epochs must be >= 1"));

@@ -64,6 +64,9 @@ ABSL_FLAG(std::string, jitter, "",
           "times the normal step time (seeded).");
 ABSL_FLAG(std::vector<std::string>, pause, {},
           "RANK:STEP:SECONDS pauses that worker once after STEP; repeatable.");
+ABSL_FLAG(int64_t, eval_every, 0,
+          "Rank 0 also measures test accuracy every this many steps (\"eval\" lines in "
+          "worker-0.jsonl: accuracy against time and updates).");
 ABSL_FLAG(std::string, data_dir, ps::kDefaultFashionMnistDir, "Fashion-MNIST folder.");
 ABSL_FLAG(int64_t, train_limit, 0, "Use only the first N training samples (0: all).");
 ABSL_FLAG(int64_t, test_limit, 0, "Use only the first N test samples (0: all).");
@@ -337,6 +340,7 @@ int main(int argc, char** argv) {
         absl::StrCat("--jitter=", absl::GetFlag(FLAGS_jitter)),
         absl::StrCat("--pause=", pause[r]),
         absl::StrCat("--device=", absl::GetFlag(FLAGS_device)),
+        absl::StrCat("--eval_every=", absl::GetFlag(FLAGS_eval_every)),
         absl::StrCat("--metrics_file=", metrics_dir, "/worker-", r, ".jsonl")};
     args.insert(args.end(), model_args.begin(), model_args.end());
     auto id = children.Start(absl::StrCat("worker-", r), args);
