@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 #include "worker/batch_plan.h"
+#include "worker/step_gradient.h"
 
 namespace ps {
 
@@ -95,13 +96,6 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   delay_options.rank = options_.rank;
   DelayInjector delays(delay_options);
   absl::Duration last_push = absl::ZeroDuration();
-  if (options_.batch_size > model_.max_batch()) {
-    return absl::InvalidArgumentError("batch_size exceeds the model's max_batch");
-  }
-  if (train_.features() != model_.input_size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the data has ", train_.features(), " features, the model takes ", model_.input_size()));
-  }
   ASSIGN_OR_RETURN(ClusterInfo cluster, client_.Register(options_.rank, options_.register_timeout));
   BatchPlanOptions plan_options;
   plan_options.dataset_size = train_.size();
@@ -110,7 +104,9 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   plan_options.batch_size = options_.batch_size;
   plan_options.accumulate = options_.accumulate;
   plan_options.seed = options_.seed;
-  ASSIGN_OR_RETURN(BatchPlan plan, BatchPlan::Create(plan_options));
+  ASSIGN_OR_RETURN(std::unique_ptr<StepGradient> gradient,
+                   StepGradient::Create(model_, device_, train_, plan_options));
+  const BatchPlan& plan = gradient->plan();
   const int64_t total_steps = plan.steps_per_epoch() * options_.epochs;
 
   const int64_t n = model_.layout().total();
@@ -131,17 +127,8 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
       cluster.num_shards, n, plan.global_batch(), plan.steps_per_epoch(), cluster.resume_clock);
   HeartbeatThread heartbeat(client_, cluster.lease);
 
-  const int64_t features = train_.features();
-  const int b = options_.batch_size;
+  // For evaluation only; the step's own buffers live in StepGradient.
   ASSIGN_OR_RETURN(DeviceBuffer params_dev, device_.Allocate(n * sizeof(float)));
-  ASSIGN_OR_RETURN(DeviceBuffer grads_dev, device_.Allocate(n * sizeof(float)));
-  ASSIGN_OR_RETURN(DeviceBuffer x_dev, device_.Allocate(sizeof(float) * b * features));
-  ASSIGN_OR_RETURN(DeviceBuffer y_dev, device_.Allocate(sizeof(int32_t) * b));
-  ASSIGN_OR_RETURN(DeviceBuffer x_host, device_.AllocateHost(sizeof(float) * b * features));
-  ASSIGN_OR_RETURN(DeviceBuffer y_host, device_.AllocateHost(sizeof(int32_t) * b));
-  float* x = x_host.as<float>();
-  int32_t* y = y_host.as<int32_t>();
-  std::vector<int32_t> indices;
 
   const absl::Time start = absl::Now();
   absl::Time epoch_start = start;
@@ -152,23 +139,7 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
     const absl::Time t0 = absl::Now();
     ASSIGN_OR_RETURN(PullStats pulled, client_.Pull(step, /*no_wait=*/false, params));
     const absl::Time t1 = absl::Now();
-    RETURN_IF_ERROR(device_.CopyToDevice(params.data(), n * sizeof(float), params_dev.as<float>()));
-    RETURN_IF_ERROR(device_.Fill(0.0f, n, grads_dev.as<float>()));
-    BatchStats step_stats;
-    for (int micro = 0; micro < options_.accumulate; ++micro) {
-      plan.MicroBatch(step, micro, &indices);
-      train_.Gather(indices.data(), b, x, y);
-      RETURN_IF_ERROR(device_.CopyToDevice(x, sizeof(float) * b * features, x_dev.as<float>()));
-      RETURN_IF_ERROR(device_.CopyToDevice(y, sizeof(int32_t) * b, y_dev.as<int32_t>()));
-      ASSIGN_OR_RETURN(
-          BatchStats s,
-          model_.ForwardBackward(params_dev.as<float>(), x_dev.as<float>(), y_dev.as<int32_t>(), b,
-                                 1.0f / options_.accumulate, grads_dev.as<float>()));
-      step_stats.loss_sum += s.loss_sum;
-      step_stats.correct += s.correct;
-      step_stats.count += s.count;
-    }
-    RETURN_IF_ERROR(device_.CopyToHost(grads_dev.as<float>(), n * sizeof(float), grads.data()));
+    ASSIGN_OR_RETURN(BatchStats step_stats, gradient->Compute(step, params, grads));
     const absl::Time t2 = absl::Now();
     // The injected delay stands for slower computation: it comes before the push, so the
     // gradient arrives late and staler, as a slow worker's would.

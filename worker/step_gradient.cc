@@ -1,0 +1,57 @@
+#include "worker/step_gradient.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace ps {
+
+absl::StatusOr<std::unique_ptr<StepGradient>> StepGradient::Create(
+    Model& model, Device& device, const Dataset& train, const BatchPlanOptions& options) {
+  if (options.batch_size > model.max_batch()) {
+    return absl::InvalidArgumentError("batch_size exceeds the model's max_batch");
+  }
+  if (train.features() != model.input_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the data has ", train.features(), " features, the model takes ", model.input_size()));
+  }
+  ASSIGN_OR_RETURN(BatchPlan plan, BatchPlan::Create(options));
+  std::unique_ptr<StepGradient> g(new StepGradient(model, device, train, std::move(plan),
+                                                   options.batch_size, options.accumulate));
+  const int64_t n = model.layout().total();
+  const int64_t features = train.features();
+  ASSIGN_OR_RETURN(g->params_dev_, device.Allocate(n * sizeof(float)));
+  ASSIGN_OR_RETURN(g->grads_dev_, device.Allocate(n * sizeof(float)));
+  ASSIGN_OR_RETURN(g->x_dev_, device.Allocate(sizeof(float) * g->batch_ * features));
+  ASSIGN_OR_RETURN(g->y_dev_, device.Allocate(sizeof(int32_t) * g->batch_));
+  ASSIGN_OR_RETURN(g->x_host_, device.AllocateHost(sizeof(float) * g->batch_ * features));
+  ASSIGN_OR_RETURN(g->y_host_, device.AllocateHost(sizeof(int32_t) * g->batch_));
+  return g;
+}
+
+absl::StatusOr<BatchStats> StepGradient::Compute(int64_t step, absl::Span<const float> params,
+                                                 absl::Span<float> grads) {
+  const int64_t n = model_.layout().total();
+  const int64_t features = train_.features();
+  float* x = x_host_.as<float>();
+  int32_t* y = y_host_.as<int32_t>();
+  RETURN_IF_ERROR(device_.CopyToDevice(params.data(), n * sizeof(float), params_dev_.as<float>()));
+  RETURN_IF_ERROR(device_.Fill(0.0f, n, grads_dev_.as<float>()));
+  BatchStats stats;
+  for (int micro = 0; micro < accumulate_; ++micro) {
+    plan_.MicroBatch(step, micro, &indices_);
+    train_.Gather(indices_.data(), batch_, x, y);
+    RETURN_IF_ERROR(device_.CopyToDevice(x, sizeof(float) * batch_ * features, x_dev_.as<float>()));
+    RETURN_IF_ERROR(device_.CopyToDevice(y, sizeof(int32_t) * batch_, y_dev_.as<int32_t>()));
+    ASSIGN_OR_RETURN(
+        BatchStats s,
+        model_.ForwardBackward(params_dev_.as<float>(), x_dev_.as<float>(), y_dev_.as<int32_t>(),
+                               batch_, 1.0f / accumulate_, grads_dev_.as<float>()));
+    stats.loss_sum += s.loss_sum;
+    stats.correct += s.correct;
+    stats.count += s.count;
+  }
+  RETURN_IF_ERROR(device_.CopyToHost(grads_dev_.as<float>(), n * sizeof(float), grads.data()));
+  return stats;
+}
+
+}  // namespace ps

@@ -1,0 +1,59 @@
+#ifndef PS_WORKER_STEP_GRADIENT_H_
+#define PS_WORKER_STEP_GRADIENT_H_
+
+// The gradient of one training step of one rank: the mean over its `accumulate` micro-batches of
+// global batch `step` (see BatchPlan), at given weights. The trainer and ps_replay both compute
+// gradients through this one class, so a replay reproduces a run's gradients bit for bit.
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/dataset.h"
+#include "common/device.h"
+#include "common/model.h"
+#include "worker/batch_plan.h"
+
+namespace ps {
+
+class StepGradient {
+ public:
+  // `model`, `device` and `train` must outlive the object. INVALID_ARGUMENT when the plan does not
+  // fit the data or the batch does not fit the model.
+  static absl::StatusOr<std::unique_ptr<StepGradient>> Create(Model& model, Device& device,
+                                                              const Dataset& train,
+                                                              const BatchPlanOptions& plan);
+
+  // Copies `params` (host, the model's layout) to the device, runs forward and backward over the
+  // step's micro-batches and writes the mean gradient to `grads` (host). Returns the batch's
+  // loss and accuracy sums.
+  absl::StatusOr<BatchStats> Compute(int64_t step, absl::Span<const float> params,
+                                     absl::Span<float> grads);
+
+  const BatchPlan& plan() const { return plan_; }
+
+ private:
+  StepGradient(Model& model, Device& device, const Dataset& train, BatchPlan plan, int batch,
+               int accumulate)
+      : model_(model),
+        device_(device),
+        train_(train),
+        plan_(std::move(plan)),
+        batch_(batch),
+        accumulate_(accumulate) {}
+
+  Model& model_;
+  Device& device_;
+  const Dataset& train_;
+  BatchPlan plan_;
+  int batch_;
+  int accumulate_;
+  DeviceBuffer params_dev_, grads_dev_, x_dev_, y_dev_;
+  DeviceBuffer x_host_, y_host_;  // the device's preferred host memory (pinned for CUDA)
+  std::vector<int32_t> indices_;
+};
+
+}  // namespace ps
+
+#endif  // PS_WORKER_STEP_GRADIENT_H_
