@@ -10,7 +10,7 @@ namespace ps {
 std::vector<std::string> ParseCommandLine(int argc, char** argv, const char* usage) {
   absl::FlagsUsageConfig config;
   config.contains_help_flags = [](absl::string_view file) {
-    return absl::EndsWith(file, "_main.cc");
+    return absl::EndsWith(file, "_main.cc") || absl::EndsWith(file, "_flags.cc");
   };
   config.contains_helpshort_flags = config.contains_help_flags;
   absl::SetFlagsUsageConfig(config);

@@ -8,7 +8,8 @@
 
 namespace ps {
 
-// Sets the usage text, makes --help list the flags defined in *_main.cc files, and parses argv.
+// Sets the usage text, makes --help list the flags defined in *_main.cc and *_flags.cc files,
+// and parses argv.
 // Returns the positional arguments after the program name.
 std::vector<std::string> ParseCommandLine(int argc, char** argv, const char* usage);
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cli.h"
 #include "common/logging.h"
+#include "common/optimizer_flags.h"
 #include "common/shutdown_signal.h"
 #include "server/shard_server.h"
 #include "spdlog/spdlog.h"
@@ -21,23 +22,6 @@ ABSL_FLAG(std::string, port_file, "",
 ABSL_FLAG(int32_t, num_workers, 1, "Number of workers in the job (ranks 0..num_workers-1).");
 ABSL_FLAG(std::string, mode, "bsp", "Consistency mode: bsp, ssp or asp.");
 ABSL_FLAG(int32_t, staleness, 0, "SSP bound s: a pull for step c waits until min clock >= c-s.");
-ABSL_FLAG(std::string, optimizer, "sgd", "Update rule: sgd, momentum or adam.");
-ABSL_FLAG(double, lr, 0.01, "Learning rate (peak, after warmup).");
-ABSL_FLAG(double, momentum, 0.9, "Momentum coefficient (--optimizer momentum).");
-ABSL_FLAG(double, beta1, 0.9, "Adam beta1.");
-ABSL_FLAG(double, beta2, 0.999, "Adam beta2.");
-ABSL_FLAG(double, epsilon, 1e-8, "Adam epsilon.");
-ABSL_FLAG(double, weight_decay, 0.0, "L2 weight decay added to the gradient.");
-ABSL_FLAG(int64_t, base_batch, 0,
-          "Linear scaling rule (Goyal et al. 2017): when > 0, the peak learning rate is "
-          "--lr x --effective_batch / --base_batch.");
-ABSL_FLAG(int64_t, effective_batch, 0,
-          "Samples behind one update: per-worker batch x accumulation x workers (BSP) or "
-          "per-worker batch x accumulation (SSP/ASP, one push per update).");
-ABSL_FLAG(int64_t, warmup_updates, 0, "Linear learning-rate warmup over this many updates.");
-ABSL_FLAG(std::string, lr_schedule, "constant",
-          "After warmup: constant, or cosine (decays to 0 at --decay_updates).");
-ABSL_FLAG(int64_t, decay_updates, 0, "Cosine schedule: the update (shard version) where lr is 0.");
 ABSL_FLAG(std::string, update_rule, "plain",
           "Stale gradients (SSP/ASP): plain, staleness_lr (lr / (staleness + 1)), dc_asgd (delay "
           "compensation, --dc_lambda) or drop (refuse staleness > --drop_above).");
@@ -46,6 +30,9 @@ ABSL_FLAG(int64_t, drop_above, 4, "--update_rule drop: the largest staleness sti
 ABSL_FLAG(int32_t, backup_workers, 0,
           "BSP: apply each round once all but this many workers have pushed; later pushes of "
           "the round are counted, not applied.");
+ABSL_FLAG(std::string, record_updates, "",
+          "Append every gradient applied on its own (SSP, ASP) to this file, in apply order, "
+          "for ps_replay.");
 ABSL_FLAG(int64_t, lease_ms, 10000, "A worker silent this long leaves the barrier set.");
 ABSL_FLAG(int32_t, max_message_mb, 256, "Largest gRPC message accepted or sent, in MiB.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn or error.");
@@ -63,6 +50,7 @@ absl::StatusOr<ps::ShardServerOptions> OptionsFromFlags() {
     return absl::InvalidArgumentError("--max_message_mb must be in [1, 2047]");
   }
   o.max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
+  o.record_updates_path = absl::GetFlag(FLAGS_record_updates);
   ps::ShardOptions& s = o.shard;
   s.shard_id = absl::GetFlag(FLAGS_shard_id);
   s.num_shards = absl::GetFlag(FLAGS_num_shards);
@@ -77,29 +65,9 @@ absl::StatusOr<ps::ShardServerOptions> OptionsFromFlags() {
   s.update_rule.rule = *rule;
   s.update_rule.dc_lambda = static_cast<float>(absl::GetFlag(FLAGS_dc_lambda));
   s.update_rule.drop_above = absl::GetFlag(FLAGS_drop_above);
-  auto kind = ps::ParseOptimizerKind(absl::GetFlag(FLAGS_optimizer));
-  if (!kind.ok()) return kind.status();
-  s.optimizer.kind = *kind;
-  s.optimizer.lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
-  s.optimizer.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
-  s.optimizer.beta1 = static_cast<float>(absl::GetFlag(FLAGS_beta1));
-  s.optimizer.beta2 = static_cast<float>(absl::GetFlag(FLAGS_beta2));
-  s.optimizer.epsilon = static_cast<float>(absl::GetFlag(FLAGS_epsilon));
-  s.optimizer.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
-  s.optimizer.warmup_updates = absl::GetFlag(FLAGS_warmup_updates);
-  const int64_t base_batch = absl::GetFlag(FLAGS_base_batch);
-  if (base_batch < 0) return absl::InvalidArgumentError("--base_batch must be >= 0");
-  if (base_batch > 0) {
-    const int64_t effective = absl::GetFlag(FLAGS_effective_batch);
-    if (effective <= 0) {
-      return absl::InvalidArgumentError("--base_batch needs --effective_batch > 0");
-    }
-    s.optimizer.lr = static_cast<float>(ps::LinearScaledLr(s.optimizer.lr, effective, base_batch));
-  }
-  auto schedule = ps::ParseLrSchedule(absl::GetFlag(FLAGS_lr_schedule));
-  if (!schedule.ok()) return schedule.status();
-  s.optimizer.schedule = *schedule;
-  s.optimizer.decay_updates = absl::GetFlag(FLAGS_decay_updates);
+  auto optimizer = ps::OptimizerOptionsFromFlags();
+  if (!optimizer.ok()) return optimizer.status();
+  s.optimizer = *optimizer;
   s.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
   return o;
 }

@@ -218,7 +218,7 @@ absl::StatusOr<Shard::PushResult> Shard::Push(const PushArgs& args) {
     case PushAction::kApply:
       controller_.RecordPush(args.rank);
       result.staleness = version_ - args.base_version;
-      result.applied = ApplyStale(args.rank, args.gradient, result.staleness);
+      result.applied = ApplyStale(args.rank, args.clock, args.base_version, args.gradient);
       result.dropped = !result.applied;
       break;
     case PushAction::kLate:
@@ -247,7 +247,13 @@ void Shard::ApplyGradient(absl::Span<const float> gradient, float lr_scale) {
   ++version_;
 }
 
-bool Shard::ApplyStale(int rank, absl::Span<const float> gradient, int64_t staleness) {
+bool Shard::ApplyStale(int rank, int64_t clock, int64_t base_version,
+                       absl::Span<const float> gradient) {
+  const int64_t staleness = version_ - base_version;
+  if (options_.on_apply && !(options_.update_rule.rule == UpdateRule::kDropStale &&
+                             staleness > options_.update_rule.drop_above)) {
+    options_.on_apply(AppliedUpdate{version_, rank, clock, base_version, staleness});
+  }
   const UpdateRuleOptions& rule = options_.update_rule;
   switch (rule.rule) {
     case UpdateRule::kPlain:

@@ -10,6 +10,7 @@
 // deadline passes; pushes, lease expiry and Shutdown wake it.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -26,6 +27,16 @@
 
 namespace ps {
 
+// One gradient applied on its own (SSP and ASP), in the order the shard applied it. Enough to
+// replay a run: ps_replay recomputes the gradient of (rank, clock) at the base versions.
+struct AppliedUpdate {
+  int64_t version_before = 0;  // the shard's version when it applied the gradient
+  int rank = 0;
+  int64_t clock = 0;
+  int64_t base_version = 0;
+  int64_t staleness = 0;
+};
+
 struct ShardOptions {
   int shard_id = 0;  // 0 <= shard_id < num_shards
   int num_shards = 1;
@@ -33,6 +44,9 @@ struct ShardOptions {
   OptimizerOptions optimizer;                // the optimizer applied to the slice
   UpdateRuleOptions update_rule;             // how stale gradients are applied (SSP, ASP)
   absl::Duration lease = absl::Seconds(10);  // a worker silent this long leaves the barrier set
+  // Called under the shard's lock for every gradient applied on its own (not for BSP rounds), in
+  // apply order; must not call back into the shard. Empty: nothing is recorded.
+  std::function<void(const AppliedUpdate&)> on_apply;
 };
 
 struct WorkerStatusInfo {
@@ -145,7 +159,7 @@ class Shard {
   void ApplyGradient(absl::Span<const float> gradient, float lr_scale = 1.0f)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies an SSP/ASP push by the configured update rule; false if the rule dropped it.
-  bool ApplyStale(int rank, absl::Span<const float> gradient, int64_t staleness)
+  bool ApplyStale(int rank, int64_t clock, int64_t base_version, absl::Span<const float> gradient)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LeaseLoop();
 

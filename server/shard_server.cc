@@ -9,7 +9,21 @@ namespace ps {
 
 absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServerOptions& options) {
   std::unique_ptr<ShardServer> s(new ShardServer());
-  ASSIGN_OR_RETURN(s->shard_, Shard::Create(options.shard));
+  ShardOptions shard_options = options.shard;
+  if (!options.record_updates_path.empty()) {
+    s->record_ = std::fopen(options.record_updates_path.c_str(), "w");
+    if (s->record_ == nullptr) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot write --record_updates ", options.record_updates_path));
+    }
+    std::FILE* f = s->record_;
+    shard_options.on_apply = [f](const AppliedUpdate& u) {
+      std::fprintf(f, "%lld %d %lld %lld %lld\n", static_cast<long long>(u.version_before), u.rank,
+                   static_cast<long long>(u.clock), static_cast<long long>(u.base_version),
+                   static_cast<long long>(u.staleness));
+    };
+  }
+  ASSIGN_OR_RETURN(s->shard_, Shard::Create(shard_options));
   s->service_ = std::make_unique<ParameterServerService>(*s->shard_, options.max_pull_wait);
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(
@@ -26,7 +40,12 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
   return s;
 }
 
-ShardServer::~ShardServer() { Shutdown(); }
+ShardServer::~ShardServer() {
+  Shutdown();
+  if (server_ != nullptr) server_->Wait();
+  shard_.reset();  // no more updates can be recorded
+  if (record_ != nullptr) std::fclose(record_);
+}
 
 void ShardServer::Shutdown(absl::Duration grace) {
   if (shard_ != nullptr) shard_->Shutdown();

@@ -4,6 +4,7 @@
 // A running ps_server: a Shard behind its gRPC service on one listening port. Used by the
 // ps_server binary, by in-process tests and by benchmarks.
 
+#include <cstdio>
 #include <memory>
 #include <string>
 
@@ -21,6 +22,9 @@ struct ShardServerOptions {
   int port = 0;                                     // 0 picks a free port (see port())
   int max_message_bytes = 256 << 20;                // receive and send limit of one message
   absl::Duration max_pull_wait = absl::Minutes(5);  // cap on a pull without a client deadline
+  // If set, every gradient applied on its own is appended to this file as a line
+  // "version_before rank clock base_version staleness", in apply order (for ps_replay).
+  std::string record_updates_path;
 };
 
 class ShardServer {
@@ -40,6 +44,7 @@ class ShardServer {
 
  private:
   ShardServer() = default;
+  std::FILE* record_ = nullptr;  // closed after the shard stops
   std::unique_ptr<Shard> shard_;
   std::unique_ptr<ParameterServerService> service_;
   std::unique_ptr<grpc::Server> server_;

@@ -74,6 +74,9 @@ ABSL_FLAG(std::string, metrics_dir, "",
           "Where summary.json and the per-worker JSON lines go (default runs/<time>).");
 ABSL_FLAG(std::string, bin_dir, "",
           "Folder of ps_server and ps_worker (default: beside ps_launch).");
+ABSL_FLAG(bool, record_updates, false,
+          "Shards record the order they apply gradients in (<metrics_dir>/ps-N.updates), and "
+          "<metrics_dir>/replay.cmd holds the ps_replay command that reproduces the run.");
 ABSL_FLAG(bool, save_weights, false,
           "Also write the final weights as raw float32 to <metrics_dir>/weights.f32.");
 ABSL_FLAG(int64_t, lease_ms, 10000, "Worker lease on the shards.");
@@ -305,6 +308,9 @@ int main(int argc, char** argv) {
         absl::StrCat("--backup_workers=", absl::GetFlag(FLAGS_backup_workers)),
         absl::StrCat("--decay_updates=", decay_updates),
         absl::StrCat("--lease_ms=", absl::GetFlag(FLAGS_lease_ms)),
+        absl::StrCat("--record_updates=", absl::GetFlag(FLAGS_record_updates)
+                                              ? absl::StrCat(metrics_dir, "/ps-", s, ".updates")
+                                              : ""),
         common_log};
     auto id = children.Start(absl::StrCat("ps-", s), args);
     if (!id.ok()) return fail(std::string(id.status().message()));
@@ -444,6 +450,28 @@ int main(int argc, char** argv) {
   // eval.json's fields (test_accuracy, final_loss, staleness, ...) complete the object.
   const std::string text =
       summary.str().substr(0, summary.str().size() - 1) + "," + eval.substr(1) + "}\n";
+  if (absl::GetFlag(FLAGS_record_updates)) {
+    std::vector<std::string> records;
+    for (int s = 0; s < shards; ++s)
+      records.push_back(absl::StrCat(metrics_dir, "/ps-", s, ".updates"));
+    std::ofstream cmd(metrics_dir + "/replay.cmd");
+    cmd << bin_dir << "/ps_replay --records=" << absl::StrJoin(records, ",")
+        << " --num_workers=" << workers << " --model=" << absl::GetFlag(FLAGS_model)
+        << " --hidden=" << absl::GetFlag(FLAGS_hidden)
+        << " --batch_size=" << absl::GetFlag(FLAGS_batch_size)
+        << " --accumulate=" << absl::GetFlag(FLAGS_accumulate)
+        << " --seed=" << absl::GetFlag(FLAGS_seed)
+        << " --data_dir=" << absl::GetFlag(FLAGS_data_dir)
+        << " --train_limit=" << absl::GetFlag(FLAGS_train_limit)
+        << " --optimizer=" << absl::GetFlag(FLAGS_optimizer) << " --lr=" << absl::GetFlag(FLAGS_lr)
+        << " --momentum=" << absl::GetFlag(FLAGS_momentum)
+        << " --weight_decay=" << absl::GetFlag(FLAGS_weight_decay)
+        << " --warmup_updates=" << absl::GetFlag(FLAGS_warmup_updates)
+        << " --lr_schedule=" << absl::GetFlag(FLAGS_lr_schedule)
+        << " --decay_updates=" << decay_updates << " --base_batch=" << base_batch
+        << " --effective_batch=" << update_batch << " --weights_out=" << metrics_dir
+        << "/replayed.f32\n";
+  }
   const std::string summary_path = metrics_dir + "/summary.json";
   std::ofstream out(summary_path);
   out << text;
