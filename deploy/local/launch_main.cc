@@ -417,6 +417,18 @@ int main(int argc, char** argv) {
   std::string eval = ReadFile(eval_path);
   while (!eval.empty() && (eval.back() == '\n' || eval.back() == '}')) eval.pop_back();
   if (eval.size() < 2 || eval.front() != '{') return fail("eval.json is malformed");
+  // Updates per second of each shard, from the versions the final evaluation read.
+  std::vector<std::string> shard_rates;
+  if (const size_t at = eval.find("\"versions\":["); at != std::string::npos) {
+    const size_t begin = at + 12;
+    const std::string list = eval.substr(begin, eval.find(']', begin) - begin);
+    for (absl::string_view v : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+      double version = 0;
+      if (absl::SimpleAtod(v, &version)) {
+        shard_rates.push_back(absl::StrFormat("%.1f", version / wall_s));
+      }
+    }
+  }
   ps::JsonObject summary;
   summary.Add("mode", absl::GetFlag(FLAGS_mode))
       .Add("staleness", absl::GetFlag(FLAGS_staleness))
@@ -443,6 +455,7 @@ int main(int argc, char** argv) {
       .Add("wall_seconds", wall_s)
       .Add("wait_share", step_ms > 0 ? wait_ms / step_ms : 0.0)
       .AddRaw("worker_wait_share", per_worker)
+      .AddRaw("shard_updates_per_sec", "[" + absl::StrJoin(shard_rates, ",") + "]")
       .Add("update_rule", absl::GetFlag(FLAGS_update_rule))
       .Add("backup_workers", absl::GetFlag(FLAGS_backup_workers))
       .Add("jitter", absl::GetFlag(FLAGS_jitter))
