@@ -9,16 +9,10 @@
 #include "common/model.h"
 #include "common/random.h"
 #include "gtest/gtest.h"
+#include "tests/common/random_vector.h"
 
 namespace ps {
 namespace {
-
-std::vector<float> RandomVector(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
-  Rng rng(seed);
-  std::vector<float> v(n);
-  for (float& x : v) x = rng.Uniform(lo, hi);
-  return v;
-}
 
 // L = sum(y * r): dL/dy = r, so Backward(dy = r) must give dL/dparams and dL/dx.
 double Objective(Layer& layer, CpuDevice& dev, const std::vector<float>& params,

@@ -15,16 +15,10 @@
 #include "common/model.h"
 #include "common/random.h"
 #include "gtest/gtest.h"
+#include "tests/common/random_vector.h"
 
 namespace ps {
 namespace {
-
-std::vector<float> RandomVector(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
-  Rng rng(seed);
-  std::vector<float> v(n);
-  for (float& x : v) x = rng.Uniform(lo, hi);
-  return v;
-}
 
 class CudaParity : public testing::Test {
  public:
