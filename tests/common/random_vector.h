@@ -10,8 +10,7 @@
 
 namespace ps {
 
-inline std::vector<float> RandomVector(size_t n, uint64_t seed, float lo = -1.0f,
-                                       float hi = 1.0f) {
+inline std::vector<float> RandomVector(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
   Rng rng(seed);
   std::vector<float> v(n);
   for (float& x : v) x = rng.Uniform(lo, hi);
