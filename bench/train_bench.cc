@@ -140,6 +140,6 @@ int main(int argc, char** argv) {
       .Add("local_samples_per_sec", *local)
       .Add("ratio_vs_local", ps_rate / *local);
   std::printf("%s\n", line.str().c_str());
-  (*server)->Shutdown();
+  (*server)->Shutdown().IgnoreError();
   return 0;
 }

@@ -81,6 +81,17 @@ Optimizer::Optimizer(const OptimizerOptions& options, int64_t size)
   if (options.kind == OptimizerKind::kAdam) slot1_.assign(size, 0.0f);
 }
 
+absl::Status Optimizer::RestoreSlots(std::vector<float> slot0, std::vector<float> slot1) {
+  if (slot0.size() != slot0_.size() || slot1.size() != slot1_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer state of ", slot0.size(), "+", slot1.size(), " values does not fit ",
+        OptimizerKindName(options_.kind), " over ", size_, " parameters"));
+  }
+  slot0_ = std::move(slot0);
+  slot1_ = std::move(slot1);
+  return absl::OkStatus();
+}
+
 float Optimizer::LearningRate(int64_t update_index) const {
   const int64_t warmup = options_.warmup_updates;
   if (warmup > 0 && update_index < warmup) {

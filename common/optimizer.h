@@ -55,6 +55,13 @@ class Optimizer {
   const OptimizerOptions& options() const { return options_; }
   int64_t size() const { return size_; }
 
+  // The optimizer's state, for checkpoints: slot0 is the momentum buffer or Adam's first moment,
+  // slot1 Adam's second moment; each is empty or size() long, as the kind needs.
+  absl::Span<const float> slot0() const { return slot0_; }
+  absl::Span<const float> slot1() const { return slot1_; }
+  // INVALID_ARGUMENT (and nothing changed) when a slot's length does not fit the kind and size.
+  absl::Status RestoreSlots(std::vector<float> slot0, std::vector<float> slot1);
+
  private:
   OptimizerOptions options_;
   int64_t size_;

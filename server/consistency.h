@@ -80,6 +80,13 @@ class ConsistencyController {
   // (all but backup_workers of the pending and live workers have pushed it, and at least one
   // worker has). Never true in the other modes, which have no rounds.
   int64_t rounds() const { return rounds_; }
+  // Checkpoint restore: sets a worker's state and clock, and the rounds applied. Valid values
+  // only (rank in range, clock >= 0, rounds >= 0).
+  void RestoreWorker(int rank, WorkerState state, int64_t clock) {
+    workers_[rank].state = state;
+    workers_[rank].clock = clock;
+  }
+  void RestoreRounds(int64_t rounds) { rounds_ = rounds; }
   bool RoundReady() const;
   void CompleteRound() { ++rounds_; }
 

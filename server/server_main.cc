@@ -9,6 +9,7 @@
 #include "common/cli.h"
 #include "common/logging.h"
 #include "common/optimizer_flags.h"
+#include "common/security_flags.h"
 #include "common/shutdown_signal.h"
 #include "server/shard_server.h"
 #include "spdlog/spdlog.h"
@@ -35,6 +36,18 @@ ABSL_FLAG(std::string, record_updates, "",
           "for ps_replay.");
 ABSL_FLAG(int64_t, lease_ms, 10000, "A worker silent this long leaves the barrier set.");
 ABSL_FLAG(int32_t, max_message_mb, 256, "Largest gRPC message accepted or sent, in MiB.");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Folder of this shard's checkpoints: the newest intact one is restored at start, new "
+          "ones are written as --checkpoint_every/--checkpoint_seconds say and at SIGTERM.");
+ABSL_FLAG(int32_t, checkpoint_keep, 3, "Checkpoints kept in --checkpoint_dir.");
+ABSL_FLAG(int64_t, checkpoint_every, 0,
+          "Checkpoint every this many updates (0: not by count). Under BSP every shard then "
+          "checkpoints at the same clock: a consistent cut.");
+ABSL_FLAG(double, checkpoint_seconds, 0,
+          "SSP/ASP: also checkpoint every this many seconds when the version moved (0: never).");
+ABSL_FLAG(int32_t, fault_drop_push_reply_every, 0,
+          "Fault injection for tests: answer every Nth accepted push with UNAVAILABLE, as if "
+          "the reply were lost (0: off).");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn or error.");
 
 namespace {
@@ -51,6 +64,20 @@ absl::StatusOr<ps::ShardServerOptions> OptionsFromFlags() {
   }
   o.max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
   o.record_updates_path = absl::GetFlag(FLAGS_record_updates);
+  o.security = ps::SecurityOptionsFromFlags();
+  o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  o.checkpoint_keep = absl::GetFlag(FLAGS_checkpoint_keep);
+  o.checkpoint_every_updates = absl::GetFlag(FLAGS_checkpoint_every);
+  if (absl::GetFlag(FLAGS_checkpoint_seconds) < 0 || o.checkpoint_keep < 1 ||
+      o.checkpoint_every_updates < 0) {
+    return absl::InvalidArgumentError(
+        "--checkpoint_seconds and --checkpoint_every must be >= 0, --checkpoint_keep >= 1");
+  }
+  o.checkpoint_interval = absl::Seconds(absl::GetFlag(FLAGS_checkpoint_seconds));
+  o.drop_push_reply_every = absl::GetFlag(FLAGS_fault_drop_push_reply_every);
+  if (o.drop_push_reply_every < 0) {
+    return absl::InvalidArgumentError("--fault_drop_push_reply_every must be >= 0");
+  }
   ps::ShardOptions& s = o.shard;
   s.shard_id = absl::GetFlag(FLAGS_shard_id);
   s.num_shards = absl::GetFlag(FLAGS_num_shards);
@@ -104,13 +131,19 @@ int main(int argc, char** argv) {
   auto server = ps::ShardServer::Start(*options);
   if (!server.ok()) {
     spdlog::error("cannot start: {}", server.status().ToString());
-    return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    const absl::StatusCode code = server.status().code();
+    return code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kNotFound ? 2
+                                                                                             : 1;
   }
   const ps::ShardOptions& s = options->shard;
-  spdlog::info("shard {}/{} serving on {}:{} mode={} staleness={} workers={} optimizer={} lr={}",
-               s.shard_id, s.num_shards, options->host, (*server)->port(),
-               ps::ConsistencyModeName(s.consistency.mode), s.consistency.staleness,
-               s.consistency.num_workers, ps::OptimizerKindName(s.optimizer.kind), s.optimizer.lr);
+  spdlog::info(
+      "shard {}/{} serving on {}:{} mode={} staleness={} workers={} optimizer={} lr={} "
+      "version={}{}",
+      s.shard_id, s.num_shards, options->host, (*server)->port(),
+      ps::ConsistencyModeName(s.consistency.mode), s.consistency.staleness,
+      s.consistency.num_workers, ps::OptimizerKindName(s.optimizer.kind), s.optimizer.lr,
+      (*server)->shard().GetStatus().version,
+      (*server)->restored().has_value() ? " (restored)" : "");
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty() && !WritePortFile(port_file, (*server)->port())) {
     spdlog::error("cannot write --port_file {}", port_file);
@@ -119,11 +152,12 @@ int main(int argc, char** argv) {
   ps::ShardServer* raw = server->get();
   ps::ShutdownSignalWatcher watcher([raw](int signo) {
     spdlog::info("signal {}: shutting down", signo);
-    raw->Shutdown();
+    raw->Shutdown().IgnoreError();  // reported below
   });
   raw->Wait();
   watcher.Stop();
+  const absl::Status final_checkpoint = raw->Shutdown();
   const ps::ShardStatus status = raw->shard().GetStatus();
   spdlog::info("stopped at version {}", status.version);
-  return 0;
+  return final_checkpoint.ok() ? 0 : 1;
 }

@@ -1,8 +1,13 @@
 #ifndef PS_SERVER_SERVICE_H_
 #define PS_SERVER_SERVICE_H_
 
-// The gRPC adapter of a Shard: converts ps.v1 messages to the Shard's domain calls and statuses
-// back. It holds no state of its own besides the Shard it serves.
+// The gRPC adapter of a Shard: checks the cluster token, converts ps.v1 messages to the Shard's
+// domain calls and statuses back. Its only state besides the Shard is counters.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
 
 #include "absl/time/time.h"
 #include "proto/parameter_server.grpc.pb.h"
@@ -10,12 +15,24 @@
 
 namespace ps {
 
+struct ServiceOptions {
+  absl::Duration max_pull_wait = absl::Minutes(5);  // a pull without a client deadline
+  // The cluster token. When set, every call must carry the metadata "authorization: Bearer
+  // <token>"; any other call is answered UNAUTHENTICATED before its handler looks at the
+  // request or the shard.
+  std::string token;
+  // Fault injection for tests: the reply of every Nth push (0: none) is replaced by UNAVAILABLE
+  // after the shard accepted the push, as if the reply had been lost on the way.
+  int drop_push_reply_every = 0;
+  // Called after every Init call that left the shard initialised (health reporting).
+  std::function<void()> on_initialized;
+};
+
 class ParameterServerService final : public ps::v1::ParameterServer::Service {
  public:
-  // `shard` must outlive the service. A pull whose client set no deadline waits at most
-  // `max_pull_wait`.
-  ParameterServerService(Shard& shard, absl::Duration max_pull_wait)
-      : shard_(shard), max_pull_wait_(max_pull_wait) {}
+  // `shard` must outlive the service.
+  ParameterServerService(Shard& shard, ServiceOptions options)
+      : shard_(shard), options_(std::move(options)) {}
 
   grpc::Status Register(grpc::ServerContext* ctx, const ps::v1::RegisterRequest* req,
                         ps::v1::RegisterResponse* resp) override;
@@ -30,9 +47,19 @@ class ParameterServerService final : public ps::v1::ParameterServer::Service {
   grpc::Status GetStatus(grpc::ServerContext* ctx, const ps::v1::GetStatusRequest* req,
                          ps::v1::GetStatusResponse* resp) override;
 
+  int64_t rejected_unauthenticated() const { return rejected_unauthenticated_.load(); }
+  // The version of the newest checkpoint written (-1: none), reported by GetStatus.
+  void set_checkpoint_version(int64_t version) { checkpoint_version_.store(version); }
+
  private:
+  // OK when no token is configured or the call carries it; UNAUTHENTICATED (counted) otherwise.
+  grpc::Status Authenticate(const grpc::ServerContext* ctx);
+
   Shard& shard_;
-  absl::Duration max_pull_wait_;
+  const ServiceOptions options_;
+  std::atomic<int64_t> rejected_unauthenticated_{0};
+  std::atomic<int64_t> checkpoint_version_{-1};
+  std::atomic<int64_t> pushes_seen_{0};
 };
 
 }  // namespace ps

@@ -31,11 +31,16 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& options
   if (options.lease <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("lease must be positive");
   }
+  if (options.incarnation == 0) return absl::InvalidArgumentError("incarnation must be non-zero");
+  if (options.snapshot_every_updates < 0) {
+    return absl::InvalidArgumentError("snapshot_every_updates must be >= 0");
+  }
   return std::unique_ptr<Shard>(new Shard(options));
 }
 
 Shard::Shard(const ShardOptions& options)
     : options_(options),
+      incarnations_(options.consistency.num_workers, 0),
       controller_(options.consistency),
       lease_deadline_(options.consistency.num_workers, absl::InfiniteFuture()),
       staleness_(options.consistency.num_workers),
@@ -69,7 +74,25 @@ absl::Status Shard::CheckRank(int rank) const {
 
 void Shard::RenewLease(int rank) { lease_deadline_[rank] = absl::Now() + options_.lease; }
 
-absl::StatusOr<Shard::RegisterResult> Shard::Register(int rank, uint64_t fingerprint) {
+absl::Status Shard::CheckIncarnation(int rank, uint64_t incarnation,
+                                     uint64_t shard_incarnation) const {
+  if (shard_incarnation != 0 && shard_incarnation != options_.incarnation) {
+    return absl::AbortedError(absl::StrCat("shard ", options_.shard_id,
+                                           " restarted since worker ", rank,
+                                           " registered (incarnation ", options_.incarnation,
+                                           ", the worker knows ", shard_incarnation,
+                                           "); register again"));
+  }
+  if (incarnation != 0 && incarnations_[rank] != 0 && incarnation != incarnations_[rank]) {
+    return absl::AbortedError(absl::StrCat("rank ", rank, " is held by another worker process (",
+                                           "incarnation ", incarnations_[rank], ", caller ",
+                                           incarnation, "); register again"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Shard::RegisterResult> Shard::Register(int rank, uint64_t fingerprint,
+                                                      uint64_t incarnation) {
   RETURN_IF_ERROR(CheckRank(rank));
   absl::MutexLock lock(&mu_);
   if (shutdown_) return absl::UnavailableError("shard is shutting down");
@@ -78,6 +101,8 @@ absl::StatusOr<Shard::RegisterResult> Shard::Register(int rank, uint64_t fingerp
                                                       " differs from the shard's ", fingerprint_,
                                                       ": the worker runs another model"));
   }
+  used_ = true;
+  if (incarnation != 0) incarnations_[rank] = incarnation;
   RegisterResult result;
   result.clock = controller_.Register(rank);
   result.initialized = initialized_;
@@ -86,11 +111,13 @@ absl::StatusOr<Shard::RegisterResult> Shard::Register(int rank, uint64_t fingerp
   return result;
 }
 
-absl::Status Shard::Heartbeat(int rank) {
-  RETURN_IF_ERROR(CheckRank(rank));
+absl::Status Shard::Heartbeat(const Caller& caller) {
+  RETURN_IF_ERROR(CheckRank(caller.rank));
   absl::MutexLock lock(&mu_);
-  RETURN_IF_ERROR(CheckLive(rank, absl::StatusCode::kNotFound));
-  RenewLease(rank);
+  if (shutdown_) return absl::UnavailableError("shard is shutting down");
+  RETURN_IF_ERROR(CheckIncarnation(caller.rank, caller.incarnation, caller.shard_incarnation));
+  RETURN_IF_ERROR(CheckLive(caller.rank, absl::StatusCode::kNotFound));
+  RenewLease(caller.rank);
   return absl::OkStatus();
 }
 
@@ -117,6 +144,7 @@ absl::StatusOr<Shard::InitResult> Shard::Init(uint64_t fingerprint, int64_t tota
     }
     return InitResult{true, version_};
   }
+  used_ = true;
   fingerprint_ = fingerprint;
   range_ = range;
   values_.assign(values.begin(), values.end());
@@ -167,6 +195,9 @@ absl::StatusOr<Shard::PullResult> Shard::Pull(const PullArgs& args, absl::Time d
   if (!observer) RETURN_IF_ERROR(CheckRank(args.rank));
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(ValidateAccess(args.rank, args.fingerprint, args.range, out.size(), observer));
+  if (!observer) {
+    RETURN_IF_ERROR(CheckIncarnation(args.rank, args.incarnation, args.shard_incarnation));
+  }
   PullResult result;
   if (!observer) RenewLease(args.rank);
   if (!observer && !controller_.PullReady(args.clock)) {
@@ -183,6 +214,8 @@ absl::StatusOr<Shard::PullResult> Shard::Pull(const PullArgs& args, absl::Time d
           controller_.MinClock(), ", version ", version_, ")"));
     }
     if (shutdown_) return absl::UnavailableError("shard is shutting down");
+    // Another process may have taken the rank while this pull waited.
+    RETURN_IF_ERROR(CheckIncarnation(args.rank, args.incarnation, args.shard_incarnation));
     result.waited = absl::Now() - start;
   }
   std::copy(values_.begin(), values_.end(), out.begin());
@@ -199,6 +232,7 @@ absl::StatusOr<Shard::PushResult> Shard::Push(const PushArgs& args) {
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(ValidateAccess(args.rank, args.fingerprint, args.range, args.gradient.size(),
                                  /*observer=*/false));
+  RETURN_IF_ERROR(CheckIncarnation(args.rank, args.incarnation, args.shard_incarnation));
   if (!finite) {
     ++rejected_nonfinite_;
     return absl::InvalidArgumentError(absl::StrCat("gradient of worker ", args.rank, " clock ",
@@ -211,6 +245,7 @@ absl::StatusOr<Shard::PushResult> Shard::Push(const PushArgs& args) {
   ASSIGN_OR_RETURN(PushAction action, controller_.ClassifyPush(args.rank, args.clock));
   RenewLease(args.rank);
   PushResult result;
+  ++(action == PushAction::kDuplicate ? pushes_duplicate_ : pushes_accepted_);
   switch (action) {
     case PushAction::kDuplicate:
       result.duplicate = true;
@@ -245,6 +280,16 @@ absl::StatusOr<Shard::PushResult> Shard::Push(const PushArgs& args) {
 void Shard::ApplyGradient(absl::Span<const float> gradient, float lr_scale) {
   optimizer_->Apply(version_, gradient, absl::MakeSpan(values_), lr_scale);
   ++version_;
+  // BSP snapshots wait for the round's bookkeeping (MaybeApplyRound calls MaybeSnapshot).
+  if (options_.consistency.mode != ConsistencyMode::kBsp) MaybeSnapshot();
+}
+
+void Shard::MaybeSnapshot() {
+  const int64_t every = options_.snapshot_every_updates;
+  if (every <= 0 || !options_.on_snapshot || version_ % every != 0) return;
+  std::string payload;
+  EncodeSnapshotLocked(&payload);
+  options_.on_snapshot(version_, std::move(payload));
 }
 
 bool Shard::ApplyStale(int rank, int64_t clock, int64_t base_version,
@@ -306,6 +351,7 @@ void Shard::MaybeApplyRound() {
   for (float& x : round_sum_) x *= inv;
   ApplyGradient(round_sum_);
   controller_.CompleteRound();
+  MaybeSnapshot();
 }
 
 void Shard::LeaseLoop() {
@@ -341,6 +387,9 @@ ShardStatus Shard::GetStatus() const {
   s.version = version_;
   s.min_clock = controller_.MinClock();
   s.rejected_nonfinite = rejected_nonfinite_;
+  s.pushes_accepted = pushes_accepted_;
+  s.pushes_duplicate = pushes_duplicate_;
+  s.restored_version = restored_version_;
   for (int r = 0; r < options_.consistency.num_workers; ++r) {
     WorkerStatusInfo w;
     w.rank = r;

@@ -12,10 +12,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -44,6 +46,15 @@ struct ShardOptions {
   OptimizerOptions optimizer;                // the optimizer applied to the slice
   UpdateRuleOptions update_rule;             // how stale gradients are applied (SSP, ASP)
   absl::Duration lease = absl::Seconds(10);  // a worker silent this long leaves the barrier set
+  // This shard process's incarnation (non-zero; random per process start, see the proto).
+  uint64_t incarnation = 1;
+  // Every this many updates (0: never) the shard encodes a snapshot under its lock, at the exact
+  // version, and hands it to on_snapshot. Under BSP every shard applies one update per round, so
+  // all shards snapshot at the same clock: their checkpoints form one consistent cut.
+  int64_t snapshot_every_updates = 0;
+  // Called under the shard's lock with an encoded snapshot (see EncodeSnapshot); must be quick
+  // (queue it) and must not call back into the shard.
+  std::function<void(int64_t version, std::string payload)> on_snapshot;
   // Called under the shard's lock for every gradient applied on its own (not for BSP rounds), in
   // apply order; must not call back into the shard. Empty: nothing is recorded.
   std::function<void(const AppliedUpdate&)> on_apply;
@@ -69,7 +80,18 @@ struct ShardStatus {
   int64_t version = 0;
   int64_t min_clock = 0;
   int64_t rejected_nonfinite = 0;
+  int64_t pushes_accepted = 0;   // acknowledged as applied, buffered, dropped or late
+  int64_t pushes_duplicate = 0;  // acknowledged as duplicates
+  int64_t restored_version = -1;  // the checkpoint's version this shard restored, -1: none
   std::vector<WorkerStatusInfo> workers;
+};
+
+// The identity a worker's call carries: its rank and the incarnations it registered with. A zero
+// incarnation is not checked (observers and simple clients).
+struct Caller {
+  int rank = 0;
+  uint64_t incarnation = 0;        // the worker process
+  uint64_t shard_incarnation = 0;  // the shard process the worker registered with
 };
 
 class Shard {
@@ -82,12 +104,14 @@ class Shard {
     int64_t clock = 0;  // where the worker resumes
     bool initialized = false;
   };
-  // Starts or renews `rank`'s lease. INVALID_ARGUMENT for a bad rank; FAILED_PRECONDITION when
-  // the shard holds another layout.
-  absl::StatusOr<RegisterResult> Register(int rank, uint64_t fingerprint);
-  // Renews a lease. NOT_FOUND if the rank never registered; ABORTED if its lease expired (the
-  // worker must Register again).
-  absl::Status Heartbeat(int rank);
+  // Starts or renews `rank`'s lease; a new `incarnation` (non-zero) replaces the process that
+  // held the rank, whose later calls get ABORTED. INVALID_ARGUMENT for a bad rank;
+  // FAILED_PRECONDITION when the shard holds another layout.
+  absl::StatusOr<RegisterResult> Register(int rank, uint64_t fingerprint,
+                                          uint64_t incarnation = 0);
+  // Renews a lease. NOT_FOUND if the rank never registered; ABORTED if its lease expired or the
+  // incarnations differ (the worker must Register again).
+  absl::Status Heartbeat(const Caller& caller);
 
   struct InitResult {
     bool already_initialized = false;
@@ -99,6 +123,8 @@ class Shard {
 
   struct PullArgs {
     int rank = 0;
+    uint64_t incarnation = 0;
+    uint64_t shard_incarnation = 0;
     uint64_t fingerprint = 0;
     KeyRange range;
     int64_t clock = 0;
@@ -115,6 +141,8 @@ class Shard {
 
   struct PushArgs {
     int rank = 0;
+    uint64_t incarnation = 0;
+    uint64_t shard_incarnation = 0;
     uint64_t fingerprint = 0;
     KeyRange range;
     int64_t clock = 0;
@@ -139,6 +167,19 @@ class Shard {
   // A copy of the slice (empty before Init). For tests and checkpoints.
   std::vector<float> Values() const;
 
+  // The shard's whole state (slice, optimizer slots, version, BSP round and buffered gradients,
+  // workers' clocks, incarnations and statistics) as a checkpoint payload, with its version.
+  struct Snapshot {
+    int64_t version = 0;
+    std::string payload;
+  };
+  Snapshot EncodeSnapshot() const;
+  // Loads a payload of EncodeSnapshot into a fresh shard (before any Register or Init).
+  // FAILED_PRECONDITION when the snapshot is of another shard or configuration (id, shard
+  // count, workers, mode) or the shard is already in use; DATA_LOSS when it is malformed. On
+  // error the shard is unchanged. Workers that were live get a fresh lease.
+  absl::Status RestoreSnapshot(absl::string_view payload);
+
   // Fails every waiting and later Pull/Push with UNAVAILABLE and stops the lease thread.
   // Idempotent.
   void Shutdown();
@@ -150,6 +191,13 @@ class Shard {
   absl::Status ValidateAccess(int rank, uint64_t fingerprint, KeyRange range, size_t length,
                               bool observer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckRank(int rank) const;
+  // ABORTED when the call comes from a replaced worker process or was meant for an earlier
+  // process of this shard.
+  absl::Status CheckIncarnation(int rank, uint64_t incarnation, uint64_t shard_incarnation) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EncodeSnapshotLocked(std::string* out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Snapshots when the version reached a multiple of snapshot_every_updates.
+  void MaybeSnapshot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // OK for a live worker; `if_pending` for one that never registered, ABORTED for an expired one.
   absl::Status CheckLive(int rank, absl::StatusCode if_pending) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -173,6 +221,14 @@ class Shard {
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t rejected_nonfinite_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t pushes_accepted_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t pushes_duplicate_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t restored_version_ ABSL_GUARDED_BY(mu_) = -1;
+  bool used_ ABSL_GUARDED_BY(mu_) = false;  // a Register or Init happened: no restore any more
+  // The incarnation each rank registered with (0: none yet). Exactly-once bookkeeping is this
+  // and the clock per rank: O(num_workers), however long the job runs or how often workers come
+  // and go.
+  std::vector<uint64_t> incarnations_ ABSL_GUARDED_BY(mu_);
   ConsistencyController controller_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::Time> lease_deadline_ ABSL_GUARDED_BY(mu_);
   std::vector<StalenessHistogram> staleness_ ABSL_GUARDED_BY(mu_);

@@ -1,17 +1,37 @@
 #include "server/shard_server.h"
 
+#include <random>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
+#include "spdlog/spdlog.h"
 
 namespace ps {
 
+namespace {
+
+uint64_t RandomIncarnation() {
+  std::random_device rd;
+  uint64_t v = 0;
+  while (v == 0) v = (uint64_t{rd()} << 32) ^ rd();
+  return v;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServerOptions& options) {
   std::unique_ptr<ShardServer> s(new ShardServer());
+  s->options_ = options;
+  ASSIGN_OR_RETURN(ServerSecurity security, MakeServerSecurity(options.security));
+  if (options.checkpoint_every_updates < 0) {
+    return absl::InvalidArgumentError("checkpoint_every_updates must be >= 0");
+  }
   ShardOptions shard_options = options.shard;
+  shard_options.incarnation = RandomIncarnation();
   if (!options.record_updates_path.empty()) {
-    s->record_ = std::fopen(options.record_updates_path.c_str(), "w");
+    s->record_ = std::fopen(options.record_updates_path.c_str(), "a");
     if (s->record_ == nullptr) {
       return absl::PermissionDeniedError(
           absl::StrCat("cannot write --record_updates ", options.record_updates_path));
@@ -23,34 +43,150 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
                    static_cast<long long>(u.staleness));
     };
   }
+  if (!options.checkpoint_dir.empty()) {
+    ASSIGN_OR_RETURN(CheckpointDir dir,
+                     CheckpointDir::Open(options.checkpoint_dir, options.checkpoint_keep));
+    s->checkpoints_.emplace(std::move(dir));
+    shard_options.snapshot_every_updates = options.checkpoint_every_updates;
+    ShardServer* raw = s.get();
+    shard_options.on_snapshot = [raw](int64_t version, std::string payload) {
+      std::lock_guard<std::mutex> lock(raw->writer_mu_);
+      raw->queue_.push_back(Shard::Snapshot{version, std::move(payload)});
+      raw->writer_cv_.notify_all();
+    };
+  }
   ASSIGN_OR_RETURN(s->shard_, Shard::Create(shard_options));
-  s->service_ = std::make_unique<ParameterServerService>(*s->shard_, options.max_pull_wait);
+  if (s->checkpoints_.has_value()) {
+    std::vector<std::string> skipped;
+    absl::StatusOr<CheckpointDir::Loaded> loaded = s->checkpoints_->LoadNewest(&skipped);
+    for (const std::string& why : skipped) spdlog::warn("skipped checkpoint {}", why);
+    if (loaded.ok()) {
+      absl::Status restored = s->shard_->RestoreSnapshot(loaded->payload);
+      if (!restored.ok()) {
+        return absl::Status(restored.code(), absl::StrCat("restoring ", loaded->info.path, ": ",
+                                                          restored.message()));
+      }
+      s->restored_ = loaded->info;
+      s->last_written_version_ = static_cast<int64_t>(loaded->info.sequence);
+      spdlog::info("restored {} (version {})", loaded->info.path, loaded->info.sequence);
+    } else if (loaded.status().code() != absl::StatusCode::kNotFound) {
+      return loaded.status();
+    }
+    s->writer_ = std::thread([raw = s.get()] { raw->WriterLoop(); });
+  }
+
+  ServiceOptions service_options;
+  service_options.max_pull_wait = options.max_pull_wait;
+  service_options.token = security.token;
+  service_options.drop_push_reply_every = options.drop_push_reply_every;
+  service_options.on_initialized = [raw = s.get()] { raw->SetParametersServing(true); };
+  s->service_ = std::make_unique<ParameterServerService>(*s->shard_, service_options);
+  if (s->restored_.has_value()) s->service_->set_checkpoint_version(s->last_written_version_);
+
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(
       options.host.find(':') != std::string::npos ? "[" + options.host + "]" : options.host, ":",
       options.port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &s->port_);
-  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
-  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  builder.AddListeningPort(address, security.credentials, &s->port_);
+  ConfigureServerBuilder(options.max_message_bytes, &builder);
   builder.RegisterService(s->service_.get());
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
   }
+  grpc::HealthCheckServiceInterface* health = s->server_->GetHealthCheckService();
+  if (health != nullptr) health->SetServingStatus("", true);
+  s->SetParametersServing(s->shard_->GetStatus().initialized);
   return s;
 }
 
+void ShardServer::SetParametersServing(bool serving) {
+  std::lock_guard<std::mutex> lock(health_mu_);
+  if (health_final_ || server_ == nullptr) return;
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  if (health != nullptr) health->SetServingStatus(kParameterServiceName, serving);
+}
+
+absl::Status ShardServer::WriteCheckpoint(int64_t version, const std::string& payload) {
+  absl::StatusOr<CheckpointInfo> info = checkpoints_->Write(static_cast<uint64_t>(version), payload);
+  if (!info.ok()) return info.status();
+  service_->set_checkpoint_version(version);
+  spdlog::debug("checkpoint {} written", info->path);
+  return absl::OkStatus();
+}
+
+void ShardServer::WriterLoop() {
+  const bool timed = options_.checkpoint_interval > absl::ZeroDuration() &&
+                     options_.shard.consistency.mode != ConsistencyMode::kBsp;
+  const auto interval = absl::ToChronoMilliseconds(
+      timed ? options_.checkpoint_interval : absl::Hours(24 * 365));
+  std::unique_lock<std::mutex> lock(writer_mu_);
+  while (true) {
+    const bool woke =
+        writer_cv_.wait_for(lock, interval, [this] { return writer_stop_ || !queue_.empty(); });
+    if (writer_stop_) return;  // Shutdown writes the final checkpoint itself
+    Shard::Snapshot snapshot;
+    if (woke) {
+      snapshot = std::move(queue_.front());
+      queue_.pop_front();
+    } else {
+      // The periodic, time-based checkpoint (SSP/ASP): only when something changed.
+      lock.unlock();
+      snapshot = shard_->EncodeSnapshot();
+      lock.lock();
+      if (snapshot.version == last_written_version_) continue;
+    }
+    lock.unlock();
+    absl::Status s = WriteCheckpoint(snapshot.version, snapshot.payload);
+    lock.lock();
+    if (s.ok()) {
+      last_written_version_ = snapshot.version;
+    } else {
+      spdlog::error("checkpoint at version {} failed: {}", snapshot.version, s.ToString());
+    }
+  }
+}
+
 ShardServer::~ShardServer() {
-  Shutdown();
+  Shutdown().IgnoreError();
   if (server_ != nullptr) server_->Wait();
   shard_.reset();  // no more updates can be recorded
   if (record_ != nullptr) std::fclose(record_);
 }
 
-void ShardServer::Shutdown(absl::Duration grace) {
+absl::Status ShardServer::Shutdown(absl::Duration grace) {
+  std::lock_guard<std::mutex> once(shutdown_mu_);
+  if (shut_down_) return shutdown_status_;
+  shut_down_ = true;
+  {
+    std::lock_guard<std::mutex> lock(health_mu_);
+    health_final_ = true;
+    if (server_ != nullptr && server_->GetHealthCheckService() != nullptr) {
+      server_->GetHealthCheckService()->Shutdown();  // NOT_SERVING for every service, for good
+    }
+  }
+  // From here on the shard accepts no update, so the final snapshot holds every acknowledged one.
   if (shard_ != nullptr) shard_->Shutdown();
+  if (writer_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(writer_mu_);
+      writer_stop_ = true;
+      queue_.clear();  // older than the final snapshot
+    }
+    writer_cv_.notify_all();
+    writer_.join();
+    const Shard::Snapshot final_snapshot = shard_->EncodeSnapshot();
+    shutdown_status_ = WriteCheckpoint(final_snapshot.version, final_snapshot.payload);
+    if (shutdown_status_.ok()) {
+      spdlog::info("final checkpoint at version {}", final_snapshot.version);
+    } else {
+      spdlog::error("final checkpoint failed: {}", shutdown_status_.ToString());
+    }
+  }
   // grpc::Server::Shutdown is idempotent and thread-safe.
   if (server_ != nullptr) server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  return shutdown_status_;
 }
 
 void ShardServer::Wait() {

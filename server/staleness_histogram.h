@@ -34,6 +34,24 @@ class StalenessHistogram {
   int64_t count() const { return count_; }
   int64_t max() const { return max_; }
   double mean() const { return count_ == 0 ? 0.0 : static_cast<double>(sum_) / count_; }
+  int64_t sum() const { return sum_; }
+  // The whole state, for checkpoints: Restore(Counts..., count, sum, max) gives an equal object.
+  const std::vector<int64_t>& counts() const { return counts_; }
+  // False when the parts are inconsistent (wrong bucket count, negative values).
+  bool Restore(std::vector<int64_t> counts, int64_t count, int64_t sum, int64_t max) {
+    if (!(counts.empty() || counts.size() == static_cast<size_t>(kBuckets)) || count < 0 ||
+        sum < 0 || max < 0) {
+      return false;
+    }
+    for (int64_t c : counts) {
+      if (c < 0) return false;
+    }
+    counts_ = std::move(counts);
+    count_ = count;
+    sum_ = sum;
+    max_ = max;
+    return true;
+  }
   // Counts up to the largest non-empty bucket (empty when nothing was recorded).
   std::vector<int64_t> TrimmedCounts() const {
     size_t n = counts_.size();

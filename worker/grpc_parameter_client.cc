@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
@@ -18,18 +19,41 @@ absl::StatusOr<std::unique_ptr<GrpcParameterClient>> GrpcParameterClient::Create
       return absl::InvalidArgumentError(absl::StrCat("server '", s, "' is not host:port"));
     }
   }
-  if (options.max_attempts < 1) return absl::InvalidArgumentError("max_attempts must be >= 1");
+  if (options.retry_for < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("retry_for must be >= 0");
+  }
   return std::unique_ptr<GrpcParameterClient>(new GrpcParameterClient(options));
 }
 
 GrpcParameterClient::GrpcParameterClient(const GrpcClientOptions& options) : options_(options) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(options.max_message_bytes);
-  args.SetMaxSendMessageSize(options.max_message_bytes);
+  if (options_.incarnation == 0) {
+    std::random_device rd;
+    while (options_.incarnation == 0) options_.incarnation = (uint64_t{rd()} << 32) ^ rd();
+  }
+  if (options_.security.credentials == nullptr) {
+    options_.security.credentials = grpc::InsecureChannelCredentials();
+  }
+  const grpc::ChannelArguments args =
+      ClientChannelArguments(options.max_message_bytes, options_.security);
   for (const std::string& server : options.servers) {
     stubs_.push_back(ps::v1::ParameterServer::NewStub(
-        grpc::CreateCustomChannel(server, grpc::InsecureChannelCredentials(), args)));
+        grpc::CreateCustomChannel(server, options_.security.credentials, args)));
   }
+  shard_incarnations_.assign(stubs_.size(), 0);
+}
+
+void GrpcParameterClient::Prepare(grpc::ClientContext* ctx, absl::Duration timeout,
+                                  bool wait_for_ready) const {
+  ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  ctx->set_wait_for_ready(wait_for_ready);
+  if (!options_.security.token.empty()) {
+    ctx->AddMetadata(kAuthorizationHeader, kBearerPrefix + options_.security.token);
+  }
+}
+
+std::vector<uint64_t> GrpcParameterClient::shard_incarnations() const {
+  absl::MutexLock lock(&mu_);
+  return shard_incarnations_;
 }
 
 KeyRange GrpcParameterClient::range(int shard) const {
@@ -58,6 +82,7 @@ absl::Status GrpcParameterClient::CallAll(const char* method, StartFn<Request, R
   std::vector<size_t> pending(n);
   for (size_t i = 0; i < n; ++i) pending[i] = i;
   absl::Duration backoff = options_.initial_backoff;
+  const absl::Time give_up = absl::Now() + options_.retry_for;
   for (int attempt = 1;; ++attempt) {
     grpc::CompletionQueue cq;
     std::vector<std::unique_ptr<grpc::ClientContext>> contexts(n);
@@ -68,8 +93,7 @@ absl::Status GrpcParameterClient::CallAll(const char* method, StartFn<Request, R
       if (cancelled_) return absl::CancelledError(absl::StrCat(method, ": client cancelled"));
       for (size_t s : pending) {
         contexts[s] = std::make_unique<grpc::ClientContext>();
-        contexts[s]->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-        contexts[s]->set_wait_for_ready(wait_for_ready);
+        Prepare(contexts[s].get(), timeout, wait_for_ready);
         active_.push_back(contexts[s].get());
       }
     }
@@ -94,7 +118,7 @@ absl::Status GrpcParameterClient::CallAll(const char* method, StartFn<Request, R
     for (size_t s : pending) {
       const grpc::Status& st = statuses[s];
       if (st.ok()) continue;
-      if (st.error_code() == grpc::StatusCode::UNAVAILABLE && attempt < options_.max_attempts) {
+      if (st.error_code() == grpc::StatusCode::UNAVAILABLE && absl::Now() + backoff < give_up) {
         retry.push_back(s);
         continue;
       }
@@ -116,6 +140,7 @@ absl::StatusOr<ClusterInfo> GrpcParameterClient::Register(int rank, absl::Durati
   for (auto& r : requests) {
     r.set_rank(rank);
     r.set_layout_fingerprint(options_.fingerprint);
+    r.set_incarnation(options_.incarnation);
   }
   std::vector<ps::v1::RegisterResponse> responses;
   RETURN_IF_ERROR(CallAll("Register", &Stub::PrepareAsyncRegister, requests, &responses, timeout,
@@ -146,12 +171,21 @@ absl::StatusOr<ClusterInfo> GrpcParameterClient::Register(int rank, absl::Durati
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " but the servers expect ", info.num_workers, " workers"));
   }
+  absl::MutexLock lock(&mu_);
+  for (size_t s = 0; s < responses.size(); ++s) {
+    shard_incarnations_[s] = responses[s].shard_incarnation();
+  }
   return info;
 }
 
 absl::Status GrpcParameterClient::Heartbeat() {
   std::vector<ps::v1::HeartbeatRequest> requests(stubs_.size());
-  for (auto& r : requests) r.set_rank(options_.rank);
+  const std::vector<uint64_t> shard_incarnation = shard_incarnations();
+  for (size_t s = 0; s < requests.size(); ++s) {
+    requests[s].set_rank(options_.rank);
+    requests[s].set_incarnation(options_.incarnation);
+    requests[s].set_shard_incarnation(shard_incarnation[s]);
+  }
   std::vector<ps::v1::HeartbeatResponse> responses;
   return CallAll("Heartbeat", &Stub::PrepareAsyncHeartbeat, requests, &responses,
                  options_.call_timeout, false);
@@ -178,10 +212,15 @@ absl::StatusOr<PullStats> GrpcParameterClient::Pull(int64_t clock, bool no_wait,
     return absl::InvalidArgumentError("Pull: buffer size differs from the layout");
   }
   auto requests = RequestsPerShard<ps::v1::PullRequest>();
-  for (auto& request : requests) {
-    request.set_rank(options_.rank);
-    request.set_clock(clock);
-    request.set_no_wait(no_wait);
+  const std::vector<uint64_t> shard_incarnation = shard_incarnations();
+  for (size_t s = 0; s < requests.size(); ++s) {
+    requests[s].set_rank(options_.rank);
+    requests[s].set_clock(clock);
+    requests[s].set_no_wait(no_wait);
+    if (!no_wait) {
+      requests[s].set_incarnation(options_.incarnation);
+      requests[s].set_shard_incarnation(shard_incarnation[s]);
+    }
   }
   std::vector<ps::v1::PullResponse> responses;
   RETURN_IF_ERROR(
@@ -210,9 +249,12 @@ absl::StatusOr<PushStats> GrpcParameterClient::Push(int64_t clock,
     return absl::InvalidArgumentError("Push: gradient or base versions do not fit the layout");
   }
   auto requests = RequestsPerShard<ps::v1::PushRequest>();
+  const std::vector<uint64_t> shard_incarnation = shard_incarnations();
   for (size_t s = 0; s < stubs_.size(); ++s) {
     const KeyRange r = range(static_cast<int>(s));
     requests[s].set_rank(options_.rank);
+    requests[s].set_incarnation(options_.incarnation);
+    requests[s].set_shard_incarnation(shard_incarnation[s]);
     requests[s].set_clock(clock);
     requests[s].set_base_version(base_versions[s]);
     requests[s].set_num_samples(num_samples);
@@ -221,6 +263,17 @@ absl::StatusOr<PushStats> GrpcParameterClient::Push(int64_t clock,
   std::vector<ps::v1::PushResponse> responses;
   RETURN_IF_ERROR(
       CallAll("Push", &Stub::PrepareAsyncPush, requests, &responses, options_.call_timeout, false));
+  if (options_.duplicate_pushes) {
+    std::vector<ps::v1::PushResponse> again;
+    RETURN_IF_ERROR(
+        CallAll("Push", &Stub::PrepareAsyncPush, requests, &again, options_.call_timeout, false));
+    for (size_t s = 0; s < again.size(); ++s) {
+      if (!again[s].duplicate()) {
+        return absl::InternalError(absl::StrCat("shard ", s, " accepted push of clock ", clock,
+                                                " twice: exactly-once is broken"));
+      }
+    }
+  }
   PushStats stats;
   for (const auto& r : responses) {
     stats.applied += r.applied();

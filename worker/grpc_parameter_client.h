@@ -2,9 +2,11 @@
 #define PS_WORKER_GRPC_PARAMETER_CLIENT_H_
 
 // ParameterClient over gRPC: one channel per shard; every operation issues its S calls at once
-// on a completion queue and waits for all of them. UNAVAILABLE answers are retried with
-// exponential backoff, which is safe because every rpc is idempotent (pushes are deduplicated by
-// (worker, clock) on the shard).
+// on a completion queue and waits for all of them. Every call has a deadline. UNAVAILABLE answers
+// (a shard restarting, a lost reply) are retried with exponential backoff for up to `retry_for`,
+// which is safe because every rpc is idempotent: pushes are deduplicated by (worker, clock) on
+// the shard. Calls carry this process's incarnation and the incarnation of the shard process it
+// registered with, so a shard that restarted answers ABORTED and the trainer registers again.
 
 #include <memory>
 #include <string>
@@ -12,6 +14,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
+#include "common/grpc_security.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "worker/parameter_client.h"
 
@@ -24,9 +27,14 @@ struct GrpcClientOptions {
   int rank = 0;                                     // this worker; ignored by observers
   absl::Duration call_timeout = absl::Seconds(30);  // Register, Init, Push, GetStatus
   absl::Duration pull_timeout = absl::Minutes(10);  // a pull may wait for slow workers
-  int max_attempts = 6;                             // per call, for UNAVAILABLE answers
+  absl::Duration retry_for = absl::Seconds(60);     // keep retrying UNAVAILABLE this long
   absl::Duration initial_backoff = absl::Milliseconds(100);
   int max_message_bytes = 256 << 20;
+  ClientSecurity security;  // TLS credentials and token; default: plaintext, no token
+  uint64_t incarnation = 0;  // this worker process; 0 draws a random one
+  // Fault injection for tests: send every push twice; the second must come back as duplicates
+  // from every shard (INTERNAL otherwise: exactly-once is broken).
+  bool duplicate_pushes = false;
 };
 
 class GrpcParameterClient final : public ParameterClient {
@@ -43,6 +51,7 @@ class GrpcParameterClient final : public ParameterClient {
                                  int num_samples, absl::Span<const float> gradient) override;
   absl::StatusOr<std::vector<ShardReport>> Status() override;
   void Cancel() override;
+  uint64_t incarnation() const { return options_.incarnation; }
 
  private:
   using Stub = ps::v1::ParameterServer::Stub;
@@ -64,8 +73,14 @@ class GrpcParameterClient final : public ParameterClient {
 
   GrpcClientOptions options_;
   std::vector<std::unique_ptr<Stub>> stubs_;
-  absl::Mutex mu_;
+  // Per-shard call settings: deadline, wait-for-ready and the token.
+  void Prepare(grpc::ClientContext* ctx, absl::Duration timeout, bool wait_for_ready) const;
+  std::vector<uint64_t> shard_incarnations() const;
+
+  mutable absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  // The shards' incarnations from the last Register (0 until then).
+  std::vector<uint64_t> shard_incarnations_ ABSL_GUARDED_BY(mu_);
   std::vector<grpc::ClientContext*> active_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -137,7 +137,14 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   for (int64_t step = cluster.resume_clock; step < total_steps; ++step) {
     if (stop.load()) return absl::CancelledError("stopped by signal");
     const absl::Time t0 = absl::Now();
-    ASSIGN_OR_RETURN(PullStats pulled, client_.Pull(step, /*no_wait=*/false, params));
+    absl::StatusOr<PullStats> pull = client_.Pull(step, /*no_wait=*/false, params);
+    if (pull.status().code() == absl::StatusCode::kAborted) {
+      ASSIGN_OR_RETURN(cluster, Rejoin(pull.status(), params));
+      step = cluster.resume_clock - 1;  // the loop's ++step resumes at the shards' clock
+      continue;
+    }
+    if (!pull.ok()) return pull.status();
+    const PullStats& pulled = *pull;
     const absl::Time t1 = absl::Now();
     ASSIGN_OR_RETURN(BatchStats step_stats, gradient->Compute(step, params, grads));
     const absl::Time t2 = absl::Now();
@@ -146,8 +153,15 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
     const absl::Duration delay = delays.DelayFor(step, (t2 - t0) + last_push);
     if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
     const absl::Time t2s = absl::Now();
-    ASSIGN_OR_RETURN(PushStats pushed, client_.Push(step, pulled.versions,
-                                                    static_cast<int>(step_stats.count), grads));
+    absl::StatusOr<PushStats> push =
+        client_.Push(step, pulled.versions, static_cast<int>(step_stats.count), grads);
+    if (push.status().code() == absl::StatusCode::kAborted) {
+      ASSIGN_OR_RETURN(cluster, Rejoin(push.status(), params));
+      step = cluster.resume_clock - 1;
+      continue;
+    }
+    if (!push.ok()) return push.status();
+    const PushStats& pushed = *push;
     const absl::Time t3 = absl::Now();
 
     stats_.steps += 1;
@@ -238,6 +252,23 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   spdlog::info("rank {} finished {} steps in {:.1f}s", options_.rank, total_steps,
                absl::ToDoubleSeconds(absl::Now() - start));
   return absl::OkStatus();
+}
+
+absl::StatusOr<ClusterInfo> Trainer::Rejoin(const absl::Status& why, absl::Span<const float> params) {
+  if (++rejoins_ > options_.max_rejoins) {
+    return absl::AbortedError(absl::StrCat("gave up after ", options_.max_rejoins,
+                                           " re-registrations; last: ", why.message()));
+  }
+  spdlog::warn("rank {} registers again: {}", options_.rank, std::string(why.message()));
+  ASSIGN_OR_RETURN(ClusterInfo cluster, client_.Register(options_.rank, options_.register_timeout));
+  if (!cluster.initialized) {
+    // A shard that restarted without a checkpoint has no values: offer the freshest we hold.
+    spdlog::warn("rank {}: a shard lost its parameters; offering this worker's copy", options_.rank);
+    RETURN_IF_ERROR(client_.Init(params));
+  }
+  stats_.rejoins = rejoins_;
+  spdlog::info("rank {} resumes at step {}", options_.rank, cluster.resume_clock);
+  return cluster;
 }
 
 absl::StatusOr<BatchStats> Trainer::EvaluateFresh(int64_t step, absl::Span<float> params,

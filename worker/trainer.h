@@ -34,6 +34,9 @@ struct TrainerOptions {
   int64_t evaluate_every = 0;        // also every this many steps (0: never); "eval" metric lines
   int eval_batch = 1000;             // rows per forward pass when evaluating
   absl::Duration register_timeout = absl::Seconds(60);  // wait this long for the shards
+  // A call answered ABORTED (lease expired, shard restarted, rank taken over) makes the worker
+  // register again and resume at the shards' clock; more than this many times fails the run.
+  int max_rejoins = 100;
 };
 
 // Per-epoch summary handed to the progress callback (rank 0 with evaluate_each_epoch).
@@ -56,6 +59,7 @@ struct TrainStats {
   absl::Duration injected;  // sleeps added by DelayOptions before the push
   absl::Duration push;      // sending gradients
   absl::Duration total;     // the steps' wall time (excludes evaluation)
+  int64_t rejoins = 0;      // re-registrations after ABORTED answers
 };
 
 class Trainer {
@@ -75,6 +79,9 @@ class Trainer {
   // then onto the device); `updates` receives the largest shard version read.
   absl::StatusOr<BatchStats> EvaluateFresh(int64_t step, absl::Span<float> params,
                                            float* params_dev, int64_t* updates);
+  // Registers again after `why` (an ABORTED answer) and returns where to resume; offers `params`
+  // to shards that lost theirs.
+  absl::StatusOr<ClusterInfo> Rejoin(const absl::Status& why, absl::Span<const float> params);
 
   TrainerOptions options_;
   Model& model_;
@@ -83,6 +90,7 @@ class Trainer {
   const Dataset& train_;
   const Dataset* test_;
   JsonLinesWriter* metrics_;
+  int64_t rejoins_ = 0;
   std::function<void(const EpochReport&)> on_epoch_;
   TrainStats stats_;
 };

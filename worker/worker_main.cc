@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/security_flags.h"
 #include "common/cli.h"
 #include "common/dataset.h"
 #include "common/json_lines.h"
@@ -56,6 +57,14 @@ ABSL_FLAG(std::string, weights_out, "", "--evaluate: write the weights as raw fl
 ABSL_FLAG(std::string, device, "cpu", "Compute device: cpu, cuda or cuda:N.");
 ABSL_FLAG(int32_t, register_timeout_s, 60, "Seconds to wait for the servers to come up.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn or error.");
+ABSL_FLAG(int32_t, call_timeout_s, 30, "Deadline of a Register, Init, Push or status call.");
+ABSL_FLAG(int32_t, pull_timeout_s, 600, "Deadline of a pull (it may wait for slow workers).");
+ABSL_FLAG(int32_t, retry_s, 60,
+          "Keep retrying UNAVAILABLE answers (a shard restarting) this many seconds.");
+ABSL_FLAG(int32_t, max_message_mb, 256, "Largest gRPC message sent or accepted, in MiB.");
+ABSL_FLAG(bool, fault_duplicate_pushes, false,
+          "Fault injection for tests: send every push twice and fail unless the second comes "
+          "back as a duplicate from every shard.");
 
 namespace {
 
@@ -203,6 +212,22 @@ int main(int argc, char** argv) {
   client_options.fingerprint = (*model)->layout().fingerprint();
   client_options.total_params = (*model)->layout().total();
   client_options.rank = rank;
+  client_options.call_timeout = absl::Seconds(absl::GetFlag(FLAGS_call_timeout_s));
+  client_options.pull_timeout = absl::Seconds(absl::GetFlag(FLAGS_pull_timeout_s));
+  client_options.retry_for = absl::Seconds(absl::GetFlag(FLAGS_retry_s));
+  client_options.duplicate_pushes = absl::GetFlag(FLAGS_fault_duplicate_pushes);
+  if (absl::GetFlag(FLAGS_max_message_mb) < 1 || absl::GetFlag(FLAGS_max_message_mb) > 2047 ||
+      absl::GetFlag(FLAGS_call_timeout_s) < 1 || absl::GetFlag(FLAGS_pull_timeout_s) < 1 ||
+      absl::GetFlag(FLAGS_retry_s) < 0) {
+    return fail(absl::InvalidArgumentError(
+        "--max_message_mb must be in [1, 2047], the timeouts >= 1 and --retry_s >= 0"));
+  }
+  client_options.max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
+  {
+    auto security = ps::MakeClientSecurity(ps::SecurityOptionsFromFlags());
+    if (!security.ok()) return fail(security.status());
+    client_options.security = *std::move(security);
+  }
   auto client = ps::GrpcParameterClient::Create(client_options);
   if (!client.ok()) return fail(client.status());
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "common/cli.h"
 #include "common/json_lines.h"
+#include "common/security_flags.h"
 #include "worker/grpc_parameter_client.h"
 
 ABSL_FLAG(std::string, servers, "127.0.0.1:5000", "Comma-separated host:port of the shards.");
@@ -27,7 +28,13 @@ int main(int argc, char** argv) {
   ps::GrpcClientOptions o;
   o.servers = absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipEmpty());
   o.call_timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
-  o.max_attempts = 1;
+  o.retry_for = absl::ZeroDuration();
+  auto security = ps::MakeClientSecurity(ps::SecurityOptionsFromFlags());
+  if (!security.ok()) {
+    std::fprintf(stderr, "ps_ctl: %s\n", security.status().ToString().c_str());
+    return 2;
+  }
+  o.security = *security;
   auto client = ps::GrpcParameterClient::Create(o);
   if (!client.ok()) {
     std::fprintf(stderr, "ps_ctl: %s\n", client.status().ToString().c_str());

@@ -180,7 +180,7 @@ TEST(Shard, ExpiredLeaseLetsTheBspRoundCompleteWithoutTheSilentWorker) {
   EXPECT_EQ(out, (std::vector<float>{-1, 0, 1, 2}));  // the mean of the one push
   const ShardStatus st = shard->GetStatus();
   EXPECT_EQ(st.workers[1].state, WorkerState::kExpired);
-  EXPECT_EQ(shard->Heartbeat(1).code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(shard->Heartbeat(Caller{1}).code(), absl::StatusCode::kAborted);
   EXPECT_EQ(shard->Push(PushOf(1, 0, 0, {1, 1, 1, 1})).status().code(), absl::StatusCode::kAborted);
   // It returns at the open round.
   auto again = shard->Register(1, kFp);
@@ -238,7 +238,7 @@ TEST(Shard, InitRules) {
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(shard->Register(0, kFp + 1).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(shard->Values(), a);
-  EXPECT_EQ(shard->Heartbeat(0).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(shard->Heartbeat(Caller{0}).code(), absl::StatusCode::kNotFound);
 }
 
 // Three workers, one of them slow, each pulling step c and pushing it with the version it read.

@@ -1,0 +1,197 @@
+// Shard::EncodeSnapshot and Shard::RestoreSnapshot: the shard's state as a checkpoint payload
+// (framed and checksummed by common/checkpoint.h). Layout, all little-endian:
+//   u32 format (1); u32 shard_id, num_shards, num_workers; u8 mode; u32 staleness
+//   u8 initialized; u64 fingerprint; i64 begin, end, version, rounds, rejected_nonfinite,
+//   pushes_accepted, pushes_duplicate
+//   floats values, optimizer slot0, slot1
+//   per worker: u8 state; i64 clock; u64 incarnation; i64s histogram counts; i64 count, sum,
+//   max, dropped, late; u8 has_round_gradient; i64 round_base_version; floats round_gradient
+// DC-ASGD's per-worker pulled copies are not saved: after a restore, compensation starts again
+// from each worker's next pull.
+
+#include "absl/strings/str_cat.h"
+#include "common/checkpoint.h"
+#include "common/status_macros.h"
+#include "server/shard.h"
+
+namespace ps {
+
+namespace {
+
+constexpr uint32_t kSnapshotFormat = 1;
+// Bounds for lengths read from a snapshot, so a corrupt one cannot ask for absurd allocations.
+constexpr uint64_t kMaxValues = uint64_t{1} << 34;
+
+uint8_t ModeCode(ConsistencyMode m) { return static_cast<uint8_t>(m); }
+
+}  // namespace
+
+Shard::Snapshot Shard::EncodeSnapshot() const {
+  absl::MutexLock lock(&mu_);
+  Snapshot snapshot;
+  snapshot.version = version_;
+  EncodeSnapshotLocked(&snapshot.payload);
+  return snapshot;
+}
+
+void Shard::EncodeSnapshotLocked(std::string* out) const {
+  ByteWriter w;
+  const int workers = options_.consistency.num_workers;
+  w.U32(kSnapshotFormat);
+  w.U32(static_cast<uint32_t>(options_.shard_id));
+  w.U32(static_cast<uint32_t>(options_.num_shards));
+  w.U32(static_cast<uint32_t>(workers));
+  w.U8(ModeCode(options_.consistency.mode));
+  w.U32(static_cast<uint32_t>(options_.consistency.staleness));
+  w.U8(initialized_ ? 1 : 0);
+  w.U64(fingerprint_);
+  w.I64(range_.begin);
+  w.I64(range_.end);
+  w.I64(version_);
+  w.I64(controller_.rounds());
+  w.I64(rejected_nonfinite_);
+  w.I64(pushes_accepted_);
+  w.I64(pushes_duplicate_);
+  w.Floats(values_);
+  w.Floats(optimizer_ != nullptr ? optimizer_->slot0() : absl::Span<const float>());
+  w.Floats(optimizer_ != nullptr ? optimizer_->slot1() : absl::Span<const float>());
+  for (int r = 0; r < workers; ++r) {
+    w.U8(static_cast<uint8_t>(controller_.state(r)));
+    w.I64(controller_.clock(r));
+    w.U64(incarnations_[r]);
+    w.I64s(staleness_[r].counts());
+    w.I64(staleness_[r].count());
+    w.I64(staleness_[r].sum());
+    w.I64(staleness_[r].max());
+    w.I64(dropped_[r]);
+    w.I64(late_[r]);
+    w.U8(round_has_gradient_[r] ? 1 : 0);
+    w.I64(round_base_versions_[r]);
+    w.Floats(round_has_gradient_[r] ? absl::MakeConstSpan(round_gradients_[r])
+                                    : absl::Span<const float>());
+  }
+  *out = w.Release();
+}
+
+absl::Status Shard::RestoreSnapshot(absl::string_view payload) {
+  ByteReader in(payload);
+  const int workers = options_.consistency.num_workers;
+  ASSIGN_OR_RETURN(uint32_t format, in.U32("format"));
+  if (format != kSnapshotFormat) {
+    return absl::DataLossError(absl::StrCat("snapshot format ", format, " is not ",
+                                            kSnapshotFormat));
+  }
+  ASSIGN_OR_RETURN(uint32_t shard_id, in.U32("shard_id"));
+  ASSIGN_OR_RETURN(uint32_t num_shards, in.U32("num_shards"));
+  ASSIGN_OR_RETURN(uint32_t num_workers, in.U32("num_workers"));
+  ASSIGN_OR_RETURN(uint8_t mode, in.U8("mode"));
+  ASSIGN_OR_RETURN(uint32_t staleness, in.U32("staleness"));
+  if (shard_id != static_cast<uint32_t>(options_.shard_id) ||
+      num_shards != static_cast<uint32_t>(options_.num_shards) ||
+      num_workers != static_cast<uint32_t>(workers) ||
+      mode != ModeCode(options_.consistency.mode) ||
+      staleness != static_cast<uint32_t>(options_.consistency.staleness)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint is of shard ", shard_id, "/", num_shards, " with ", num_workers,
+        " workers, mode code ", mode, ", staleness ", staleness, "; this shard is ",
+        options_.shard_id, "/", options_.num_shards, " with ", workers, " workers, mode ",
+        ConsistencyModeName(options_.consistency.mode), ", staleness ",
+        options_.consistency.staleness));
+  }
+  ASSIGN_OR_RETURN(uint8_t initialized, in.U8("initialized"));
+  ASSIGN_OR_RETURN(uint64_t fingerprint, in.U64("fingerprint"));
+  ASSIGN_OR_RETURN(int64_t begin, in.I64("begin"));
+  ASSIGN_OR_RETURN(int64_t end, in.I64("end"));
+  ASSIGN_OR_RETURN(int64_t version, in.I64("version"));
+  ASSIGN_OR_RETURN(int64_t rounds, in.I64("rounds"));
+  ASSIGN_OR_RETURN(int64_t rejected, in.I64("rejected_nonfinite"));
+  ASSIGN_OR_RETURN(int64_t accepted, in.I64("pushes_accepted"));
+  ASSIGN_OR_RETURN(int64_t duplicate, in.I64("pushes_duplicate"));
+  ASSIGN_OR_RETURN(std::vector<float> values, in.Floats("values", kMaxValues));
+  ASSIGN_OR_RETURN(std::vector<float> slot0, in.Floats("slot0", kMaxValues));
+  ASSIGN_OR_RETURN(std::vector<float> slot1, in.Floats("slot1", kMaxValues));
+  if (initialized > 1 || begin < 0 || end < begin || version < 0 || rounds < 0 || rejected < 0 ||
+      accepted < 0 || duplicate < 0 ||
+      static_cast<int64_t>(values.size()) != (initialized ? end - begin : 0)) {
+    return absl::DataLossError("snapshot header is inconsistent");
+  }
+  std::unique_ptr<Optimizer> optimizer;
+  if (initialized) {
+    optimizer = std::make_unique<Optimizer>(options_.optimizer, end - begin);
+    absl::Status s = optimizer->RestoreSlots(std::move(slot0), std::move(slot1));
+    if (!s.ok()) return absl::FailedPreconditionError(s.message());
+  }
+  struct RestoredWorker {
+    WorkerState state;
+    int64_t clock;
+    uint64_t incarnation;
+    StalenessHistogram histogram;
+    int64_t dropped, late;
+    bool has_gradient;
+    int64_t base_version;
+    std::vector<float> gradient;
+  };
+  std::vector<RestoredWorker> restored(workers);
+  for (int r = 0; r < workers; ++r) {
+    RestoredWorker& w = restored[r];
+    ASSIGN_OR_RETURN(uint8_t state, in.U8("worker state"));
+    ASSIGN_OR_RETURN(w.clock, in.I64("worker clock"));
+    ASSIGN_OR_RETURN(w.incarnation, in.U64("worker incarnation"));
+    ASSIGN_OR_RETURN(std::vector<int64_t> counts,
+                     in.I64s("staleness counts", StalenessHistogram::kBuckets));
+    ASSIGN_OR_RETURN(int64_t count, in.I64("staleness count"));
+    ASSIGN_OR_RETURN(int64_t sum, in.I64("staleness sum"));
+    ASSIGN_OR_RETURN(int64_t max, in.I64("staleness max"));
+    ASSIGN_OR_RETURN(w.dropped, in.I64("dropped"));
+    ASSIGN_OR_RETURN(w.late, in.I64("late"));
+    ASSIGN_OR_RETURN(uint8_t has_gradient, in.U8("round flag"));
+    ASSIGN_OR_RETURN(w.base_version, in.I64("round base version"));
+    ASSIGN_OR_RETURN(w.gradient, in.Floats("round gradient", kMaxValues));
+    if (state > static_cast<uint8_t>(WorkerState::kExpired) || w.clock < 0 || has_gradient > 1 ||
+        w.dropped < 0 || w.late < 0 || !w.histogram.Restore(std::move(counts), count, sum, max) ||
+        w.gradient.size() != (has_gradient ? values.size() : 0)) {
+      return absl::DataLossError(absl::StrCat("snapshot entry of worker ", r, " is inconsistent"));
+    }
+    w.state = static_cast<WorkerState>(state);
+    w.has_gradient = has_gradient == 1;
+  }
+  if (in.remaining() != 0) {
+    return absl::DataLossError(absl::StrCat("snapshot has ", in.remaining(), " trailing bytes"));
+  }
+
+  absl::MutexLock lock(&mu_);
+  if (used_ || shutdown_) {
+    return absl::FailedPreconditionError("a shard in use cannot restore a checkpoint");
+  }
+  initialized_ = initialized == 1;
+  fingerprint_ = fingerprint;
+  range_ = KeyRange{begin, end};
+  values_ = std::move(values);
+  optimizer_ = std::move(optimizer);
+  round_sum_.assign(values_.size(), 0.0f);
+  version_ = version;
+  rejected_nonfinite_ = rejected;
+  pushes_accepted_ = accepted;
+  pushes_duplicate_ = duplicate;
+  controller_.RestoreRounds(rounds);
+  const absl::Time now = absl::Now();
+  for (int r = 0; r < workers; ++r) {
+    RestoredWorker& w = restored[r];
+    controller_.RestoreWorker(r, w.state, w.clock);
+    incarnations_[r] = w.incarnation;
+    staleness_[r] = std::move(w.histogram);
+    dropped_[r] = w.dropped;
+    late_[r] = w.late;
+    round_has_gradient_[r] = w.has_gradient;
+    round_base_versions_[r] = w.base_version;
+    round_gradients_[r] = std::move(w.gradient);
+    // A worker that was live gets a whole lease to come back before it leaves the barrier set.
+    if (w.state == WorkerState::kLive) lease_deadline_[r] = now + options_.lease;
+  }
+  restored_version_ = version;
+  used_ = true;
+  lease_changed_ = true;
+  return absl::OkStatus();
+}
+
+}  // namespace ps
