@@ -304,6 +304,12 @@ absl::StatusOr<std::vector<ShardReport>> GrpcParameterClient::Status() {
     rep.rejected_nonfinite = r.rejected_nonfinite();
     rep.update_rule = r.update_rule();
     rep.backup_workers = r.backup_workers();
+    rep.incarnation = r.shard_incarnation();
+    rep.restored_version = r.restored_version();
+    rep.checkpoint_version = r.checkpoint_version();
+    rep.pushes_accepted = r.pushes_accepted();
+    rep.pushes_duplicate = r.pushes_duplicate();
+    rep.rejected_unauthenticated = r.rejected_unauthenticated();
     for (const auto& w : r.workers()) {
       ShardReport::Worker out;
       out.rank = w.rank();

@@ -1,5 +1,6 @@
 // ps_ctl: asks every shard for its state.
 //   ps_ctl status --servers host:port,...    one table per shard (or --json: one line per shard)
+//   ps_ctl health --servers host:port,...    grpc.health.v1 Check of each; exit 0 iff all SERVING
 
 #include <cstdio>
 #include <string>
@@ -11,18 +12,55 @@
 #include "common/cli.h"
 #include "common/json_lines.h"
 #include "common/security_flags.h"
+#include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "worker/grpc_parameter_client.h"
 
 ABSL_FLAG(std::string, servers, "127.0.0.1:5000", "Comma-separated host:port of the shards.");
 ABSL_FLAG(bool, json, false, "Print one JSON object per shard instead of tables.");
 ABSL_FLAG(int32_t, timeout_s, 5, "Deadline of each call.");
+ABSL_FLAG(std::string, service, "",
+          "health: the service to check; \"\" is the server as a whole (listening, restore "
+          "done), \"ps.v1.ParameterServer\" is SERVING once the shard holds parameters.");
+
+namespace {
+
+// grpc.health.v1 Check of every server; prints one line each. Exit code 0 iff all are SERVING.
+int Health(const std::vector<std::string>& servers, const ps::ClientSecurity& security) {
+  int exit_code = 0;
+  for (const std::string& server : servers) {
+    auto channel = grpc::CreateCustomChannel(server, security.credentials,
+                                             ps::ClientChannelArguments(4 << 20, security));
+    auto stub = grpc::health::v1::Health::NewStub(channel);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(absl::GetFlag(FLAGS_timeout_s)));
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(absl::GetFlag(FLAGS_service));
+    grpc::health::v1::HealthCheckResponse response;
+    const grpc::Status st = stub->Check(&ctx, request, &response);
+    if (!st.ok()) {
+      std::printf("%s %s: %s\n", server.c_str(), "UNREACHABLE", st.error_message().c_str());
+      exit_code = 1;
+      continue;
+    }
+    std::printf("%s %s\n", server.c_str(),
+                grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status()).c_str());
+    if (response.status() != grpc::health::v1::HealthCheckResponse::SERVING) exit_code = 1;
+  }
+  return exit_code;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   const std::vector<std::string> rest = ps::ParseCommandLine(
       argc, argv,
-      "Inspects a running cluster.\n  ps_ctl status --servers 127.0.0.1:5000,127.0.0.1:5001");
-  if (rest.size() != 1 || rest[0] != "status") {
-    std::fprintf(stderr, "usage: ps_ctl status --servers host:port,... [--json]\n");
+      "Inspects a running cluster.\n  ps_ctl status --servers 127.0.0.1:5000,127.0.0.1:5001\n"
+      "  ps_ctl health --servers 127.0.0.1:5000 --service ps.v1.ParameterServer");
+  if (rest.size() != 1 || (rest[0] != "status" && rest[0] != "health")) {
+    std::fprintf(stderr,
+                 "usage: ps_ctl status --servers host:port,... [--json]\n"
+                 "       ps_ctl health --servers host:port,... [--service NAME]\n");
     return 2;
   }
   ps::GrpcClientOptions o;
@@ -35,6 +73,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.security = *security;
+  if (rest[0] == "health") {
+    if (o.servers.empty()) {
+      std::fprintf(stderr, "ps_ctl: no --servers\n");
+      return 2;
+    }
+    return Health(o.servers, o.security);
+  }
   auto client = ps::GrpcParameterClient::Create(o);
   if (!client.ok()) {
     std::fprintf(stderr, "ps_ctl: %s\n", client.status().ToString().c_str());
@@ -77,6 +122,11 @@ int main(int argc, char** argv) {
                               .Add("rejected_nonfinite", r.rejected_nonfinite)
                               .Add("update_rule", r.update_rule)
                               .Add("backup_workers", r.backup_workers)
+                              .Add("restored_version", r.restored_version)
+                              .Add("checkpoint_version", r.checkpoint_version)
+                              .Add("pushes_accepted", r.pushes_accepted)
+                              .Add("pushes_duplicate", r.pushes_duplicate)
+                              .Add("rejected_unauthenticated", r.rejected_unauthenticated)
                               .AddRaw("workers", workers)
                               .str()
                               .c_str());
@@ -91,6 +141,12 @@ int main(int argc, char** argv) {
         static_cast<long long>(r.version), static_cast<long long>(r.min_clock),
         static_cast<long long>(r.rejected_nonfinite));
     std::printf("  update rule %s, backup workers %d\n", r.update_rule.c_str(), r.backup_workers);
+    std::printf(
+        "  pushes accepted %lld, duplicates %lld; checkpoint version %lld, restored version "
+        "%lld; unauthenticated calls %lld\n",
+        static_cast<long long>(r.pushes_accepted), static_cast<long long>(r.pushes_duplicate),
+        static_cast<long long>(r.checkpoint_version), static_cast<long long>(r.restored_version),
+        static_cast<long long>(r.rejected_unauthenticated));
     std::printf("  %-5s %-8s %8s %8s %7s %5s %9s %9s  %s\n", "rank", "state", "clock", "applied",
                 "dropped", "late", "max_stale", "mean_stale", "staleness histogram (0,1,2,...)");
     for (const auto& w : r.workers) {

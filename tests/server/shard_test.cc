@@ -367,5 +367,140 @@ TEST(BackupWorkers, OnlyForBsp) {
   EXPECT_EQ(Shard::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+
+std::unique_ptr<Shard> MakeAdamShard(ConsistencyMode mode, int workers, int shard_id = 0,
+                                     uint64_t incarnation = 1) {
+  ShardOptions o;
+  o.shard_id = shard_id;
+  o.num_shards = 1;
+  o.consistency.mode = mode;
+  o.consistency.num_workers = workers;
+  o.optimizer.kind = OptimizerKind::kAdam;
+  o.optimizer.lr = 0.1f;
+  o.incarnation = incarnation;
+  auto s = Shard::Create(o);
+  EXPECT_TRUE(s.ok());
+  return std::move(*s);
+}
+
+TEST(Incarnations, AReplacedWorkerProcessAndAStaleShardIncarnationGetAborted) {
+  auto shard = MakeAdamShard(ConsistencyMode::kAsp, 2, 0, /*incarnation=*/77);
+  ASSERT_TRUE(shard->Init(kFp, 4, KeyRange{0, 4}, {1, 2, 3, 4}).ok());
+  ASSERT_TRUE(shard->Register(0, kFp, /*incarnation=*/100).ok());
+  Shard::PushArgs push = PushOf(0, 0, 0, {1, 1, 1, 1});
+  push.incarnation = 100;
+  push.shard_incarnation = 77;
+  ASSERT_TRUE(shard->Push(push).ok());
+  // The process restarts at the same rank: the old one's late push is refused.
+  ASSERT_TRUE(shard->Register(0, kFp, /*incarnation=*/200).ok());
+  push.clock = 1;
+  push.base_version = 1;
+  EXPECT_EQ(shard->Push(push).status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(shard->Heartbeat(Caller{0, 100, 77}).code(), absl::StatusCode::kAborted);
+  // A call meant for an earlier process of this shard is refused too.
+  push.incarnation = 200;
+  push.shard_incarnation = 76;
+  EXPECT_EQ(shard->Push(push).status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(shard->GetStatus().version, 1);
+  push.shard_incarnation = 77;
+  EXPECT_TRUE(shard->Push(push).ok());
+  EXPECT_EQ(shard->GetStatus().version, 2);
+}
+
+TEST(ExactlyOnce, ARetriedPushIsAcknowledgedNotAppliedAndCounted) {
+  auto shard = MakeShard(ConsistencyMode::kAsp, 1);
+  InitAndRegister(*shard, 1);
+  ASSERT_TRUE(shard->Push(PushOf(0, 0, 0, {1, 1, 1, 1})).ok());
+  auto again = shard->Push(PushOf(0, 0, 0, {1, 1, 1, 1}));
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->duplicate);
+  EXPECT_FALSE(again->applied);
+  const ShardStatus st = shard->GetStatus();
+  EXPECT_EQ(st.version, 1);
+  EXPECT_EQ(st.pushes_accepted, 1);
+  EXPECT_EQ(st.pushes_duplicate, 1);
+  EXPECT_EQ(shard->Values(), (std::vector<float>{0, 1, 2, 3}));
+}
+
+// A snapshot taken mid-round (one BSP gradient buffered, Adam moments non-zero) and restored
+// into a fresh shard continues exactly as the original: same weights, bit for bit.
+TEST(Snapshot, RestoredShardContinuesBitForBit) {
+  auto original = MakeAdamShard(ConsistencyMode::kBsp, 2);
+  ASSERT_TRUE(original->Init(kFp, 4, KeyRange{0, 4}, {1, 2, 3, 4}).ok());
+  ASSERT_TRUE(original->Register(0, kFp, 11).ok());
+  ASSERT_TRUE(original->Register(1, kFp, 12).ok());
+  ASSERT_TRUE(original->Push(PushOf(0, 0, 0, {0.5f, -1, 2, 0.25f})).ok());
+  ASSERT_TRUE(original->Push(PushOf(1, 0, 0, {0.1f, 0.2f, -0.3f, 4})).ok());
+  ASSERT_TRUE(original->Push(PushOf(0, 1, 1, {1, 1, -1, -1})).ok());  // buffered
+  const Shard::Snapshot snapshot = original->EncodeSnapshot();
+  EXPECT_EQ(snapshot.version, 1);
+
+  auto restored = MakeAdamShard(ConsistencyMode::kBsp, 2, 0, /*incarnation=*/2);
+  ASSERT_TRUE(restored->RestoreSnapshot(snapshot.payload).ok());
+  const ShardStatus st = restored->GetStatus();
+  EXPECT_EQ(st.version, 1);
+  EXPECT_EQ(st.restored_version, 1);
+  EXPECT_EQ(st.workers[0].clock, 2);
+  EXPECT_EQ(st.workers[1].clock, 1);
+  EXPECT_EQ(st.workers[0].state, WorkerState::kLive);
+  EXPECT_EQ(st.workers[0].staleness.count(), 1);
+  EXPECT_EQ(restored->Values(), original->Values());
+  // The buffered push survived: it is a duplicate now, and worker 1's push completes the round.
+  EXPECT_TRUE(restored->Push(PushOf(0, 1, 1, {1, 1, -1, -1}))->duplicate);
+  for (Shard* s : {original.get(), restored.get()}) {
+    auto r = s->Push(PushOf(1, 1, 1, {-2, 0.5f, 0.5f, 1}));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->applied);
+  }
+  EXPECT_EQ(restored->Values(), original->Values());
+  EXPECT_EQ(restored->GetStatus().version, 2);
+}
+
+TEST(Snapshot, RefusesAnotherConfigurationAShardInUseAndEveryTruncation) {
+  auto original = MakeAdamShard(ConsistencyMode::kBsp, 2);
+  ASSERT_TRUE(original->Init(kFp, 4, KeyRange{0, 4}, {1, 2, 3, 4}).ok());
+  ASSERT_TRUE(original->Register(0, kFp).ok());
+  const std::string payload = original->EncodeSnapshot().payload;
+
+  EXPECT_EQ(MakeAdamShard(ConsistencyMode::kAsp, 2)->RestoreSnapshot(payload).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(MakeAdamShard(ConsistencyMode::kBsp, 3)->RestoreSnapshot(payload).code(),
+            absl::StatusCode::kFailedPrecondition);
+  auto in_use = MakeAdamShard(ConsistencyMode::kBsp, 2);
+  ASSERT_TRUE(in_use->Register(1, kFp).ok());
+  EXPECT_EQ(in_use->RestoreSnapshot(payload).code(), absl::StatusCode::kFailedPrecondition);
+
+  for (size_t n = 0; n < payload.size(); ++n) {
+    auto fresh = MakeAdamShard(ConsistencyMode::kBsp, 2);
+    EXPECT_EQ(fresh->RestoreSnapshot(payload.substr(0, n)).code(), absl::StatusCode::kDataLoss)
+        << n;
+    const ShardStatus st = fresh->GetStatus();
+    EXPECT_FALSE(st.initialized);
+    EXPECT_EQ(st.restored_version, -1);
+  }
+  EXPECT_EQ(MakeAdamShard(ConsistencyMode::kBsp, 2)->RestoreSnapshot(payload + "x").code(),
+            absl::StatusCode::kDataLoss);
+}
+
+TEST(Snapshot, BspSnapshotsAtEveryNthRoundAtTheExactVersion) {
+  ShardOptions o;
+  o.consistency.mode = ConsistencyMode::kBsp;
+  o.consistency.num_workers = 2;
+  o.optimizer.kind = OptimizerKind::kSgd;
+  o.snapshot_every_updates = 2;
+  std::vector<int64_t> versions;
+  o.on_snapshot = [&versions](int64_t version, std::string payload) {
+    EXPECT_FALSE(payload.empty());
+    versions.push_back(version);
+  };
+  auto shard = std::move(*Shard::Create(o));
+  InitAndRegister(*shard, 2);
+  for (int64_t c = 0; c < 5; ++c) {
+    ASSERT_TRUE(shard->Push(PushOf(0, c, c, {1, 1, 1, 1})).ok());
+    ASSERT_TRUE(shard->Push(PushOf(1, c, c, {1, 1, 1, 1})).ok());
+  }
+  EXPECT_EQ(versions, (std::vector<int64_t>{2, 4}));
+}
+
 }  // namespace
 }  // namespace ps

@@ -1,0 +1,136 @@
+#include "common/checkpoint.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+std::string TempDir(const std::string& name) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::string dir = std::string(base != nullptr ? base : "/tmp") + "/ps_ckpt_" + name + "_" +
+                    std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void WriteAll(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+
+TEST(ByteCodec, RoundTripsEveryType) {
+  ByteWriter w;
+  w.U8(7);
+  w.U32(0xdeadbeef);
+  w.U64(0x0123456789abcdefULL);
+  w.I64(-5);
+  const std::vector<float> f = {1.5f, -2.0f, 3.25f};
+  w.Floats(f);
+  const std::vector<int64_t> i = {4, -9};
+  w.I64s(i);
+  ByteReader r(w.bytes());
+  EXPECT_EQ(*r.U8("a"), 7);
+  EXPECT_EQ(*r.U32("b"), 0xdeadbeefu);
+  EXPECT_EQ(*r.U64("c"), 0x0123456789abcdefULL);
+  EXPECT_EQ(*r.I64("d"), -5);
+  EXPECT_EQ(*r.Floats("e", 10), f);
+  EXPECT_EQ(*r.I64s("f", 10), i);
+  EXPECT_EQ(r.remaining(), 0u);
+  EXPECT_EQ(r.U8("past the end").status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(ByteCodec, RefusesLengthsBeyondTheBoundOrThePayload) {
+  ByteWriter w;
+  w.Floats(std::vector<float>(4, 1.0f));
+  ByteReader bounded(w.bytes());
+  EXPECT_EQ(bounded.Floats("values", 3).status().code(), absl::StatusCode::kDataLoss);
+  ByteWriter lying;
+  lying.U64(1000);  // claims 1000 floats, holds none
+  ByteReader r(lying.bytes());
+  EXPECT_EQ(r.Floats("values", 1 << 20).status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(CheckpointFrame, RoundTripsAndDetectsEveryKindOfDamage) {
+  const std::string payload = "the shard's state";
+  const std::string framed = FrameCheckpoint(payload);
+  ASSERT_EQ(*UnframeCheckpoint(framed), payload);
+  // Any truncation is detected.
+  for (size_t n = 0; n < framed.size(); ++n) {
+    EXPECT_EQ(UnframeCheckpoint(framed.substr(0, n)).status().code(), absl::StatusCode::kDataLoss)
+        << n;
+  }
+  // Any single flipped byte is detected.
+  for (size_t at = 0; at < framed.size(); ++at) {
+    std::string bad = framed;
+    bad[at] ^= 0x10;
+    EXPECT_EQ(UnframeCheckpoint(bad).status().code(), absl::StatusCode::kDataLoss) << at;
+  }
+}
+
+TEST(CheckpointDir, KeepsTheNewestAndLoadsTheNewest) {
+  const std::string dir = TempDir("keep");
+  auto d = CheckpointDir::Open(dir, 2);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->LoadNewest().status().code(), absl::StatusCode::kNotFound);
+  for (uint64_t v : {5, 10, 15}) ASSERT_TRUE(d->Write(v, "state " + std::to_string(v)).ok());
+  const std::vector<CheckpointInfo> all = d->List();
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].sequence, 10u);
+  EXPECT_EQ(all[1].sequence, 15u);
+  auto loaded = d->LoadNewest();
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_EQ(loaded->payload, "state 15");
+  EXPECT_EQ(loaded->info.sequence, 15u);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CheckpointDir, SkipsACorruptNewestCheckpointAndLoadsTheOneBefore) {
+  const std::string dir = TempDir("corrupt");
+  auto d = CheckpointDir::Open(dir, 3);
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE(d->Write(1, "older").ok());
+  auto newest = d->Write(2, "newer");
+  ASSERT_TRUE(newest.ok());
+  std::string bytes = ReadAll(newest->path);
+  bytes[bytes.size() / 2] ^= 0x01;
+  WriteAll(newest->path, bytes);
+  std::vector<std::string> skipped;
+  auto loaded = d->LoadNewest(&skipped);
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_EQ(loaded->payload, "older");
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_NE(skipped[0].find("checksum mismatch"), std::string::npos) << skipped[0];
+  // A torn file (cut short) is skipped the same way.
+  WriteAll(newest->path, ReadAll(newest->path).substr(0, 10));
+  skipped.clear();
+  EXPECT_EQ(d->LoadNewest(&skipped)->payload, "older");
+  EXPECT_EQ(skipped.size(), 1u);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CheckpointDir, OpenRemovesLeftoverTemporaryFiles) {
+  const std::string dir = TempDir("tmp");
+  ASSERT_TRUE(CheckpointDir::Open(dir, 1).ok());
+  WriteAll(dir + "/.tmp-ckpt-00000000000000000007.ps", "half a checkpoint");
+  auto d = CheckpointDir::Open(dir, 1);
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(std::filesystem::exists(dir + "/.tmp-ckpt-00000000000000000007.ps"));
+  EXPECT_TRUE(d->List().empty());
+  EXPECT_EQ(CheckpointDir::Open(dir, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ps
