@@ -16,7 +16,7 @@ function(ps_test name)
     set(ARG_TIMEOUT 120)
   endif()
   set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT}
-    ENVIRONMENT "PS_BIN_DIR=${CMAKE_BINARY_DIR}/bin")
+    ENVIRONMENT "PS_BIN_DIR=${CMAKE_BINARY_DIR}/bin;PS_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
   if(ARG_LABELS)
     set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}")
   endif()

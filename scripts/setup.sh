@@ -15,6 +15,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev libopenblas-dev libgtest-dev libbenchmark-dev zlib1g-dev
   dataset-fashion-mnist
+  openssl clang
 )
 
 missing=()
