@@ -92,8 +92,9 @@ JsonObject& JsonObject::AddRaw(const std::string& key, const std::string& json) 
   return *this;
 }
 
-absl::StatusOr<std::unique_ptr<JsonLinesWriter>> JsonLinesWriter::Open(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "w");
+absl::StatusOr<std::unique_ptr<JsonLinesWriter>> JsonLinesWriter::Open(const std::string& path,
+                                                                      bool append) {
+  std::FILE* f = std::fopen(path.c_str(), append ? "a" : "w");
   if (f == nullptr) {
     return absl::PermissionDeniedError(
         absl::StrCat("cannot write metrics file ", path, ": ", std::strerror(errno)));

@@ -40,8 +40,10 @@ std::string JsonEscape(const std::string& s);
 // Appends lines to a file; thread-safe. Each line is flushed so a crash loses at most one line.
 class JsonLinesWriter {
  public:
-  // Creates or truncates `path`. NOT_FOUND / PERMISSION_DENIED style errors name the path.
-  static absl::StatusOr<std::unique_ptr<JsonLinesWriter>> Open(const std::string& path);
+  // Creates or truncates `path`. PERMISSION_DENIED style errors name the path.
+  // `append`: keep what the file holds (a restarted worker continues its own file).
+  static absl::StatusOr<std::unique_ptr<JsonLinesWriter>> Open(const std::string& path,
+                                                               bool append = false);
   ~JsonLinesWriter();
   absl::Status Write(const JsonObject& object);
 

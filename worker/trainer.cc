@@ -126,6 +126,14 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
       options_.rank, cluster.num_workers, model_.name(), cluster.mode, cluster.staleness,
       cluster.num_shards, n, plan.global_batch(), plan.steps_per_epoch(), cluster.resume_clock);
   HeartbeatThread heartbeat(client_, cluster.lease);
+  if (metrics_ != nullptr) {
+    JsonObject line;
+    line.Add("kind", "start")
+        .Add("rank", options_.rank)
+        .Add("resume_step", cluster.resume_clock)
+        .Add("total_steps", total_steps);
+    RETURN_IF_ERROR(metrics_->Write(line));
+  }
 
   // For evaluation only; the step's own buffers live in StepGradient.
   ASSIGN_OR_RETURN(DeviceBuffer params_dev, device_.Allocate(n * sizeof(float)));
@@ -134,8 +142,13 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   absl::Time epoch_start = start;
   double epoch_loss = 0.0;
   int64_t epoch_samples = 0;
+  int64_t reported_epochs = 0;
   for (int64_t step = cluster.resume_clock; step < total_steps; ++step) {
     if (stop.load()) return absl::CancelledError("stopped by signal");
+    if (absl::Now() - start >= options_.max_duration) {
+      spdlog::info("rank {} reached its time budget at step {}", options_.rank, step);
+      break;
+    }
     const absl::Time t0 = absl::Now();
     absl::StatusOr<PullStats> pull = client_.Pull(step, /*no_wait=*/false, params);
     if (pull.status().code() == absl::StatusCode::kAborted) {
@@ -213,7 +226,11 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
           .Add("wall_s", absl::ToDoubleSeconds(absl::Now() - start));
       RETURN_IF_ERROR(metrics_->Write(line));
     }
-    if (epoch_end && options_.evaluate_each_epoch && test_ != nullptr) {
+    // After a rejoin the worker may pass an epoch's end again: report each epoch once.
+    const int64_t epochs_done = (step + 1) / plan.steps_per_epoch();
+    if (epoch_end && epochs_done > reported_epochs && options_.evaluate_each_epoch &&
+        test_ != nullptr) {
+      reported_epochs = epochs_done;
       int64_t updates = 0;
       ASSIGN_OR_RETURN(BatchStats test,
                        EvaluateFresh(step, params, params_dev.as<float>(), &updates));
@@ -268,6 +285,14 @@ absl::StatusOr<ClusterInfo> Trainer::Rejoin(const absl::Status& why, absl::Span<
   }
   stats_.rejoins = rejoins_;
   spdlog::info("rank {} resumes at step {}", options_.rank, cluster.resume_clock);
+  if (metrics_ != nullptr) {
+    JsonObject line;
+    line.Add("kind", "rejoin")
+        .Add("rank", options_.rank)
+        .Add("resume_step", cluster.resume_clock)
+        .Add("reason", std::string(why.message()));
+    RETURN_IF_ERROR(metrics_->Write(line));
+  }
   return cluster;
 }
 

@@ -37,6 +37,8 @@ struct TrainerOptions {
   // A call answered ABORTED (lease expired, shard restarted, rank taken over) makes the worker
   // register again and resume at the shards' clock; more than this many times fails the run.
   int max_rejoins = 100;
+  // Stop (successfully) after this much training time, whatever step was reached.
+  absl::Duration max_duration = absl::InfiniteDuration();
 };
 
 // Per-epoch summary handed to the progress callback (rank 0 with evaluate_each_epoch).

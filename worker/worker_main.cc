@@ -62,6 +62,8 @@ ABSL_FLAG(int32_t, pull_timeout_s, 600, "Deadline of a pull (it may wait for slo
 ABSL_FLAG(int32_t, retry_s, 60,
           "Keep retrying UNAVAILABLE answers (a shard restarting) this many seconds.");
 ABSL_FLAG(int32_t, max_message_mb, 256, "Largest gRPC message sent or accepted, in MiB.");
+ABSL_FLAG(double, max_seconds, 0,
+          "Stop training successfully after this many seconds (0: run every epoch).");
 ABSL_FLAG(bool, fault_duplicate_pushes, false,
           "Fault injection for tests: send every push twice and fail unless the second comes "
           "back as a duplicate from every shard.");
@@ -119,9 +121,15 @@ absl::Status Evaluate(ps::Model& model, ps::Device& device, ps::ParameterClient&
   int64_t rejected = 0;
   int64_t dropped = 0;
   int64_t late = 0;
+  int64_t pushes_accepted = 0;
+  int64_t pushes_duplicate = 0;
+  std::vector<int64_t> restored_versions;
   for (const ps::ShardReport& r : *reports) {
     versions.push_back(r.version);
     rejected += r.rejected_nonfinite;
+    pushes_accepted += r.pushes_accepted;
+    pushes_duplicate += r.pushes_duplicate;
+    restored_versions.push_back(r.restored_version);
     for (const auto& w : r.workers) {
       max_staleness = std::max(max_staleness, w.max_staleness);
       applied += w.applied;
@@ -144,7 +152,10 @@ absl::Status Evaluate(ps::Model& model, ps::Device& device, ps::ParameterClient&
       .Add("staleness_histogram", histogram)
       .Add("rejected_nonfinite", rejected)
       .Add("dropped_gradients", dropped)
-      .Add("late_pushes", late);
+      .Add("late_pushes", late)
+      .Add("pushes_accepted", pushes_accepted)
+      .Add("pushes_duplicate", pushes_duplicate)
+      .Add("restored_versions", restored_versions);
   const std::string summary_out = absl::GetFlag(FLAGS_summary_out);
   if (!summary_out.empty()) {
     const std::string text = out.str() + "\n";
@@ -280,6 +291,12 @@ int main(int argc, char** argv) {
   options.evaluate_each_epoch = rank == 0 && absl::GetFlag(FLAGS_eval_each_epoch);
   options.evaluate_every = rank == 0 ? absl::GetFlag(FLAGS_eval_every) : 0;
   options.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
+  if (absl::GetFlag(FLAGS_max_seconds) < 0) {
+    return fail(absl::InvalidArgumentError("--max_seconds must be >= 0"));
+  }
+  if (absl::GetFlag(FLAGS_max_seconds) > 0) {
+    options.max_duration = absl::Seconds(absl::GetFlag(FLAGS_max_seconds));
+  }
   if (options.accumulate < 1 || options.epochs < 1) {
     return fail(absl::InvalidArgumentError("--accumulate and --epochs must be >= 1"));
   }
@@ -287,7 +304,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<ps::JsonLinesWriter> metrics;
   const std::string metrics_file = absl::GetFlag(FLAGS_metrics_file);
   if (!metrics_file.empty()) {
-    auto writer = ps::JsonLinesWriter::Open(metrics_file);
+    // Appended to: a worker restarted at its rank continues the file of its predecessor.
+    auto writer = ps::JsonLinesWriter::Open(metrics_file, /*append=*/true);
     if (!writer.ok()) return fail(writer.status());
     metrics = std::move(*writer);
   }

@@ -41,6 +41,7 @@ class ChildProcesses {
   // The exit status: 0..255 for an exit, 128+signo for a death by signal; -1 while running.
   int exit_code(int id) const { return children_[id].exit_code; }
   const std::string& name(int id) const { return children_[id].name; }
+  pid_t pid(int id) const { return children_[id].pid; }
   size_t size() const { return children_.size(); }
 
   // Sends SIGTERM to `id` and waits up to `grace` for it (streaming its output), then SIGKILL.

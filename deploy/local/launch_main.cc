@@ -80,6 +80,30 @@ ABSL_FLAG(bool, record_updates, false,
 ABSL_FLAG(bool, save_weights, false,
           "Also write the final weights as raw float32 to <metrics_dir>/weights.f32.");
 ABSL_FLAG(int64_t, lease_ms, 10000, "Worker lease on the shards.");
+ABSL_FLAG(double, max_seconds, 0,
+          "Workers stop after this many seconds of training (0: run every epoch).");
+ABSL_FLAG(bool, restart_workers, false,
+          "Restart a worker that dies (after --restart_delay_s, at the same rank): it registers "
+          "again and resumes from the clock the shards hold.");
+ABSL_FLAG(bool, restart_shards, false,
+          "Restart a shard that dies, on the same port; with --checkpoint_dir it restores its "
+          "newest checkpoint.");
+ABSL_FLAG(double, restart_delay_s, 2.0, "Seconds before a dead child is restarted.");
+ABSL_FLAG(int32_t, max_restarts, 5, "Restarts allowed per child before the run fails.");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Shard checkpoints go to <dir>/ps-N (restored from there at start): see ps_server.");
+ABSL_FLAG(int64_t, checkpoint_every, 0, "Shards checkpoint every this many updates (0: never).");
+ABSL_FLAG(double, checkpoint_seconds, 0, "SSP/ASP: shards also checkpoint this often.");
+ABSL_FLAG(std::string, tls_dir, "",
+          "Mutual TLS: a folder made by scripts/make_test_certs.sh (ca.pem, server.pem/.key, "
+          "client.pem/.key); the shards require client certificates.");
+ABSL_FLAG(std::string, token_file, "",
+          "Cluster token file for every call (needs --tls_dir, or --allow_plaintext_token).");
+ABSL_FLAG(bool, allow_plaintext_token, false, "Allow --token_file without TLS.");
+ABSL_FLAG(int32_t, fault_drop_push_reply_every, 0,
+          "Fault injection: shards drop the reply of every Nth accepted push (0: off).");
+ABSL_FLAG(bool, fault_duplicate_pushes, false,
+          "Fault injection: workers send every push twice and check the second is a duplicate.");
 ABSL_FLAG(bool, quiet, false, "Show only progress lines, warnings and errors of the children.");
 ABSL_FLAG(std::string, log_level, "info", "Log level passed to the children.");
 
@@ -139,6 +163,33 @@ WorkerTotals TotalsOf(const std::string& path) {
   }
   return t;
 }
+
+// The TLS and token flags for a server (is_server) or a client.
+std::vector<std::string> SecurityArgs(bool is_server) {
+  std::vector<std::string> args;
+  const std::string dir = absl::GetFlag(FLAGS_tls_dir);
+  if (!dir.empty()) {
+    const std::string who = is_server ? "server" : "client";
+    args.push_back(absl::StrCat("--tls_cert=", dir, "/", who, ".pem"));
+    args.push_back(absl::StrCat("--tls_key=", dir, "/", who, ".key"));
+    args.push_back(absl::StrCat("--tls_ca=", dir, "/ca.pem"));
+  }
+  if (!absl::GetFlag(FLAGS_token_file).empty()) {
+    args.push_back("--token_file=" + absl::GetFlag(FLAGS_token_file));
+  }
+  if (absl::GetFlag(FLAGS_allow_plaintext_token)) args.push_back("--allow_plaintext_token");
+  return args;
+}
+
+// A child the launcher keeps running: its current process, the command that (re)starts it, and
+// when a pending restart is due.
+struct Member {
+  std::string name;
+  std::vector<std::string> args;
+  int id = -1;  // in ChildProcesses
+  int restarts = 0;
+  absl::Time restart_at = absl::InfiniteFuture();  // a restart is pending while finite
+};
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -278,9 +329,21 @@ int main(int argc, char** argv) {
     return 128 + signo;
   };
 
+  // Starts (or restarts) a member and records its pid in <metrics_dir>/<name>.pid, where tests
+  // and users find it.
+  auto start = [&](Member& m) -> absl::Status {
+    auto id = children.Start(m.name, m.args);
+    if (!id.ok()) return id.status();
+    m.id = *id;
+    m.restart_at = absl::InfiniteFuture();
+    std::ofstream(absl::StrCat(metrics_dir, "/", m.name, ".pid")) << children.pid(*id) << "\n";
+    return absl::OkStatus();
+  };
+
   // Servers first; their ports come back through --port_file.
-  std::vector<int> server_ids;
+  std::vector<Member> servers_members;
   std::vector<std::string> addresses;
+  const std::string checkpoint_root = absl::GetFlag(FLAGS_checkpoint_dir);
   for (int s = 0; s < shards; ++s) {
     const std::string port_file = absl::StrCat(metrics_dir, "/ps-", s, ".port");
     std::filesystem::remove(port_file, ec);
@@ -311,15 +374,28 @@ int main(int argc, char** argv) {
         absl::StrCat("--record_updates=", absl::GetFlag(FLAGS_record_updates)
                                               ? absl::StrCat(metrics_dir, "/ps-", s, ".updates")
                                               : ""),
+        absl::StrCat("--checkpoint_dir=",
+                     checkpoint_root.empty() ? "" : absl::StrCat(checkpoint_root, "/ps-", s)),
+        absl::StrCat("--checkpoint_every=", absl::GetFlag(FLAGS_checkpoint_every)),
+        absl::StrCat("--checkpoint_seconds=", absl::GetFlag(FLAGS_checkpoint_seconds)),
+        absl::StrCat("--fault_drop_push_reply_every=",
+                     absl::GetFlag(FLAGS_fault_drop_push_reply_every)),
         common_log};
-    auto id = children.Start(absl::StrCat("ps-", s), args);
-    if (!id.ok()) return fail(std::string(id.status().message()));
-    server_ids.push_back(*id);
+    const std::vector<std::string> security = SecurityArgs(/*is_server=*/true);
+    args.insert(args.end(), security.begin(), security.end());
+    Member m{absl::StrCat("ps-", s), args};
+    absl::Status started = start(m);
+    if (!started.ok()) return fail(std::string(started.message()));
     bool interrupted = false;
-    const int port = WaitForPort(children, *id, port_file, signal_fd, &interrupted);
+    const int port = WaitForPort(children, m.id, port_file, signal_fd, &interrupted);
     if (interrupted) return interrupted_exit();
     if (port == 0) return fail(absl::StrCat("ps-", s, " did not start"));
     addresses.push_back(absl::StrCat("127.0.0.1:", port));
+    // A restarted shard must come back where the workers look for it.
+    for (std::string& a : m.args) {
+      if (a == "--port=0") a = absl::StrCat("--port=", port);
+    }
+    servers_members.push_back(std::move(m));
   }
   const std::string servers = absl::StrJoin(addresses, ",");
   std::vector<std::string> model_args = {
@@ -329,10 +405,16 @@ int main(int argc, char** argv) {
       absl::StrCat("--data_dir=", absl::GetFlag(FLAGS_data_dir)),
       absl::StrCat("--test_limit=", absl::GetFlag(FLAGS_test_limit)),
       common_log};
+  {
+    const std::vector<std::string> security = SecurityArgs(/*is_server=*/false);
+    model_args.insert(model_args.end(), security.begin(), security.end());
+  }
 
   const absl::Time train_start = absl::Now();
-  std::vector<int> worker_ids;
+  std::vector<Member> worker_members;
   for (int r = 0; r < workers; ++r) {
+    // Workers append to their metrics file (a restarted one continues it): start it empty.
+    std::filesystem::remove(absl::StrCat(metrics_dir, "/worker-", r, ".jsonl"), ec);
     std::vector<std::string> args = {
         worker_bin,
         absl::StrCat("--rank=", r),
@@ -347,28 +429,53 @@ int main(int argc, char** argv) {
         absl::StrCat("--pause=", pause[r]),
         absl::StrCat("--device=", absl::GetFlag(FLAGS_device)),
         absl::StrCat("--eval_every=", absl::GetFlag(FLAGS_eval_every)),
-        absl::StrCat("--metrics_file=", metrics_dir, "/worker-", r, ".jsonl")};
+        absl::StrCat("--metrics_file=", metrics_dir, "/worker-", r, ".jsonl"),
+        absl::StrCat("--fault_duplicate_pushes=", absl::GetFlag(FLAGS_fault_duplicate_pushes)),
+        absl::StrCat("--max_seconds=", absl::GetFlag(FLAGS_max_seconds))};
     args.insert(args.end(), model_args.begin(), model_args.end());
-    auto id = children.Start(absl::StrCat("worker-", r), args);
-    if (!id.ok()) return fail(std::string(id.status().message()));
-    worker_ids.push_back(*id);
+    Member m{absl::StrCat("worker-", r), args};
+    absl::Status started = start(m);
+    if (!started.ok()) return fail(std::string(started.message()));
+    worker_members.push_back(std::move(m));
   }
 
-  // Train until every worker has exited; any failure stops the cluster.
+  // Train until every worker has exited. A child that dies is restarted when asked for (not
+  // after exit code 2, a configuration error a restart cannot fix); any other failure stops the
+  // cluster.
+  const absl::Duration restart_delay = absl::Seconds(absl::GetFlag(FLAGS_restart_delay_s));
+  const int max_restarts = absl::GetFlag(FLAGS_max_restarts);
+  // Returns an error message when `m` failed for good; schedules or performs its restart.
+  auto supervise = [&](Member& m, bool restartable, bool finished_ok) -> std::string {
+    if (children.running(m.id) || finished_ok) return "";
+    const int code = children.exit_code(m.id);
+    if (!restartable || code == 2 || m.restarts >= max_restarts) {
+      return absl::StrCat(m.name, " exited with code ", code,
+                          restartable && code != 2 ? " (restarts used up)" : "");
+    }
+    if (m.restart_at == absl::InfiniteFuture()) {
+      m.restart_at = absl::Now() + restart_delay;
+      std::printf("ps_launch: %s exited with code %d; restarting it in %.1fs\n", m.name.c_str(),
+                  code, absl::ToDoubleSeconds(restart_delay));
+      std::fflush(stdout);
+    } else if (absl::Now() >= m.restart_at) {
+      ++m.restarts;
+      absl::Status s = start(m);
+      if (!s.ok()) return std::string(s.message());
+    }
+    return "";
+  };
   for (;;) {
-    if (children.Poll(absl::Milliseconds(200), signal_fd)) return interrupted_exit();
-    for (int id : server_ids) {
-      if (!children.running(id)) {
-        return fail(absl::StrCat(children.name(id), " exited with code ", children.exit_code(id)));
-      }
+    if (children.Poll(absl::Milliseconds(100), signal_fd)) return interrupted_exit();
+    for (Member& m : servers_members) {
+      const std::string failed = supervise(m, absl::GetFlag(FLAGS_restart_shards), false);
+      if (!failed.empty()) return fail(failed);
     }
     bool all_done = true;
-    for (int id : worker_ids) {
-      if (children.running(id)) {
-        all_done = false;
-      } else if (children.exit_code(id) != 0) {
-        return fail(absl::StrCat(children.name(id), " exited with code ", children.exit_code(id)));
-      }
+    for (Member& m : worker_members) {
+      const bool ok = !children.running(m.id) && children.exit_code(m.id) == 0;
+      const std::string failed = supervise(m, absl::GetFlag(FLAGS_restart_workers), ok);
+      if (!failed.empty()) return fail(failed);
+      all_done = all_done && ok;
     }
     if (all_done) break;
   }
@@ -389,10 +496,13 @@ int main(int argc, char** argv) {
   }
   if (children.exit_code(*eval_id) != 0) return fail("the final evaluation failed");
   children.StopAll();
-  for (int id : server_ids) {
-    if (children.exit_code(id) != 0) {
-      std::fprintf(stderr, "ps_launch: %s exited with code %d at shutdown\n",
-                   children.name(id).c_str(), children.exit_code(id));
+  int worker_restarts = 0, shard_restarts = 0;
+  for (const Member& m : worker_members) worker_restarts += m.restarts;
+  for (const Member& m : servers_members) {
+    shard_restarts += m.restarts;
+    if (children.exit_code(m.id) != 0) {
+      std::fprintf(stderr, "ps_launch: %s exited with code %d at shutdown\n", m.name.c_str(),
+                   children.exit_code(m.id));
       return 1;
     }
   }
@@ -459,7 +569,9 @@ int main(int argc, char** argv) {
       .Add("update_rule", absl::GetFlag(FLAGS_update_rule))
       .Add("backup_workers", absl::GetFlag(FLAGS_backup_workers))
       .Add("jitter", absl::GetFlag(FLAGS_jitter))
-      .Add("stragglers", absl::StrJoin(absl::GetFlag(FLAGS_straggler), ","));
+      .Add("stragglers", absl::StrJoin(absl::GetFlag(FLAGS_straggler), ","))
+      .Add("worker_restarts", worker_restarts)
+      .Add("shard_restarts", shard_restarts);
   // eval.json's fields (test_accuracy, final_loss, staleness, ...) complete the object.
   const std::string text =
       summary.str().substr(0, summary.str().size() - 1) + "," + eval.substr(1) + "}\n";

@@ -2,155 +2,25 @@
 // subset of Fashion-MNIST. Checks the data-parallel guarantees of DESIGN.md section 3 from the
 // files the run writes, and that the launcher leaves no process behind.
 
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "common/dataset.h"
 #include "gtest/gtest.h"
+#include "tests/e2e/e2e_util.h"
 
-extern char** environ;
-
+namespace ps::e2e {
 namespace {
-
-std::string BinDir() {
-  const char* d = std::getenv("PS_BIN_DIR");
-  return d != nullptr ? d : "bin";
-}
-
-std::string DataDir() {
-  const char* d = std::getenv("PS_DATA_DIR");
-  return d != nullptr ? d : ps::kDefaultFashionMnistDir;
-}
-
-std::string RunDir(const std::string& name) {
-  const std::string dir = absl::StrCat(testing::TempDir(), "/ps_e2e_", getpid(), "_", name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
-
-// Starts args[0] with args, its stdout and stderr going to the file `log`.
-pid_t Spawn(std::vector<std::string> args, const std::string& log) {
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
-  posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  EXPECT_EQ(rc, 0) << "cannot start " << argv[0];
-  return pid;
-}
-
-int WaitExit(pid_t pid) {
-  if (pid <= 0) return -1;  // never waitpid(-1): that would reap any child
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-// Runs args to completion with its output in `log`; returns the exit code.
-int RunTool(const std::vector<std::string>& args, const std::string& log) {
-  return WaitExit(Spawn(args, log));
-}
-
-// Starts ps_launch with `args`, its output going to <dir>/launch.log.
-pid_t StartLaunch(const std::string& dir, std::vector<std::string> args, bool quiet = true) {
-  args.insert(args.begin(), BinDir() + "/ps_launch");
-  args.push_back("--metrics_dir=" + dir);
-  if (quiet) args.push_back("--quiet");
-  return Spawn(args, dir + "/launch.log");
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-int RunLaunch(const std::string& dir, const std::vector<std::string>& args) {
-  const int code = WaitExit(StartLaunch(dir, args));
-  if (code != 0)
-    ADD_FAILURE() << "ps_launch exited " << code << ":\n" << ReadAll(dir + "/launch.log");
-  return code;
-}
-
-// The number after "key": in a flat JSON line; NaN when absent.
-double Field(const std::string& line, const std::string& key) {
-  const std::string k = "\"" + key + "\":";
-  const size_t at = line.find(k);
-  if (at == std::string::npos) return std::nan("");
-  const size_t begin = at + k.size();
-  double v = 0;
-  if (!absl::SimpleAtod(line.substr(begin, line.find_first_of(",}", begin) - begin), &v)) {
-    return std::nan("");
-  }
-  return v;
-}
-
-std::vector<std::string> StepLines(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::string> out;
-  for (std::string line; std::getline(in, line);) {
-    if (absl::StrContains(line, "\"kind\":\"step\"")) out.push_back(line);
-  }
-  return out;
-}
-
-std::vector<float> ReadWeights(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<float> w(bytes.size() / sizeof(float));
-  std::memcpy(w.data(), bytes.data(), w.size() * sizeof(float));
-  return w;
-}
-
-// Processes whose command line mentions `marker` (our run folder): none may outlive a launch.
-std::vector<std::string> ProcessesMentioning(const std::string& marker) {
-  std::vector<std::string> found;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string pid = entry.path().filename();
-    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmdline = ReadAll(entry.path().string() + "/cmdline");
-    for (char& c : cmdline) {
-      if (c == '\0') c = ' ';
-    }
-    if (absl::StrContains(cmdline, marker)) found.push_back(pid + ": " + cmdline);
-  }
-  return found;
-}
-
-std::vector<std::string> Common(const std::string& train_limit) {
-  return {"--data_dir=" + DataDir(), "--train_limit=" + train_limit, "--test_limit=500",
-          "--hidden=64,32", "--shards=2"};
-}
-
-std::vector<std::string> With(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
 
 class LaunchE2e : public testing::Test {
  protected:
@@ -341,3 +211,4 @@ TEST(PsCtl, StatusReportsEveryShardAndFailsOnADeadOne) {
 }
 
 }  // namespace
+}  // namespace ps::e2e

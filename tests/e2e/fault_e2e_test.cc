@@ -1,0 +1,242 @@
+// Faults end to end, with real processes on loopback: a worker killed with SIGKILL and
+// restarted, a shard killed with SIGKILL and restored from its checkpoint, lost push replies and
+// duplicated pushes, TLS with a cluster token, and a load test of 32 worker processes.
+
+#include <signal.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/ascii.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tests/e2e/e2e_util.h"
+
+namespace ps::e2e {
+namespace {
+
+class FaultE2e : public testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(DataDir() + "/train-images-idx3-ubyte.gz")) {
+      FAIL() << "Fashion-MNIST is missing in " << DataDir() << ": run scripts/setup.sh";
+    }
+  }
+};
+
+pid_t PidOf(const std::string& dir, const std::string& name) {
+  return static_cast<pid_t>(std::stol(ReadAll(dir + "/" + name + ".pid")));
+}
+
+// BSP, 4 workers: worker 1 is killed with SIGKILL mid-epoch and restarted 2 s later by the
+// launcher. Its lease (1 s) expires meanwhile, so the others go on without it; it comes back at
+// the clock the shards hold, and the job ends as accurate as an undisturbed run.
+TEST_F(FaultE2e, KilledWorkerRejoinsAtTheShardsClockAndTheJobMatchesAnUndisturbedRun) {
+  const std::vector<std::string> args = {
+      "--data_dir=" + DataDir(), "--train_limit=12000", "--test_limit=0", "--shards=2",
+      "--workers=4",             "--mode=bsp",          "--epochs=2",     "--lease_ms=1000",
+      "--seed=3"};
+  const std::string calm = RunDir("calm");
+  ASSERT_EQ(RunLaunch(calm, args), 0);
+  const std::string dir = RunDir("worker_kill");
+  const pid_t launch = StartLaunch(dir, With(args, {"--restart_workers", "--restart_delay_s=2"}));
+  ASSERT_TRUE(WaitForSteps(dir + "/worker-1.jsonl", 40, 120)) << ReadAll(dir + "/launch.log");
+  ASSERT_EQ(kill(PidOf(dir, "worker-1"), SIGKILL), 0);
+  ASSERT_EQ(WaitExit(launch), 0) << ReadAll(dir + "/launch.log");
+
+  const std::string metrics = dir + "/worker-1.jsonl";
+  const std::vector<std::string> starts = LinesOfKind(metrics, "start");
+  ASSERT_EQ(starts.size(), 2u) << ReadAll(metrics);
+  const double total = Field(starts[0], "total_steps");
+  // The steps the first process pushed, then the ones of the restarted process.
+  std::vector<double> first, second;
+  bool restarted = false;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    if (absl::StrContains(line, "\"kind\":\"start\"")) restarted = Field(line, "resume_step") > 0;
+    if (!absl::StrContains(line, "\"kind\":\"step\"")) continue;
+    (restarted ? second : first).push_back(Field(line, "step"));
+  }
+  ASSERT_GE(first.size(), 40u);
+  ASSERT_FALSE(second.empty());
+  const double resume = Field(starts[1], "resume_step");
+  // The shards kept the killed worker's clock (at least the steps it logged) and moved it past
+  // the rounds applied without it; the new process starts exactly there and runs to the end.
+  EXPECT_GE(resume, first.back() + 1);
+  EXPECT_GT(resume, first.back() + 1) << "the others should have gone on during the outage";
+  EXPECT_EQ(second.front(), resume);
+  EXPECT_EQ(second.back(), total - 1);
+  for (size_t i = 1; i < second.size(); ++i) EXPECT_EQ(second[i], second[i - 1] + 1);
+
+  const std::string summary = ReadAll(dir + "/summary.json");
+  EXPECT_EQ(Field(summary, "worker_restarts"), 1);
+  const double calm_accuracy = Field(ReadAll(calm + "/summary.json"), "test_accuracy");
+  EXPECT_GT(calm_accuracy, 0.80);
+  EXPECT_NEAR(Field(summary, "test_accuracy"), calm_accuracy, 0.005);
+  EXPECT_TRUE(ProcessesMentioning(dir).empty());
+}
+
+// A shard killed with SIGKILL is restarted on its port by the launcher, restores its newest
+// checkpoint (its version then equals the checkpoint's), the workers register again and the job
+// finishes.
+TEST_F(FaultE2e, KilledShardRestoresItsCheckpointAndTheJobFinishes) {
+  const std::string dir = RunDir("shard_kill");
+  const std::string checkpoints = dir + "/checkpoints";
+  const pid_t launch = StartLaunch(
+      dir,
+      {"--data_dir=" + DataDir(), "--train_limit=12000", "--test_limit=0", "--shards=2",
+       "--workers=2", "--mode=bsp", "--epochs=2", "--checkpoint_dir=" + checkpoints,
+       "--checkpoint_every=25", "--restart_shards", "--restart_delay_s=1"},
+      /*quiet=*/false);
+  ASSERT_TRUE(WaitForSteps(dir + "/worker-0.jsonl", 80, 120)) << ReadAll(dir + "/launch.log");
+  ASSERT_FALSE(std::filesystem::is_empty(checkpoints + "/ps-1"));
+  ASSERT_EQ(kill(PidOf(dir, "ps-1"), SIGKILL), 0);
+  ASSERT_EQ(WaitExit(launch), 0) << ReadAll(dir + "/launch.log");
+
+  const std::string log = ReadAll(dir + "/launch.log");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(log, m, std::regex(R"(\[ps-1\].*restored \S*ckpt-0*(\d+)\.ps \(version (\d+)\))")))
+      << log;
+  const int64_t file_version = std::stoll(m[1]);
+  EXPECT_EQ(std::stoll(m[2]), file_version);
+  EXPECT_GE(file_version, 25);
+  EXPECT_EQ(file_version % 25, 0);
+  // The restarted shard serves at exactly the checkpoint's version.
+  EXPECT_TRUE(absl::StrContains(log, absl::StrCat("version=", file_version, " (restored)"))) << log;
+  const std::string summary = ReadAll(dir + "/summary.json");
+  EXPECT_EQ(Field(summary, "shard_restarts"), 1);
+  EXPECT_TRUE(absl::StrContains(summary, absl::StrCat("\"restored_versions\":[-1,", file_version)))
+      << summary;
+  EXPECT_GT(Field(summary, "test_accuracy"), 0.80);
+  // Both workers registered again after the restart.
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(LinesOfKind(absl::StrCat(dir, "/worker-", r, ".jsonl"), "rejoin").size(), 1u) << r;
+  }
+  EXPECT_TRUE(ProcessesMentioning(dir).empty());
+}
+
+// Replies lost after the shard applied the push (every third one) and every push sent twice:
+// exactly-once makes the final BSP weights equal those of a fault-free run, bit for bit.
+TEST_F(FaultE2e, LostRepliesAndDuplicatedPushesLeaveTheWeightsBitForBit) {
+  const std::vector<std::string> args =
+      With(Common("4000"), {"--workers=2", "--mode=bsp", "--epochs=1", "--save_weights"});
+  const std::string clean = RunDir("clean");
+  const std::string faulty = RunDir("faulty");
+  ASSERT_EQ(RunLaunch(clean, args), 0);
+  ASSERT_EQ(RunLaunch(faulty, With(args, {"--fault_drop_push_reply_every=3",
+                                          "--fault_duplicate_pushes"})),
+            0);
+  const std::string summary = ReadAll(faulty + "/summary.json");
+  const double accepted = Field(summary, "pushes_accepted");
+  // 4000 / 64 = 62 steps x 2 workers x 2 shards; each push also sent once more, and a third of
+  // the replies lost and retried.
+  EXPECT_EQ(accepted, 62 * 2 * 2);
+  EXPECT_GE(Field(summary, "pushes_duplicate"), accepted + accepted / 3 - 2);
+  EXPECT_EQ(Field(ReadAll(clean + "/summary.json"), "pushes_duplicate"), 0);
+  const auto a = ReadWeights(clean + "/weights.f32");
+  const auto b = ReadWeights(faulty + "/weights.f32");
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_GT(a.size(), 0u);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+}
+
+// Mutual TLS and a cluster token: training works; ps_ctl without the token, with a wrong one,
+// or with a client certificate of another CA is refused.
+TEST_F(FaultE2e, TlsWithATokenTrainsAndRefusesStrangers) {
+  const std::string dir = RunDir("tls");
+  const char* src = std::getenv("PS_SOURCE_DIR");
+  const std::string certs = dir + "/certs";
+  ASSERT_EQ(RunTool({std::string(src != nullptr ? src : ".") + "/scripts/make_test_certs.sh",
+                     certs},
+                    dir + "/certs.log"),
+            0)
+      << ReadAll(dir + "/certs.log");
+  ASSERT_EQ(RunLaunch(dir, With(Common("2048"), {"--workers=2", "--mode=asp", "--epochs=1",
+                                                 "--tls_dir=" + certs,
+                                                 "--token_file=" + certs + "/token"})),
+            0);
+  EXPECT_GT(Field(ReadAll(dir + "/summary.json"), "test_accuracy"), 0.6);
+
+  // A server of our own for the refusals (the launch's servers have stopped).
+  const std::string port_file = dir + "/port";
+  const pid_t server =
+      Spawn({BinDir() + "/ps_server", "--port_file=" + port_file, "--tls_cert=" + certs + "/server.pem",
+             "--tls_key=" + certs + "/server.key", "--tls_ca=" + certs + "/ca.pem",
+             "--token_file=" + certs + "/token"},
+            dir + "/server.log");
+  int port = 0;
+  for (int i = 0; i < 300 && port == 0; ++i) {
+    absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadAll(port_file)), &port);
+    if (port == 0) absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_GT(port, 0) << ReadAll(dir + "/server.log");
+  const std::string servers = absl::StrCat("--servers=localhost:", port);
+  const std::vector<std::string> ctl = {BinDir() + "/ps_ctl", "status", servers, "--timeout_s=3"};
+  const std::string me = "--tls_cert=" + certs + "/client.pem";
+  const std::string my_key = "--tls_key=" + certs + "/client.key";
+  const std::string ca = "--tls_ca=" + certs + "/ca.pem";
+  const std::string log = dir + "/ctl.log";
+  std::ofstream(dir + "/wrong-token") << "not-the-token\n";
+  EXPECT_EQ(RunTool(With(ctl, {me, my_key, ca, "--token_file=" + certs + "/token"}), log), 0)
+      << ReadAll(log);
+  EXPECT_EQ(RunTool(With(ctl, {me, my_key, ca}), log), 1);
+  EXPECT_TRUE(absl::StrContains(ReadAll(log), "UNAUTHENTICATED")) << ReadAll(log);
+  EXPECT_EQ(RunTool(With(ctl, {me, my_key, ca, "--token_file=" + dir + "/wrong-token"}), log), 1);
+  EXPECT_TRUE(absl::StrContains(ReadAll(log), "UNAUTHENTICATED")) << ReadAll(log);
+  EXPECT_EQ(RunTool(With(ctl, {"--tls_cert=" + certs + "/other-client.pem",
+                               "--tls_key=" + certs + "/other-client.key", ca,
+                               "--token_file=" + certs + "/token"}),
+                    log),
+            1);
+  EXPECT_TRUE(absl::StrContains(ReadAll(log), "UNAVAILABLE")) << ReadAll(log);
+  // Health needs no token; the shard holds no parameters yet.
+  EXPECT_EQ(RunTool({BinDir() + "/ps_ctl", "health", servers, me, my_key, ca}, log), 0)
+      << ReadAll(log);
+  EXPECT_EQ(RunTool({BinDir() + "/ps_ctl", "health", servers, me, my_key, ca,
+                     "--service=ps.v1.ParameterServer"},
+                    log),
+            1);
+  EXPECT_TRUE(absl::StrContains(ReadAll(log), "NOT_SERVING")) << ReadAll(log);
+  // Only the authenticated status call reached a handler.
+  kill(server, SIGTERM);
+  EXPECT_EQ(WaitExit(server), 0);
+}
+
+// 32 worker processes of a small model against 2 shards for 60 s (ASP): no error, and no lost
+// update: every push a worker saw acknowledged was applied exactly once.
+TEST_F(FaultE2e, LoadOf32WorkersLosesNoUpdate) {
+  const std::string dir = RunDir("load");
+  ASSERT_EQ(RunLaunch(dir, {"--data_dir=" + DataDir(), "--train_limit=0", "--test_limit=1000",
+                            "--hidden=32", "--shards=2", "--workers=32", "--mode=asp",
+                            "--batch_size=16", "--epochs=100", "--max_seconds=60",
+                            "--lr_schedule=constant"}),
+            0);
+  int64_t acknowledged = 0;
+  for (int r = 0; r < 32; ++r) {
+    acknowledged += StepLines(absl::StrCat(dir, "/worker-", r, ".jsonl")).size();
+  }
+  const std::string summary = ReadAll(dir + "/summary.json");
+  // Each step is one push per shard, and under ASP every accepted push is one update.
+  EXPECT_EQ(Field(summary, "pushes_accepted"), 2 * acknowledged);
+  EXPECT_EQ(Field(summary, "pushes_duplicate"), 0);
+  EXPECT_EQ(Field(summary, "applied_gradients"), 2 * acknowledged);
+  EXPECT_GT(acknowledged, 1000);
+  const double wall = Field(summary, "wall_seconds");
+  // Workers train 60 s each, after start-ups that overlap; the wall time includes those.
+  std::printf("load: %lld steps, %lld pushes in %.1f s wall: %.0f pushes/s (%.0f per training second)\n",
+              static_cast<long long>(acknowledged), static_cast<long long>(2 * acknowledged),
+              wall, 2 * acknowledged / wall, 2 * acknowledged / 60.0);
+  EXPECT_TRUE(ProcessesMentioning(dir).empty());
+}
+
+}  // namespace
+}  // namespace ps::e2e
