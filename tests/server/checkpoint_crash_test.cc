@@ -1,0 +1,90 @@
+// Kill -9 at random moments while checkpoints are being written, 50 times: after every kill the
+// folder must hold a complete, intact checkpoint (never a torn one), and the newest one loaded
+// must never go backwards.
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/time/clock.h"
+#include "common/checkpoint.h"
+#include "gtest/gtest.h"
+
+extern char** environ;
+
+namespace ps {
+namespace {
+
+// The helper binary lives beside this test.
+std::string WriterPath() {
+  return std::filesystem::read_symlink("/proc/self/exe").parent_path().string() +
+         "/checkpoint_writer";
+}
+
+bool HasTemporaryFile(const std::string& dir) {
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (absl::StartsWith(e.path().filename().string(), ".tmp-")) return true;
+  }
+  return false;
+}
+
+TEST(CheckpointCrash, EveryRestartAfterAKillLoadsACompleteCheckpoint) {
+  const std::string dir = testing::TempDir() + "/ps_ckpt_crash_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  constexpr int kKills = 50;
+  constexpr uint64_t kFloats = 1 << 20;  // 4 MiB per checkpoint: a kill often lands mid-write
+  std::mt19937 random(12345);
+  std::uniform_int_distribution<int> delay_ms(5, 120);
+  uint64_t newest_seen = 0;
+  int mid_write = 0;
+  for (int i = 0; i < kKills; ++i) {
+    std::vector<std::string> args = {WriterPath(), dir, std::to_string(uint64_t(i + 1) * 1000000),
+                                     std::to_string(kFloats)};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = -1;
+    ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0) << argv[0];
+    absl::SleepFor(absl::Milliseconds(delay_ms(random)));
+    kill(pid, SIGKILL);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "the writer stopped on its own: status " << status;
+    if (!std::filesystem::exists(dir)) continue;  // killed before it made the folder
+    mid_write += HasTemporaryFile(dir);
+
+    // What a restarted shard does: open the folder, load the newest intact checkpoint.
+    auto d = CheckpointDir::Open(dir, 2);
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_FALSE(HasTemporaryFile(dir));
+    std::vector<std::string> skipped;
+    auto loaded = d->LoadNewest(&skipped);
+    if (loaded.status().code() == absl::StatusCode::kNotFound && newest_seen == 0) continue;
+    ASSERT_TRUE(loaded.ok()) << "kill " << i << ": " << loaded.status();
+    EXPECT_TRUE(skipped.empty()) << "kill " << i << " left a damaged file: " << skipped[0];
+    ByteReader r(loaded->payload);
+    const uint64_t seq = *r.U64("seq");
+    EXPECT_EQ(seq, loaded->info.sequence);
+    auto values = r.Floats("values", kFloats);
+    ASSERT_TRUE(values.ok());
+    ASSERT_EQ(values->size(), kFloats);
+    for (float v : *values) ASSERT_EQ(v, static_cast<float>(seq)) << "kill " << i;
+    EXPECT_GE(seq, newest_seen);  // equal when the writer was killed before it finished one
+    newest_seen = seq;
+  }
+  EXPECT_GT(newest_seen, 0u) << "no checkpoint was ever completed";
+  // The test must have hit writes in progress, or it proves nothing.
+  EXPECT_GE(mid_write, 5) << "kills mid-write: " << mid_write;
+  std::printf("%d of %d kills landed mid-write\n", mid_write, kKills);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ps
