@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -35,24 +37,44 @@ bool HasTemporaryFile(const std::string& dir) {
   return false;
 }
 
+// The largest checkpoint number in `dir`, read from the names (0 when none). Does not open the
+// folder through CheckpointDir, which would remove the writer's temporary file.
+uint64_t NewestSequence(const std::string& dir) {
+  uint64_t newest = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!absl::StartsWith(name, "ckpt-")) continue;
+    newest = std::max<uint64_t>(newest, std::strtoull(name.c_str() + 5, nullptr, 10));
+  }
+  return newest;
+}
+
 TEST(CheckpointCrash, EveryRestartAfterAKillLoadsACompleteCheckpoint) {
   const std::string dir = testing::TempDir() + "/ps_ckpt_crash_" + std::to_string(getpid());
   std::filesystem::remove_all(dir);
   constexpr int kKills = 50;
-  constexpr uint64_t kFloats = 1 << 20;  // 4 MiB per checkpoint: a kill often lands mid-write
+  constexpr uint64_t kFloats = 1 << 20;  // 4 MiB per checkpoint
   std::mt19937 random(12345);
-  std::uniform_int_distribution<int> delay_ms(5, 120);
+  std::uniform_int_distribution<int> delay_us(0, 150000);  // a few write cycles
   uint64_t newest_seen = 0;
   int mid_write = 0;
   for (int i = 0; i < kKills; ++i) {
-    std::vector<std::string> args = {WriterPath(), dir, std::to_string(uint64_t(i + 1) * 1000000),
+    const uint64_t first = uint64_t(i + 1) * 1000000;
+    std::vector<std::string> args = {WriterPath(), dir, std::to_string(first),
                                      std::to_string(kFloats)};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     pid_t pid = -1;
     ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0) << argv[0];
-    absl::SleepFor(absl::Milliseconds(delay_ms(random)));
+    // Once this writer has finished its first checkpoint it is in its steady loop, where most of
+    // the time goes to writing; the kill comes at a random moment after that.
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < give_up && NewestSequence(dir) < first) {
+      absl::SleepFor(absl::Microseconds(500));
+    }
+    absl::SleepFor(absl::Microseconds(delay_us(random)));
     kill(pid, SIGKILL);
     int status = 0;
     ASSERT_EQ(waitpid(pid, &status, 0), pid);
