@@ -86,7 +86,9 @@ void ByteWriter::Floats(absl::Span<const float> values) {
   static_assert(sizeof(float) == 4, "float32 payloads");
   U64(values.size());
   // The machines this runs on are little-endian (x86-64, aarch64), like the wire format.
-  bytes_.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+  if (!values.empty()) {
+    bytes_.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+  }
 }
 
 void ByteWriter::I64s(absl::Span<const int64_t> values) {
@@ -140,7 +142,7 @@ absl::StatusOr<std::vector<float>> ByteReader::Floats(const char* what, uint64_t
   absl::Status s = Need(*n * sizeof(float), what);
   if (!s.ok()) return s;
   std::vector<float> out(*n);
-  std::memcpy(out.data(), bytes_.data() + at_, *n * sizeof(float));
+  if (*n > 0) std::memcpy(out.data(), bytes_.data() + at_, *n * sizeof(float));
   at_ += *n * sizeof(float);
   return out;
 }

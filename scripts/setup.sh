@@ -37,6 +37,9 @@ if ! command -v nvcc >/dev/null 2>&1 && [[ -x /usr/local/cuda/bin/nvcc ]]; then
   export PATH="/usr/local/cuda/bin:$PATH"
 fi
 
+# SETUP_ONLY=1: packages only (scripts/fuzz.sh builds with another compiler).
+if [[ "${SETUP_ONLY:-0}" == "1" ]]; then exit 0; fi
+
 BUILD_DIR="${BUILD_DIR:-build}"
 JOBS="${JOBS:-$(nproc)}"
 # shellcheck disable=SC2086

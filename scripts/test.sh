@@ -4,7 +4,9 @@
 #   without a GPU);
 # - build-cpu/: when build/ has CUDA, the CPU-only build (-DPS_ENABLE_CUDA=OFF) too, so both
 #   configurations stay green;
-# - build-asan/: with SANITIZE=1, AddressSanitizer + UndefinedBehaviorSanitizer (CPU only).
+# - build-asan/: with SANITIZE=1, AddressSanitizer + UndefinedBehaviorSanitizer (CPU only);
+# - the load test (label "load": 32 worker processes for a minute) runs in build/ only.
+# The fuzzers run separately: scripts/fuzz.sh (CI runs both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS="${CTEST_JOBS:-2}"
@@ -14,12 +16,12 @@ scripts/setup.sh
 
 if grep -q '^PS_CUDA_BUILT:INTERNAL=TRUE' build/CMakeCache.txt; then
   BUILD_DIR=build-cpu CMAKE_ARGS="-DPS_ENABLE_CUDA=OFF -DPS_BUILD_BENCH=OFF" scripts/setup.sh
-  (cd build-cpu && ctest --output-on-failure -j "$JOBS")
+  (cd build-cpu && ctest --output-on-failure -j "$JOBS" -LE load)
 fi
 
 if [[ "${SANITIZE:-0}" == "1" ]]; then
   BUILD_DIR=build-asan CMAKE_ARGS="-DPS_SANITIZE=ON -DPS_ENABLE_CUDA=OFF -DPS_BUILD_BENCH=OFF" \
     BUILD_TYPE=Debug scripts/setup.sh
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --output-on-failure -j "$JOBS")
+    ctest --output-on-failure -j "$JOBS" -LE load)
 fi

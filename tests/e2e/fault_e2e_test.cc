@@ -1,6 +1,6 @@
 // Faults end to end, with real processes on loopback: a worker killed with SIGKILL and
 // restarted, a shard killed with SIGKILL and restored from its checkpoint, lost push replies and
-// duplicated pushes, TLS with a cluster token, and a load test of 32 worker processes.
+// and duplicated pushes, and TLS with a cluster token.
 
 #include <signal.h>
 
@@ -209,33 +209,6 @@ TEST_F(FaultE2e, TlsWithATokenTrainsAndRefusesStrangers) {
   // Only the authenticated status call reached a handler.
   kill(server, SIGTERM);
   EXPECT_EQ(WaitExit(server), 0);
-}
-
-// 32 worker processes of a small model against 2 shards for 60 s (ASP): no error, and no lost
-// update: every push a worker saw acknowledged was applied exactly once.
-TEST_F(FaultE2e, LoadOf32WorkersLosesNoUpdate) {
-  const std::string dir = RunDir("load");
-  ASSERT_EQ(RunLaunch(dir, {"--data_dir=" + DataDir(), "--train_limit=0", "--test_limit=1000",
-                            "--hidden=32", "--shards=2", "--workers=32", "--mode=asp",
-                            "--batch_size=16", "--epochs=100", "--max_seconds=60",
-                            "--lr_schedule=constant"}),
-            0);
-  int64_t acknowledged = 0;
-  for (int r = 0; r < 32; ++r) {
-    acknowledged += StepLines(absl::StrCat(dir, "/worker-", r, ".jsonl")).size();
-  }
-  const std::string summary = ReadAll(dir + "/summary.json");
-  // Each step is one push per shard, and under ASP every accepted push is one update.
-  EXPECT_EQ(Field(summary, "pushes_accepted"), 2 * acknowledged);
-  EXPECT_EQ(Field(summary, "pushes_duplicate"), 0);
-  EXPECT_EQ(Field(summary, "applied_gradients"), 2 * acknowledged);
-  EXPECT_GT(acknowledged, 1000);
-  const double wall = Field(summary, "wall_seconds");
-  // Workers train 60 s each, after start-ups that overlap; the wall time includes those.
-  std::printf("load: %lld steps, %lld pushes in %.1f s wall: %.0f pushes/s (%.0f per training second)\n",
-              static_cast<long long>(acknowledged), static_cast<long long>(2 * acknowledged),
-              wall, 2 * acknowledged / wall, 2 * acknowledged / 60.0);
-  EXPECT_TRUE(ProcessesMentioning(dir).empty());
 }
 
 }  // namespace
