@@ -93,7 +93,7 @@ JsonObject& JsonObject::AddRaw(const std::string& key, const std::string& json) 
 }
 
 absl::StatusOr<std::unique_ptr<JsonLinesWriter>> JsonLinesWriter::Open(const std::string& path,
-                                                                      bool append) {
+                                                                       bool append) {
   std::FILE* f = std::fopen(path.c_str(), append ? "a" : "w");
   if (f == nullptr) {
     return absl::PermissionDeniedError(

@@ -51,10 +51,10 @@ grpc::Status ParameterServerService::Authenticate(const grpc::ServerContext* ctx
 }
 
 // Every handler starts with this: an unauthenticated call runs no handler code.
-#define PS_AUTHENTICATE_OR_RETURN(ctx)                   \
-  do {                                                   \
+#define PS_AUTHENTICATE_OR_RETURN(ctx)                      \
+  do {                                                      \
     const grpc::Status ps_auth_status_ = Authenticate(ctx); \
-    if (!ps_auth_status_.ok()) return ps_auth_status_;   \
+    if (!ps_auth_status_.ok()) return ps_auth_status_;      \
   } while (false)
 
 grpc::Status ParameterServerService::Register(grpc::ServerContext* ctx,
@@ -86,8 +86,7 @@ grpc::Status ParameterServerService::Heartbeat(grpc::ServerContext* ctx,
       shard_.Heartbeat(Caller{req->rank(), req->incarnation(), req->shard_incarnation()}));
 }
 
-grpc::Status ParameterServerService::Init(grpc::ServerContext* ctx,
-                                          const ps::v1::InitRequest* req,
+grpc::Status ParameterServerService::Init(grpc::ServerContext* ctx, const ps::v1::InitRequest* req,
                                           ps::v1::InitResponse* resp) {
   PS_AUTHENTICATE_OR_RETURN(ctx);
   absl::Status s = CheckRange(req->begin(), req->end());

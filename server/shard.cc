@@ -77,11 +77,9 @@ void Shard::RenewLease(int rank) { lease_deadline_[rank] = absl::Now() + options
 absl::Status Shard::CheckIncarnation(int rank, uint64_t incarnation,
                                      uint64_t shard_incarnation) const {
   if (shard_incarnation != 0 && shard_incarnation != options_.incarnation) {
-    return absl::AbortedError(absl::StrCat("shard ", options_.shard_id,
-                                           " restarted since worker ", rank,
-                                           " registered (incarnation ", options_.incarnation,
-                                           ", the worker knows ", shard_incarnation,
-                                           "); register again"));
+    return absl::AbortedError(absl::StrCat(
+        "shard ", options_.shard_id, " restarted since worker ", rank, " registered (incarnation ",
+        options_.incarnation, ", the worker knows ", shard_incarnation, "); register again"));
   }
   if (incarnation != 0 && incarnations_[rank] != 0 && incarnation != incarnations_[rank]) {
     return absl::AbortedError(absl::StrCat("rank ", rank, " is held by another worker process (",

@@ -80,8 +80,8 @@ struct ShardStatus {
   int64_t version = 0;
   int64_t min_clock = 0;
   int64_t rejected_nonfinite = 0;
-  int64_t pushes_accepted = 0;   // acknowledged as applied, buffered, dropped or late
-  int64_t pushes_duplicate = 0;  // acknowledged as duplicates
+  int64_t pushes_accepted = 0;    // acknowledged as applied, buffered, dropped or late
+  int64_t pushes_duplicate = 0;   // acknowledged as duplicates
   int64_t restored_version = -1;  // the checkpoint's version this shard restored, -1: none
   std::vector<WorkerStatusInfo> workers;
 };
@@ -107,8 +107,7 @@ class Shard {
   // Starts or renews `rank`'s lease; a new `incarnation` (non-zero) replaces the process that
   // held the rank, whose later calls get ABORTED. INVALID_ARGUMENT for a bad rank;
   // FAILED_PRECONDITION when the shard holds another layout.
-  absl::StatusOr<RegisterResult> Register(int rank, uint64_t fingerprint,
-                                          uint64_t incarnation = 0);
+  absl::StatusOr<RegisterResult> Register(int rank, uint64_t fingerprint, uint64_t incarnation = 0);
   // Renews a lease. NOT_FOUND if the rank never registered; ABORTED if its lease expired or the
   // incarnations differ (the worker must Register again).
   absl::Status Heartbeat(const Caller& caller);

@@ -109,7 +109,8 @@ void ShardServer::SetParametersServing(bool serving) {
 }
 
 absl::Status ShardServer::WriteCheckpoint(int64_t version, const std::string& payload) {
-  absl::StatusOr<CheckpointInfo> info = checkpoints_->Write(static_cast<uint64_t>(version), payload);
+  absl::StatusOr<CheckpointInfo> info =
+      checkpoints_->Write(static_cast<uint64_t>(version), payload);
   if (!info.ok()) return info.status();
   service_->set_checkpoint_version(version);
   spdlog::debug("checkpoint {} written", info->path);
@@ -119,8 +120,8 @@ absl::Status ShardServer::WriteCheckpoint(int64_t version, const std::string& pa
 void ShardServer::WriterLoop() {
   const bool timed = options_.checkpoint_interval > absl::ZeroDuration() &&
                      options_.shard.consistency.mode != ConsistencyMode::kBsp;
-  const auto interval = absl::ToChronoMilliseconds(
-      timed ? options_.checkpoint_interval : absl::Hours(24 * 365));
+  const auto interval =
+      absl::ToChronoMilliseconds(timed ? options_.checkpoint_interval : absl::Hours(24 * 365));
   std::unique_lock<std::mutex> lock(writer_mu_);
   while (true) {
     const bool woke =

@@ -38,7 +38,7 @@ namespace ps {
 inline constexpr char kParameterServiceName[] = "ps.v1.ParameterServer";
 
 struct ShardServerOptions {
-  ShardOptions shard;  // its incarnation is drawn by Start()
+  ShardOptions shard;                               // its incarnation is drawn by Start()
   std::string host = "127.0.0.1";                   // address to bind; 0.0.0.0 for every interface
   int port = 0;                                     // 0 picks a free port (see port())
   int max_message_bytes = 256 << 20;                // receive and send limit of one message
@@ -49,9 +49,9 @@ struct ShardServerOptions {
   SecurityOptions security;
   std::string checkpoint_dir;  // empty: no checkpoints
   int checkpoint_keep = 3;
-  int64_t checkpoint_every_updates = 0;                 // 0: not by count
+  int64_t checkpoint_every_updates = 0;                       // 0: not by count
   absl::Duration checkpoint_interval = absl::ZeroDuration();  // 0: not by time (ignored in BSP)
-  int drop_push_reply_every = 0;                        // fault injection, see ServiceOptions
+  int drop_push_reply_every = 0;                              // fault injection, see ServiceOptions
 };
 
 class ShardServer {

@@ -78,8 +78,8 @@ absl::Status Shard::RestoreSnapshot(absl::string_view payload) {
   const int workers = options_.consistency.num_workers;
   ASSIGN_OR_RETURN(uint32_t format, in.U32("format"));
   if (format != kSnapshotFormat) {
-    return absl::DataLossError(absl::StrCat("snapshot format ", format, " is not ",
-                                            kSnapshotFormat));
+    return absl::DataLossError(
+        absl::StrCat("snapshot format ", format, " is not ", kSnapshotFormat));
   }
   ASSIGN_OR_RETURN(uint32_t shard_id, in.U32("shard_id"));
   ASSIGN_OR_RETURN(uint32_t num_shards, in.U32("num_shards"));
@@ -91,12 +91,12 @@ absl::Status Shard::RestoreSnapshot(absl::string_view payload) {
       num_workers != static_cast<uint32_t>(workers) ||
       mode != ModeCode(options_.consistency.mode) ||
       staleness != static_cast<uint32_t>(options_.consistency.staleness)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint is of shard ", shard_id, "/", num_shards, " with ", num_workers,
-        " workers, mode code ", mode, ", staleness ", staleness, "; this shard is ",
-        options_.shard_id, "/", options_.num_shards, " with ", workers, " workers, mode ",
-        ConsistencyModeName(options_.consistency.mode), ", staleness ",
-        options_.consistency.staleness));
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint is of shard ", shard_id, "/", num_shards, " with ", num_workers,
+                     " workers, mode code ", mode, ", staleness ", staleness, "; this shard is ",
+                     options_.shard_id, "/", options_.num_shards, " with ", workers,
+                     " workers, mode ", ConsistencyModeName(options_.consistency.mode),
+                     ", staleness ", options_.consistency.staleness));
   }
   ASSIGN_OR_RETURN(uint8_t initialized, in.U8("initialized"));
   ASSIGN_OR_RETURN(uint64_t fingerprint, in.U64("fingerprint"));

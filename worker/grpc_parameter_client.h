@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "grpcpp/grpcpp.h"
 #include "common/grpc_security.h"
+#include "grpcpp/grpcpp.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "worker/parameter_client.h"
 
@@ -30,7 +30,7 @@ struct GrpcClientOptions {
   absl::Duration retry_for = absl::Seconds(60);     // keep retrying UNAVAILABLE this long
   absl::Duration initial_backoff = absl::Milliseconds(100);
   int max_message_bytes = 256 << 20;
-  ClientSecurity security;  // TLS credentials and token; default: plaintext, no token
+  ClientSecurity security;   // TLS credentials and token; default: plaintext, no token
   uint64_t incarnation = 0;  // this worker process; 0 draws a random one
   // Fault injection for tests: send every push twice; the second must come back as duplicates
   // from every shard (INTERNAL otherwise: exactly-once is broken).

@@ -51,9 +51,9 @@ struct ShardReport {
   int64_t rejected_nonfinite = 0;
   std::string update_rule;
   int backup_workers = 0;
-  uint64_t incarnation = 0;           // the shard process
-  int64_t restored_version = -1;      // of the checkpoint restored at start; -1: none
-  int64_t checkpoint_version = -1;    // of the newest checkpoint written; -1: none
+  uint64_t incarnation = 0;         // the shard process
+  int64_t restored_version = -1;    // of the checkpoint restored at start; -1: none
+  int64_t checkpoint_version = -1;  // of the newest checkpoint written; -1: none
   int64_t pushes_accepted = 0;
   int64_t pushes_duplicate = 0;
   int64_t rejected_unauthenticated = 0;

@@ -271,7 +271,8 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ClusterInfo> Trainer::Rejoin(const absl::Status& why, absl::Span<const float> params) {
+absl::StatusOr<ClusterInfo> Trainer::Rejoin(const absl::Status& why,
+                                            absl::Span<const float> params) {
   if (++rejoins_ > options_.max_rejoins) {
     return absl::AbortedError(absl::StrCat("gave up after ", options_.max_rejoins,
                                            " re-registrations; last: ", why.message()));
@@ -280,7 +281,8 @@ absl::StatusOr<ClusterInfo> Trainer::Rejoin(const absl::Status& why, absl::Span<
   ASSIGN_OR_RETURN(ClusterInfo cluster, client_.Register(options_.rank, options_.register_timeout));
   if (!cluster.initialized) {
     // A shard that restarted without a checkpoint has no values: offer the freshest we hold.
-    spdlog::warn("rank {}: a shard lost its parameters; offering this worker's copy", options_.rank);
+    spdlog::warn("rank {}: a shard lost its parameters; offering this worker's copy",
+                 options_.rank);
     RETURN_IF_ERROR(client_.Init(params));
   }
   stats_.rejoins = rejoins_;

@@ -43,8 +43,9 @@ int Health(const std::vector<std::string>& servers, const ps::ClientSecurity& se
       exit_code = 1;
       continue;
     }
-    std::printf("%s %s\n", server.c_str(),
-                grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status()).c_str());
+    std::printf(
+        "%s %s\n", server.c_str(),
+        grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status()).c_str());
     if (response.status() != grpc::health::v1::HealthCheckResponse::SERVING) exit_code = 1;
   }
   return exit_code;

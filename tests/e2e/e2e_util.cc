@@ -24,7 +24,6 @@ extern char** environ;
 
 namespace ps::e2e {
 
-
 std::string BinDir() {
   const char* d = std::getenv("PS_BIN_DIR");
   return d != nullptr ? d : "bin";

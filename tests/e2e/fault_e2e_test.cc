@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/ascii.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/e2e_util.h"
@@ -41,10 +41,15 @@ pid_t PidOf(const std::string& dir, const std::string& name) {
 // launcher. Its lease (1 s) expires meanwhile, so the others go on without it; it comes back at
 // the clock the shards hold, and the job ends as accurate as an undisturbed run.
 TEST_F(FaultE2e, KilledWorkerRejoinsAtTheShardsClockAndTheJobMatchesAnUndisturbedRun) {
-  const std::vector<std::string> args = {
-      "--data_dir=" + DataDir(), "--train_limit=12000", "--test_limit=0", "--shards=2",
-      "--workers=4",             "--mode=bsp",          "--epochs=2",     "--lease_ms=1000",
-      "--seed=3"};
+  const std::vector<std::string> args = {"--data_dir=" + DataDir(),
+                                         "--train_limit=12000",
+                                         "--test_limit=0",
+                                         "--shards=2",
+                                         "--workers=4",
+                                         "--mode=bsp",
+                                         "--epochs=2",
+                                         "--lease_ms=1000",
+                                         "--seed=3"};
   const std::string calm = RunDir("calm");
   ASSERT_EQ(RunLaunch(calm, args), 0);
   const std::string dir = RunDir("worker_kill");
@@ -91,12 +96,12 @@ TEST_F(FaultE2e, KilledWorkerRejoinsAtTheShardsClockAndTheJobMatchesAnUndisturbe
 TEST_F(FaultE2e, KilledShardRestoresItsCheckpointAndTheJobFinishes) {
   const std::string dir = RunDir("shard_kill");
   const std::string checkpoints = dir + "/checkpoints";
-  const pid_t launch = StartLaunch(
-      dir,
-      {"--data_dir=" + DataDir(), "--train_limit=12000", "--test_limit=0", "--shards=2",
-       "--workers=2", "--mode=bsp", "--epochs=2", "--checkpoint_dir=" + checkpoints,
-       "--checkpoint_every=25", "--restart_shards", "--restart_delay_s=1"},
-      /*quiet=*/false);
+  const pid_t launch =
+      StartLaunch(dir,
+                  {"--data_dir=" + DataDir(), "--train_limit=12000", "--test_limit=0", "--shards=2",
+                   "--workers=2", "--mode=bsp", "--epochs=2", "--checkpoint_dir=" + checkpoints,
+                   "--checkpoint_every=25", "--restart_shards", "--restart_delay_s=1"},
+                  /*quiet=*/false);
   ASSERT_TRUE(WaitForSteps(dir + "/worker-0.jsonl", 80, 120)) << ReadAll(dir + "/launch.log");
   ASSERT_FALSE(std::filesystem::is_empty(checkpoints + "/ps-1"));
   ASSERT_EQ(kill(PidOf(dir, "ps-1"), SIGKILL), 0);
@@ -104,7 +109,8 @@ TEST_F(FaultE2e, KilledShardRestoresItsCheckpointAndTheJobFinishes) {
 
   const std::string log = ReadAll(dir + "/launch.log");
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(log, m, std::regex(R"(\[ps-1\].*restored \S*ckpt-0*(\d+)\.ps \(version (\d+)\))")))
+  ASSERT_TRUE(std::regex_search(
+      log, m, std::regex(R"(\[ps-1\].*restored \S*ckpt-0*(\d+)\.ps \(version (\d+)\))")))
       << log;
   const int64_t file_version = std::stoll(m[1]);
   EXPECT_EQ(std::stoll(m[2]), file_version);
@@ -132,8 +138,8 @@ TEST_F(FaultE2e, LostRepliesAndDuplicatedPushesLeaveTheWeightsBitForBit) {
   const std::string clean = RunDir("clean");
   const std::string faulty = RunDir("faulty");
   ASSERT_EQ(RunLaunch(clean, args), 0);
-  ASSERT_EQ(RunLaunch(faulty, With(args, {"--fault_drop_push_reply_every=3",
-                                          "--fault_duplicate_pushes"})),
+  ASSERT_EQ(RunLaunch(faulty,
+                      With(args, {"--fault_drop_push_reply_every=3", "--fault_duplicate_pushes"})),
             0);
   const std::string summary = ReadAll(faulty + "/summary.json");
   const double accepted = Field(summary, "pushes_accepted");
@@ -155,23 +161,23 @@ TEST_F(FaultE2e, TlsWithATokenTrainsAndRefusesStrangers) {
   const std::string dir = RunDir("tls");
   const char* src = std::getenv("PS_SOURCE_DIR");
   const std::string certs = dir + "/certs";
-  ASSERT_EQ(RunTool({std::string(src != nullptr ? src : ".") + "/scripts/make_test_certs.sh",
-                     certs},
-                    dir + "/certs.log"),
-            0)
+  ASSERT_EQ(
+      RunTool({std::string(src != nullptr ? src : ".") + "/scripts/make_test_certs.sh", certs},
+              dir + "/certs.log"),
+      0)
       << ReadAll(dir + "/certs.log");
-  ASSERT_EQ(RunLaunch(dir, With(Common("2048"), {"--workers=2", "--mode=asp", "--epochs=1",
-                                                 "--tls_dir=" + certs,
-                                                 "--token_file=" + certs + "/token"})),
+  ASSERT_EQ(RunLaunch(dir, With(Common("2048"),
+                                {"--workers=2", "--mode=asp", "--epochs=1", "--tls_dir=" + certs,
+                                 "--token_file=" + certs + "/token"})),
             0);
   EXPECT_GT(Field(ReadAll(dir + "/summary.json"), "test_accuracy"), 0.6);
 
   // A server of our own for the refusals (the launch's servers have stopped).
   const std::string port_file = dir + "/port";
   const pid_t server =
-      Spawn({BinDir() + "/ps_server", "--port_file=" + port_file, "--tls_cert=" + certs + "/server.pem",
-             "--tls_key=" + certs + "/server.key", "--tls_ca=" + certs + "/ca.pem",
-             "--token_file=" + certs + "/token"},
+      Spawn({BinDir() + "/ps_server", "--port_file=" + port_file,
+             "--tls_cert=" + certs + "/server.pem", "--tls_key=" + certs + "/server.key",
+             "--tls_ca=" + certs + "/ca.pem", "--token_file=" + certs + "/token"},
             dir + "/server.log");
   int port = 0;
   for (int i = 0; i < 300 && port == 0; ++i) {

@@ -19,11 +19,11 @@ TEST(LoadE2e, ThirtyTwoWorkersLoseNoUpdate) {
     FAIL() << "Fashion-MNIST is missing in " << DataDir() << ": run scripts/setup.sh";
   }
   const std::string dir = RunDir("load");
-  ASSERT_EQ(RunLaunch(dir, {"--data_dir=" + DataDir(), "--train_limit=0", "--test_limit=1000",
-                            "--hidden=32", "--shards=2", "--workers=32", "--mode=asp",
-                            "--batch_size=16", "--epochs=100", "--max_seconds=60",
-                            "--lr_schedule=constant"}),
-            0);
+  ASSERT_EQ(
+      RunLaunch(dir, {"--data_dir=" + DataDir(), "--train_limit=0", "--test_limit=1000",
+                      "--hidden=32", "--shards=2", "--workers=32", "--mode=asp", "--batch_size=16",
+                      "--epochs=100", "--max_seconds=60", "--lr_schedule=constant"}),
+      0);
   int64_t acknowledged = 0;
   for (int r = 0; r < 32; ++r) {
     acknowledged += StepLines(absl::StrCat(dir, "/worker-", r, ".jsonl")).size();
@@ -36,9 +36,10 @@ TEST(LoadE2e, ThirtyTwoWorkersLoseNoUpdate) {
   EXPECT_GT(acknowledged, 1000);
   const double wall = Field(summary, "wall_seconds");
   // Workers train 60 s each, after start-ups that overlap; the wall time includes those.
-  std::printf("load: %lld steps, %lld pushes in %.1f s wall: %.0f pushes/s (%.0f per training second)\n",
-              static_cast<long long>(acknowledged), static_cast<long long>(2 * acknowledged),
-              wall, 2 * acknowledged / wall, 2 * acknowledged / 60.0);
+  std::printf(
+      "load: %lld steps, %lld pushes in %.1f s wall: %.0f pushes/s (%.0f per training second)\n",
+      static_cast<long long>(acknowledged), static_cast<long long>(2 * acknowledged), wall,
+      2 * acknowledged / wall, 2 * acknowledged / 60.0);
   EXPECT_TRUE(ProcessesMentioning(dir).empty());
 }
 

@@ -14,8 +14,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string bytes(reinterpret_cast<const char*>(data), size);
   (void)ps::UnframeCheckpoint(bytes);
   ps::ShardOptions o;
-  o.consistency.mode = size > 0 ? static_cast<ps::ConsistencyMode>(data[0] % 3)
-                                : ps::ConsistencyMode::kBsp;
+  o.consistency.mode =
+      size > 0 ? static_cast<ps::ConsistencyMode>(data[0] % 3) : ps::ConsistencyMode::kBsp;
   o.consistency.num_workers = 2;
   o.optimizer.kind = ps::OptimizerKind::kAdam;
   auto shard = std::move(*ps::Shard::Create(o));

@@ -83,12 +83,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     grpc::Status st;
     switch (op % 7) {
       case 0:
-        st = Call<ps::v1::RegisterRequest, ps::v1::RegisterResponse>(*w.service, &S::Register,
-                                                                      body, length);
+        st = Call<ps::v1::RegisterRequest, ps::v1::RegisterResponse>(*w.service, &S::Register, body,
+                                                                     length);
         break;
       case 1:
         st = Call<ps::v1::HeartbeatRequest, ps::v1::HeartbeatResponse>(*w.service, &S::Heartbeat,
-                                                                        body, length);
+                                                                       body, length);
         break;
       case 2:
         st = Call<ps::v1::InitRequest, ps::v1::InitResponse>(*w.service, &S::Init, body, length);
@@ -101,7 +101,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       case 5:
         st = Call<ps::v1::GetStatusRequest, ps::v1::GetStatusResponse>(*w.service, &S::GetStatus,
-                                                                        body, length);
+                                                                       body, length);
         break;
       case 6: {
         const ps::Shard::Snapshot snapshot = w.shard->EncodeSnapshot();

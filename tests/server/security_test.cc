@@ -145,8 +145,8 @@ TEST(Tls, MutualTlsWithTokenTrainsAndRefusesStrangers) {
       {"client certificate of another CA",
        Client(d + "/ca.pem", d + "/other-client.pem", d + "/other-client.key", d + "/token"),
        absl::StatusCode::kUnavailable},
-      {"server not trusted", Client(d + "/other-ca.pem", d + "/client.pem", d + "/client.key",
-                                    d + "/token"),
+      {"server not trusted",
+       Client(d + "/other-ca.pem", d + "/client.pem", d + "/client.key", d + "/token"),
        absl::StatusCode::kUnavailable},
       {"plaintext", ClientSecurity(), absl::StatusCode::kUnavailable},
       {"no token", Client(d + "/ca.pem", d + "/client.pem", d + "/client.key", ""),
@@ -162,9 +162,9 @@ TEST(Tls, MutualTlsWithTokenTrainsAndRefusesStrangers) {
     const std::vector<float> init = {9, 9, 9, 9};
     EXPECT_EQ((*client)->Init(init).code(), s.code) << s.what;
     EXPECT_EQ((*client)->Status().status().code(), s.code) << s.what;
-    EXPECT_EQ((*client)->Register(0, absl::Milliseconds(300)).status().code(),
-              s.code == absl::StatusCode::kUnavailable ? absl::StatusCode::kDeadlineExceeded
-                                                       : s.code)
+    EXPECT_EQ(
+        (*client)->Register(0, absl::Milliseconds(300)).status().code(),
+        s.code == absl::StatusCode::kUnavailable ? absl::StatusCode::kDeadlineExceeded : s.code)
         << s.what;
   }
   EXPECT_FALSE((*server)->shard().GetStatus().initialized);
@@ -184,8 +184,8 @@ TEST(Tls, MutualTlsWithTokenTrainsAndRefusesStrangers) {
 }
 
 grpc::health::v1::HealthCheckResponse::ServingStatus Health(int port, const std::string& service) {
-  auto stub = grpc::health::v1::Health::NewStub(grpc::CreateChannel(
-      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  auto stub = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   grpc::health::v1::HealthCheckRequest req;

@@ -367,7 +367,6 @@ TEST(BackupWorkers, OnlyForBsp) {
   EXPECT_EQ(Shard::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-
 std::unique_ptr<Shard> MakeAdamShard(ConsistencyMode mode, int workers, int shard_id = 0,
                                      uint64_t incarnation = 1) {
   ShardOptions o;
