@@ -3,6 +3,7 @@
 
 // Command-line parsing shared by the binaries' main() files (and only them).
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,8 +11,21 @@ namespace ps {
 
 // Sets the usage text, makes --help list the flags defined in *_main.cc and *_flags.cc files,
 // and parses argv.
+//
+// Every such flag can also come from the environment: PS_<NAME IN CAPITALS>, e.g. PS_NUM_SHARDS=2
+// for --num_shards (what containers and Kubernetes manifests use). The command line wins over the
+// environment. A value that does not parse exits with code 2 and a message naming the variable.
 // Returns the positional arguments after the program name.
 std::vector<std::string> ParseCommandLine(int argc, char** argv, const char* usage);
+
+// The ordinal a StatefulSet gives its pods: 3 for "ps-3" (the digits after the last '-'); empty
+// when the name does not end that way.
+std::optional<int> OrdinalOfName(const std::string& name);
+
+// The number in the environment variable `name` (e.g. JOB_COMPLETION_INDEX, set on the pods of
+// an Indexed Job), or the ordinal of the pod name in it (e.g. POD_NAME of a StatefulSet pod).
+// Empty when unset; INVALID values exit with code 2 and a message.
+std::optional<int> IndexFromEnvironment(const char* name, bool ordinal_of_name);
 
 }  // namespace ps
 

@@ -14,7 +14,9 @@
 #include "server/shard_server.h"
 #include "spdlog/spdlog.h"
 
-ABSL_FLAG(int32_t, shard_id, 0, "This shard's index in [0, num_shards).");
+ABSL_FLAG(int32_t, shard_id, -1,
+          "This shard's index in [0, num_shards); -1: the ordinal of $POD_NAME (a StatefulSet "
+          "pod: ps-3 is shard 3), else 0.");
 ABSL_FLAG(int32_t, num_shards, 1, "Number of shards the parameters are split over.");
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on; 0.0.0.0 for all interfaces.");
 ABSL_FLAG(int32_t, port, 0, "TCP port; 0 picks a free one (see --port_file).");
@@ -52,6 +54,11 @@ ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn or error.");
 
 namespace {
 
+int ShardId() {
+  const int flag = absl::GetFlag(FLAGS_shard_id);
+  return flag >= 0 ? flag : ps::IndexFromEnvironment("POD_NAME", true).value_or(0);
+}
+
 absl::StatusOr<ps::ShardServerOptions> OptionsFromFlags() {
   ps::ShardServerOptions o;
   o.host = absl::GetFlag(FLAGS_host);
@@ -79,7 +86,7 @@ absl::StatusOr<ps::ShardServerOptions> OptionsFromFlags() {
     return absl::InvalidArgumentError("--fault_drop_push_reply_every must be >= 0");
   }
   ps::ShardOptions& s = o.shard;
-  s.shard_id = absl::GetFlag(FLAGS_shard_id);
+  s.shard_id = ShardId();
   s.num_shards = absl::GetFlag(FLAGS_num_shards);
   s.consistency.num_workers = absl::GetFlag(FLAGS_num_workers);
   auto mode = ps::ParseConsistencyMode(absl::GetFlag(FLAGS_mode));
@@ -121,7 +128,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ps_server: unexpected argument '%s' (see --help)\n", rest[0].c_str());
     return 2;
   }
-  ps::SetUpLogging(absl::StrCat("ps-", absl::GetFlag(FLAGS_shard_id)),
+  ps::SetUpLogging(absl::StrCat("ps-", ShardId()),
                    absl::GetFlag(FLAGS_log_level));
   absl::StatusOr<ps::ShardServerOptions> options = OptionsFromFlags();
   if (!options.ok()) {

@@ -23,7 +23,9 @@
 #include "worker/grpc_parameter_client.h"
 #include "worker/trainer.h"
 
-ABSL_FLAG(int32_t, rank, 0, "This worker's rank in [0, num_workers).");
+ABSL_FLAG(int32_t, rank, -1,
+          "This worker's rank in [0, num_workers); -1: $JOB_COMPLETION_INDEX (an Indexed Job's "
+          "pod), else 0.");
 ABSL_FLAG(int32_t, num_workers, 0,
           "Workers in the job; checked against the servers' --num_workers (0: take theirs).");
 ABSL_FLAG(std::string, servers, "127.0.0.1:5000",
@@ -194,7 +196,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   const bool evaluate = absl::GetFlag(FLAGS_evaluate);
-  const int rank = absl::GetFlag(FLAGS_rank);
+  const int rank = absl::GetFlag(FLAGS_rank) >= 0
+                       ? absl::GetFlag(FLAGS_rank)
+                       : ps::IndexFromEnvironment("JOB_COMPLETION_INDEX", false).value_or(0);
   ps::SetUpLogging(evaluate ? "eval" : absl::StrCat("worker-", rank),
                    absl::GetFlag(FLAGS_log_level));
 
