@@ -14,8 +14,9 @@ PACKAGES=(
   build-essential cmake pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev libopenblas-dev libgtest-dev libbenchmark-dev zlib1g-dev
+  libcpp-httplib-dev
   dataset-fashion-mnist
-  openssl clang
+  openssl clang curl
 )
 
 missing=()

@@ -11,6 +11,8 @@
 #include "common/optimizer_flags.h"
 #include "common/security_flags.h"
 #include "common/shutdown_signal.h"
+#include "common/prometheus.h"
+#include "server/shard_metrics.h"
 #include "server/shard_server.h"
 #include "spdlog/spdlog.h"
 
@@ -51,6 +53,11 @@ ABSL_FLAG(int32_t, fault_drop_push_reply_every, 0,
           "Fault injection for tests: answer every Nth accepted push with UNAVAILABLE, as if "
           "the reply were lost (0: off).");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn or error.");
+ABSL_FLAG(int32_t, metrics_port, -1,
+          "Serve Prometheus metrics at http://<--metrics_host>:PORT/metrics (0: a free port, "
+          "see --metrics_port_file; -1: off).");
+ABSL_FLAG(std::string, metrics_host, "0.0.0.0", "Address of the /metrics endpoint.");
+ABSL_FLAG(std::string, metrics_port_file, "", "Write the /metrics port to this file.");
 
 namespace {
 
@@ -157,6 +164,23 @@ int main(int argc, char** argv) {
     return 1;
   }
   ps::ShardServer* raw = server->get();
+  std::unique_ptr<ps::MetricsHttpServer> metrics;
+  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
+    auto served = ps::MetricsHttpServer::Start(absl::GetFlag(FLAGS_metrics_host),
+                                               absl::GetFlag(FLAGS_metrics_port),
+                                               [raw] { return ps::ShardMetricsText(*raw); });
+    if (!served.ok()) {
+      spdlog::error("{}", served.status().ToString());
+      return 1;
+    }
+    metrics = std::move(*served);
+    const std::string metrics_port_file = absl::GetFlag(FLAGS_metrics_port_file);
+    if (!metrics_port_file.empty() && !WritePortFile(metrics_port_file, metrics->port())) {
+      spdlog::error("cannot write --metrics_port_file {}", metrics_port_file);
+      return 1;
+    }
+    spdlog::info("metrics on port {}", metrics->port());
+  }
   ps::ShutdownSignalWatcher watcher([raw](int signo) {
     spdlog::info("signal {}: shutting down", signo);
     raw->Shutdown().IgnoreError();  // reported below

@@ -50,6 +50,7 @@ class ParameterServerService final : public ps::v1::ParameterServer::Service {
   int64_t rejected_unauthenticated() const { return rejected_unauthenticated_.load(); }
   // The version of the newest checkpoint written (-1: none), reported by GetStatus.
   void set_checkpoint_version(int64_t version) { checkpoint_version_.store(version); }
+  int64_t checkpoint_version() const { return checkpoint_version_.load(); }
 
  private:
   // OK when no token is configured or the call carries it; UNAUTHENTICATED (counted) otherwise.

@@ -177,6 +177,19 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
     const PushStats& pushed = *push;
     const absl::Time t3 = absl::Now();
 
+    const auto us = [](absl::Duration d) { return absl::ToInt64Microseconds(d); };
+    live_.steps.fetch_add(1);
+    live_.samples.fetch_add(step_stats.count);
+    live_.step.store(step);
+    live_.pull_us.fetch_add(us(t1 - t0));
+    live_.server_wait_us.fetch_add(us(pulled.server_wait));
+    live_.compute_us.fetch_add(us(t2 - t1));
+    live_.push_us.fetch_add(us(t3 - t2s));
+    live_.step_us.fetch_add(us(t3 - t0));
+    live_.dropped.fetch_add(pushed.dropped);
+    if (pushed.max_staleness > live_.max_staleness.load()) {
+      live_.max_staleness.store(pushed.max_staleness);  // only this thread writes it
+    }
     stats_.steps += 1;
     stats_.samples += step_stats.count;
     stats_.pull += t1 - t0;
@@ -286,6 +299,7 @@ absl::StatusOr<ClusterInfo> Trainer::Rejoin(const absl::Status& why,
     RETURN_IF_ERROR(client_.Init(params));
   }
   stats_.rejoins = rejoins_;
+  live_.rejoins.store(rejoins_);
   spdlog::info("rank {} resumes at step {}", options_.rank, cluster.resume_clock);
   if (metrics_ != nullptr) {
     JsonObject line;

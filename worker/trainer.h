@@ -64,6 +64,22 @@ struct TrainStats {
   int64_t rejoins = 0;      // re-registrations after ABORTED answers
 };
 
+// Running totals of a training run, readable from another thread while it runs (the /metrics
+// endpoint). Durations in microseconds.
+struct LiveCounters {
+  std::atomic<int64_t> steps{0};
+  std::atomic<int64_t> samples{0};
+  std::atomic<int64_t> step{-1};  // the last step completed
+  std::atomic<int64_t> pull_us{0};
+  std::atomic<int64_t> server_wait_us{0};  // part of pull_us the shards held the pulls
+  std::atomic<int64_t> compute_us{0};
+  std::atomic<int64_t> push_us{0};
+  std::atomic<int64_t> step_us{0};
+  std::atomic<int64_t> max_staleness{0};
+  std::atomic<int64_t> dropped{0};
+  std::atomic<int64_t> rejoins{0};
+};
+
 class Trainer {
  public:
   // All references must outlive the trainer. `test` may be null when no evaluation is wanted;
@@ -75,6 +91,8 @@ class Trainer {
   // Trains to the end. Returns CANCELLED when `stop` becomes true, or the first error.
   absl::Status Run(const std::atomic<bool>& stop);
   const TrainStats& stats() const { return stats_; }
+  // Safe to read from any thread while Run() runs.
+  const LiveCounters& live() const { return live_; }
 
  private:
   // Test-set loss and accuracy of the shards' current weights (an observer read into `params`,
@@ -93,6 +111,7 @@ class Trainer {
   const Dataset* test_;
   JsonLinesWriter* metrics_;
   int64_t rejoins_ = 0;
+  LiveCounters live_;
   std::function<void(const EpochReport&)> on_epoch_;
   TrainStats stats_;
 };

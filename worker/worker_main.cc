@@ -2,6 +2,7 @@
 // servers' current weights on the test set). Parses flags, then runs the Trainer until done or
 // until SIGINT/SIGTERM (exit 143 then: an interrupted worker has not finished its work).
 
+#include <fstream>
 #include <atomic>
 #include <cstdio>
 #include <string>
@@ -16,6 +17,7 @@
 #include "common/json_lines.h"
 #include "common/logging.h"
 #include "common/model.h"
+#include "common/prometheus.h"
 #include "common/security_flags.h"
 #include "common/shutdown_signal.h"
 #include "spdlog/spdlog.h"
@@ -64,6 +66,11 @@ ABSL_FLAG(int32_t, pull_timeout_s, 600, "Deadline of a pull (it may wait for slo
 ABSL_FLAG(int32_t, retry_s, 60,
           "Keep retrying UNAVAILABLE answers (a shard restarting) this many seconds.");
 ABSL_FLAG(int32_t, max_message_mb, 256, "Largest gRPC message sent or accepted, in MiB.");
+ABSL_FLAG(int32_t, metrics_port, -1,
+          "Serve Prometheus metrics at http://<--metrics_host>:PORT/metrics (0: a free port, "
+          "see --metrics_port_file; -1: off).");
+ABSL_FLAG(std::string, metrics_host, "0.0.0.0", "Address of the /metrics endpoint.");
+ABSL_FLAG(std::string, metrics_port_file, "", "Write the /metrics port to this file.");
 ABSL_FLAG(double, max_seconds, 0,
           "Stop training successfully after this many seconds (0: run every epoch).");
 ABSL_FLAG(bool, fault_duplicate_pushes, false,
@@ -100,6 +107,34 @@ absl::Status WriteFile(const std::string& path, const void* data, size_t bytes) 
 
 // Observer: the test-set loss and accuracy of the servers' current weights, with the servers'
 // staleness statistics, as one JSON object.
+std::string WorkerMetricsText(const ps::LiveCounters& live, int rank) {
+  const ps::PrometheusText::Labels r = {{"rank", std::to_string(rank)}};
+  const double step_s = live.step_us.load() / 1e6;
+  ps::PrometheusText out;
+  out.Counter("ps_worker_steps_total", "Steps pushed.", live.steps.load(), r)
+      .Counter("ps_worker_samples_total", "Training samples processed.", live.samples.load(), r)
+      .Gauge("ps_worker_step", "The last step completed (-1: none yet).", live.step.load(), r)
+      .Gauge("ps_worker_samples_per_second", "Samples over the steps' wall time.",
+             step_s > 0 ? live.samples.load() / step_s : 0.0, r)
+      .Counter("ps_worker_step_seconds_total", "Wall time of the steps.", step_s, r)
+      .Counter("ps_worker_pull_seconds_total", "Time pulling weights.", live.pull_us.load() / 1e6,
+               r)
+      .Counter("ps_worker_pull_wait_seconds_total",
+               "Part of the pull time the shards held the pulls for consistency.",
+               live.server_wait_us.load() / 1e6, r)
+      .Counter("ps_worker_compute_seconds_total", "Forward and backward time.",
+               live.compute_us.load() / 1e6, r)
+      .Counter("ps_worker_push_seconds_total", "Time pushing gradients.",
+               live.push_us.load() / 1e6, r)
+      .Gauge("ps_worker_staleness_max", "Largest staleness of this worker's applied gradients.",
+             live.max_staleness.load(), r)
+      .Counter("ps_worker_gradients_dropped_total", "Shard pushes refused as too stale.",
+               live.dropped.load(), r)
+      .Counter("ps_worker_rejoins_total", "Re-registrations after ABORTED answers.",
+               live.rejoins.load(), r);
+  return out.str();
+}
+
 absl::Status Evaluate(ps::Model& model, ps::Device& device, ps::ParameterClient& client,
                       const ps::Dataset& test) {
   const int64_t n = model.layout().total();
@@ -324,6 +359,18 @@ int main(int argc, char** argv) {
                             r.samples_per_sec, absl::ToDoubleSeconds(r.elapsed));
                         std::fflush(stdout);
                       });
+  std::unique_ptr<ps::MetricsHttpServer> metrics_server;
+  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
+    const ps::LiveCounters& live = trainer.live();
+    auto served = ps::MetricsHttpServer::Start(
+        absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port),
+        [&live, rank] { return WorkerMetricsText(live, rank); });
+    if (!served.ok()) return fail(served.status());
+    metrics_server = std::move(*served);
+    const std::string port_file = absl::GetFlag(FLAGS_metrics_port_file);
+    if (!port_file.empty()) std::ofstream(port_file) << metrics_server->port() << "\n";
+    spdlog::info("metrics on port {}", metrics_server->port());
+  }
   if (expected_workers > 0) {
     // Checked by a Register round trip before training: a mismatch is a configuration error.
     auto info = (*client)->Register(rank, options.register_timeout);

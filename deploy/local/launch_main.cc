@@ -104,6 +104,12 @@ ABSL_FLAG(int32_t, fault_drop_push_reply_every, 0,
           "Fault injection: shards drop the reply of every Nth accepted push (0: off).");
 ABSL_FLAG(bool, fault_duplicate_pushes, false,
           "Fault injection: workers send every push twice and check the second is a duplicate.");
+ABSL_FLAG(bool, serve_metrics, false,
+          "Every shard and worker serves Prometheus metrics on a free port, written to "
+          "<metrics_dir>/<name>.metrics_port.");
+ABSL_FLAG(double, hold_s, 0,
+          "Keep the shards up this many seconds after the final evaluation (summary.json is "
+          "written first), e.g. for a last scrape of their /metrics; Ctrl-C ends it early.");
 ABSL_FLAG(bool, quiet, false, "Show only progress lines, warnings and errors of the children.");
 ABSL_FLAG(std::string, log_level, "info", "Log level passed to the children.");
 
@@ -179,6 +185,13 @@ std::vector<std::string> SecurityArgs(bool is_server) {
   }
   if (absl::GetFlag(FLAGS_allow_plaintext_token)) args.push_back("--allow_plaintext_token");
   return args;
+}
+
+// The /metrics flags of child `name` when --serve_metrics is on.
+std::vector<std::string> MetricsArgs(const std::string& metrics_dir, const std::string& name) {
+  if (!absl::GetFlag(FLAGS_serve_metrics)) return {};
+  return {"--metrics_port=0", "--metrics_host=127.0.0.1",
+          absl::StrCat("--metrics_port_file=", metrics_dir, "/", name, ".metrics_port")};
 }
 
 // A child the launcher keeps running: its current process, the command that (re)starts it, and
@@ -381,6 +394,8 @@ int main(int argc, char** argv) {
         absl::StrCat("--fault_drop_push_reply_every=",
                      absl::GetFlag(FLAGS_fault_drop_push_reply_every)),
         common_log};
+    const std::vector<std::string> metrics = MetricsArgs(metrics_dir, absl::StrCat("ps-", s));
+    args.insert(args.end(), metrics.begin(), metrics.end());
     const std::vector<std::string> security = SecurityArgs(/*is_server=*/true);
     args.insert(args.end(), security.begin(), security.end());
     Member m{absl::StrCat("ps-", s), args};
@@ -433,6 +448,8 @@ int main(int argc, char** argv) {
         absl::StrCat("--fault_duplicate_pushes=", absl::GetFlag(FLAGS_fault_duplicate_pushes)),
         absl::StrCat("--max_seconds=", absl::GetFlag(FLAGS_max_seconds))};
     args.insert(args.end(), model_args.begin(), model_args.end());
+    const std::vector<std::string> metrics = MetricsArgs(metrics_dir, absl::StrCat("worker-", r));
+    args.insert(args.end(), metrics.begin(), metrics.end());
     Member m{absl::StrCat("worker-", r), args};
     absl::Status started = start(m);
     if (!started.ok()) return fail(std::string(started.message()));
@@ -495,17 +512,21 @@ int main(int argc, char** argv) {
     if (children.Poll(absl::Milliseconds(200), signal_fd)) return interrupted_exit();
   }
   if (children.exit_code(*eval_id) != 0) return fail("the final evaluation failed");
-  children.StopAll();
+  // The summary is written before the shards stop; --hold_s keeps them up after it.
+  auto stop_servers = [&]() -> int {
+    children.StopAll();
+    for (const Member& m : servers_members) {
+      if (children.exit_code(m.id) != 0) {
+        std::fprintf(stderr, "ps_launch: %s exited with code %d at shutdown\n", m.name.c_str(),
+                     children.exit_code(m.id));
+        return 1;
+      }
+    }
+    return 0;
+  };
   int worker_restarts = 0, shard_restarts = 0;
   for (const Member& m : worker_members) worker_restarts += m.restarts;
-  for (const Member& m : servers_members) {
-    shard_restarts += m.restarts;
-    if (children.exit_code(m.id) != 0) {
-      std::fprintf(stderr, "ps_launch: %s exited with code %d at shutdown\n", m.name.c_str(),
-                   children.exit_code(m.id));
-      return 1;
-    }
-  }
+  for (const Member& m : servers_members) shard_restarts += m.restarts;
 
   // Wait share: the part of each worker's step time its pulls spent held by the shards.
   int64_t samples = 0;
@@ -602,6 +623,19 @@ int main(int argc, char** argv) {
   out << text;
   out.close();
   if (!out) return fail("cannot write " + summary_path);
+  if (absl::GetFlag(FLAGS_hold_s) > 0) {
+    std::printf("ps_launch: summary written; holding the shards for %.0fs\n",
+                absl::GetFlag(FLAGS_hold_s));
+    std::fflush(stdout);
+    const absl::Time until = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_hold_s));
+    while (absl::Now() < until) {
+      if (children.Poll(absl::Milliseconds(100), signal_fd)) {
+        signals.Read();
+        break;
+      }
+    }
+  }
+  if (stop_servers() != 0) return 1;
   std::printf("done: %lld samples in %.1fs (%.0f samples/s); summary in %s\n",
               static_cast<long long>(samples), wall_s, samples / wall_s, summary_path.c_str());
   return 0;

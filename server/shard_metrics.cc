@@ -1,0 +1,63 @@
+#include "server/shard_metrics.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/prometheus.h"
+
+namespace ps {
+
+std::string ShardMetricsText(ShardServer& server) {
+  const ShardStatus s = server.shard().GetStatus();
+  const PrometheusText::Labels shard = {{"shard", std::to_string(s.shard_id)}};
+  PrometheusText out;
+  out.Gauge("ps_shard_version", "Updates the shard has applied.", s.version, shard)
+      .Gauge("ps_shard_min_clock", "Smallest clock among the live workers.", s.min_clock, shard)
+      .Gauge("ps_shard_initialized", "1 once the shard holds parameters.", s.initialized, shard)
+      .Counter("ps_shard_pushes_accepted_total",
+               "Pushes acknowledged as applied, buffered, dropped or late.", s.pushes_accepted,
+               shard)
+      .Counter("ps_shard_pushes_duplicate_total", "Pushes acknowledged as duplicates (retries).",
+               s.pushes_duplicate, shard)
+      .Counter("ps_shard_pushes_rejected_nonfinite_total", "Pushes refused for NaN/Inf values.",
+               s.rejected_nonfinite, shard)
+      .Counter("ps_shard_calls_unauthenticated_total",
+               "Calls refused for a missing or wrong cluster token.",
+               server.service().rejected_unauthenticated(), shard)
+      .Gauge("ps_shard_checkpoint_version", "Version of the newest checkpoint written (-1: none).",
+             server.service().checkpoint_version(), shard)
+      .Gauge("ps_shard_restored_version", "Version of the checkpoint restored at start (-1: none).",
+             s.restored_version, shard);
+  StalenessHistogram all;
+  for (const WorkerStatusInfo& w : s.workers) {
+    PrometheusText::Labels worker = shard;
+    worker["rank"] = std::to_string(w.rank);
+    out.Gauge("ps_shard_worker_clock", "Steps the worker has pushed to this shard.", w.clock, worker)
+        .Gauge("ps_shard_worker_live", "1 while the worker holds a lease.",
+               w.state == WorkerState::kLive, worker)
+        .Counter("ps_shard_gradients_applied_total", "Gradients of the worker applied.",
+                 w.staleness.count(), worker)
+        .Counter("ps_shard_gradients_dropped_total", "Gradients refused as too stale.", w.dropped,
+                 worker)
+        .Counter("ps_shard_pushes_late_total", "BSP pushes that missed their round.", w.late,
+                 worker)
+        .Gauge("ps_shard_staleness_max", "Largest staleness of the worker's applied gradients.",
+               w.staleness.max(), worker);
+    all.Merge(w.staleness);
+  }
+  // Cumulative counts at powers of two; the exact buckets are in ps_ctl status.
+  std::vector<std::pair<double, int64_t>> cumulative;
+  const std::vector<int64_t>& counts = all.counts();
+  int64_t running = 0;
+  size_t next = 0;
+  for (int le : {0, 1, 2, 4, 8, 16, 32}) {
+    for (; next < counts.size() && next <= static_cast<size_t>(le); ++next) running += counts[next];
+    cumulative.emplace_back(le, running);
+  }
+  out.Histogram("ps_shard_staleness", "Staleness of applied gradients, in updates of this shard.",
+                cumulative, static_cast<double>(all.sum()), all.count(), shard);
+  return out.str();
+}
+
+}  // namespace ps
