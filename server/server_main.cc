@@ -56,6 +56,9 @@ ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn or error.");
 ABSL_FLAG(int32_t, metrics_port, -1,
           "Serve Prometheus metrics at http://<--metrics_host>:PORT/metrics (0: a free port, "
           "see --metrics_port_file; -1: off).");
+ABSL_FLAG(int32_t, health_port, -1,
+          "Also serve grpc.health.v1 alone, in plaintext, on this port (for probes that cannot "
+          "speak TLS; -1: off).");
 ABSL_FLAG(std::string, metrics_host, "0.0.0.0", "Address of the /metrics endpoint.");
 ABSL_FLAG(std::string, metrics_port_file, "", "Write the /metrics port to this file.");
 
@@ -79,6 +82,7 @@ absl::StatusOr<ps::ShardServerOptions> OptionsFromFlags() {
   o.max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
   o.record_updates_path = absl::GetFlag(FLAGS_record_updates);
   o.security = ps::SecurityOptionsFromFlags();
+  o.health_port = absl::GetFlag(FLAGS_health_port);
   o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   o.checkpoint_keep = absl::GetFlag(FLAGS_checkpoint_keep);
   o.checkpoint_every_updates = absl::GetFlag(FLAGS_checkpoint_every);

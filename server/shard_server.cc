@@ -95,17 +95,37 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
   if (s->server_ == nullptr || s->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
   }
-  grpc::HealthCheckServiceInterface* health = s->server_->GetHealthCheckService();
-  if (health != nullptr) health->SetServingStatus("", true);
+  if (options.health_port >= 0) {
+    grpc::ServerBuilder health_builder;
+    const std::string health_address = absl::StrCat(
+        options.host.find(':') != std::string::npos ? "[" + options.host + "]" : options.host,
+        ":", options.health_port);
+    health_builder.AddListeningPort(health_address, grpc::InsecureServerCredentials(),
+                                    &s->health_port_);
+    s->unimplemented_ = std::make_unique<ps::v1::ParameterServer::Service>();
+    health_builder.RegisterService(s->unimplemented_.get());
+    s->health_server_ = health_builder.BuildAndStart();
+    if (s->health_server_ == nullptr || s->health_port_ == 0) {
+      return absl::UnavailableError(absl::StrCat("cannot listen on ", health_address));
+    }
+  }
+  for (grpc::Server* server : {s->server_.get(), s->health_server_.get()}) {
+    if (server != nullptr && server->GetHealthCheckService() != nullptr) {
+      server->GetHealthCheckService()->SetServingStatus("", true);
+    }
+  }
   s->SetParametersServing(s->shard_->GetStatus().initialized);
   return s;
 }
 
 void ShardServer::SetParametersServing(bool serving) {
   std::lock_guard<std::mutex> lock(health_mu_);
-  if (health_final_ || server_ == nullptr) return;
-  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
-  if (health != nullptr) health->SetServingStatus(kParameterServiceName, serving);
+  if (health_final_) return;
+  for (grpc::Server* server : {server_.get(), health_server_.get()}) {
+    if (server != nullptr && server->GetHealthCheckService() != nullptr) {
+      server->GetHealthCheckService()->SetServingStatus(kParameterServiceName, serving);
+    }
+  }
 }
 
 absl::Status ShardServer::WriteCheckpoint(int64_t version, const std::string& payload) {
@@ -151,7 +171,7 @@ void ShardServer::WriterLoop() {
 
 ShardServer::~ShardServer() {
   Shutdown().IgnoreError();
-  if (server_ != nullptr) server_->Wait();
+  Wait();
   shard_.reset();  // no more updates can be recorded
   if (record_ != nullptr) std::fclose(record_);
 }
@@ -163,8 +183,10 @@ absl::Status ShardServer::Shutdown(absl::Duration grace) {
   {
     std::lock_guard<std::mutex> lock(health_mu_);
     health_final_ = true;
-    if (server_ != nullptr && server_->GetHealthCheckService() != nullptr) {
-      server_->GetHealthCheckService()->Shutdown();  // NOT_SERVING for every service, for good
+    for (grpc::Server* server : {server_.get(), health_server_.get()}) {
+      if (server != nullptr && server->GetHealthCheckService() != nullptr) {
+        server->GetHealthCheckService()->Shutdown();  // NOT_SERVING for every service, for good
+      }
     }
   }
   // From here on the shard accepts no update, so the final snapshot holds every acknowledged one.
@@ -187,11 +209,13 @@ absl::Status ShardServer::Shutdown(absl::Duration grace) {
   }
   // grpc::Server::Shutdown is idempotent and thread-safe.
   if (server_ != nullptr) server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  if (health_server_ != nullptr) health_server_->Shutdown(absl::ToChronoTime(absl::Now()));
   return shutdown_status_;
 }
 
 void ShardServer::Wait() {
   if (server_ != nullptr) server_->Wait();
+  if (health_server_ != nullptr) health_server_->Wait();
 }
 
 }  // namespace ps

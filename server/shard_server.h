@@ -52,6 +52,10 @@ struct ShardServerOptions {
   int64_t checkpoint_every_updates = 0;                       // 0: not by count
   absl::Duration checkpoint_interval = absl::ZeroDuration();  // 0: not by time (ignored in BSP)
   int drop_push_reply_every = 0;                              // fault injection, see ServiceOptions
+  // A second, plaintext port (-1: none; 0: a free one) serving only grpc.health.v1, with the same
+  // statuses: for probes that cannot speak TLS (Kubernetes' gRPC probes, container health
+  // checks) when the main port requires it.
+  int health_port = -1;
 };
 
 class ShardServer {
@@ -63,6 +67,7 @@ class ShardServer {
   ~ShardServer();  // Shutdown()s
 
   int port() const { return port_; }
+  int health_port() const { return health_port_; }
   Shard& shard() { return *shard_; }
   ParameterServerService& service() { return *service_; }
   // The checkpoint restored at start, if any.
@@ -87,7 +92,12 @@ class ShardServer {
   std::unique_ptr<Shard> shard_;
   std::unique_ptr<ParameterServerService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<grpc::Server> health_server_;  // plaintext, health only
+  // The health port's server needs one synchronous service for gRPC to run its built-in health
+  // service synchronously; this one answers UNIMPLEMENTED to every parameter-server method.
+  std::unique_ptr<ps::v1::ParameterServer::Service> unimplemented_;
   int port_ = 0;
+  int health_port_ = -1;
   std::optional<CheckpointDir> checkpoints_;
   std::optional<CheckpointInfo> restored_;
 

@@ -18,6 +18,9 @@
 ABSL_FLAG(std::string, servers, "127.0.0.1:5000", "Comma-separated host:port of the shards.");
 ABSL_FLAG(bool, json, false, "Print one JSON object per shard instead of tables.");
 ABSL_FLAG(int32_t, timeout_s, 5, "Deadline of each call.");
+ABSL_FLAG(bool, plaintext, false,
+          "health: connect without TLS whatever the TLS flags or PS_TLS_* variables say (a "
+          "server's --health_port).");
 ABSL_FLAG(std::string, service, "",
           "health: the service to check; \"\" is the server as a whole (listening, restore "
           "done), \"ps.v1.ParameterServer\" is SERVING once the shard holds parameters.");
@@ -28,7 +31,10 @@ namespace {
 int Health(const std::vector<std::string>& servers, const ps::ClientSecurity& security) {
   int exit_code = 0;
   for (const std::string& server : servers) {
-    auto channel = grpc::CreateCustomChannel(server, security.credentials,
+    auto channel = grpc::CreateCustomChannel(
+        server,
+        security.credentials != nullptr ? security.credentials
+                                        : grpc::InsecureChannelCredentials(),
                                              ps::ClientChannelArguments(4 << 20, security));
     auto stub = grpc::health::v1::Health::NewStub(channel);
     grpc::ClientContext ctx;
@@ -79,7 +85,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "ps_ctl: no --servers\n");
       return 2;
     }
-    return Health(o.servers, o.security);
+    return Health(o.servers, absl::GetFlag(FLAGS_plaintext) ? ps::ClientSecurity{} : o.security);
   }
   auto client = ps::GrpcParameterClient::Create(o);
   if (!client.ok()) {

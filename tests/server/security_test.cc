@@ -196,16 +196,29 @@ grpc::health::v1::HealthCheckResponse::ServingStatus Health(int port, const std:
   return resp.status();
 }
 
-TEST(Health, ParametersServeOnlyOnceInitialised) {
-  auto server = ShardServer::Start(BaseOptions());
+TEST(Health, ParametersServeOnlyOnceInitialisedOnBothPorts) {
+  ShardServerOptions o = BaseOptions();
+  o.health_port = 0;
+  auto server = ShardServer::Start(o);
   ASSERT_TRUE(server.ok());
-  const int port = (*server)->port();
+  ASSERT_GT((*server)->health_port(), 0);
   using R = grpc::health::v1::HealthCheckResponse;
-  EXPECT_EQ(Health(port, ""), R::SERVING);
-  EXPECT_EQ(Health(port, kParameterServiceName), R::NOT_SERVING);
+  for (int port : {(*server)->port(), (*server)->health_port()}) {
+    EXPECT_EQ(Health(port, ""), R::SERVING);
+    EXPECT_EQ(Health(port, kParameterServiceName), R::NOT_SERVING);
+  }
   auto client = GrpcParameterClient::Create(ClientOptions(**server));
   ASSERT_TRUE(RegisterAndInit(**client).ok());
-  EXPECT_EQ(Health(port, kParameterServiceName), R::SERVING);
+  for (int port : {(*server)->port(), (*server)->health_port()}) {
+    EXPECT_EQ(Health(port, kParameterServiceName), R::SERVING);
+  }
+  // The health port serves nothing else.
+  auto stub = ps::v1::ParameterServer::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string((*server)->health_port()), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ps::v1::GetStatusResponse status;
+  EXPECT_EQ(stub->GetStatus(&ctx, ps::v1::GetStatusRequest(), &status).error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
 }
 
 TEST(Limits, OversizedMessageIsResourceExhaustedAndChangesNothing) {
