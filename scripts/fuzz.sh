@@ -6,6 +6,7 @@
 #   FUZZ_SECONDS=600 scripts/fuzz.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export INSTALL_TEST_PACKAGES=1
 SECONDS_EACH="${FUZZ_SECONDS:-60}"
 # Packages first (clang among them), through the normal set-up, without building.
 SETUP_ONLY=1 scripts/setup.sh

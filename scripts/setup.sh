@@ -10,17 +10,24 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# What the build needs. deploy/docker/Dockerfile installs exactly these (tests/deploy checks it).
 PACKAGES=(
   build-essential cmake pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev libopenblas-dev libgtest-dev libbenchmark-dev zlib1g-dev
   libcpp-httplib-dev
   dataset-fashion-mnist
-  openssl clang curl
 )
+# What only the tests need (INSTALL_TEST_PACKAGES=1, as scripts/test.sh and scripts/fuzz.sh set):
+# certificates, the fuzzers' compiler, /metrics scraping, compose validation, network namespaces.
+TEST_PACKAGES=(
+  openssl clang curl docker-compose iproute2 nftables
+)
+WANTED=("${PACKAGES[@]}")
+if [[ "${INSTALL_TEST_PACKAGES:-0}" == "1" ]]; then WANTED+=("${TEST_PACKAGES[@]}"); fi
 
 missing=()
-for p in "${PACKAGES[@]}"; do
+for p in "${WANTED[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
     missing+=("$p")
   fi

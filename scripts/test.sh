@@ -9,6 +9,7 @@
 # The fuzzers run separately: scripts/fuzz.sh (CI runs both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export INSTALL_TEST_PACKAGES=1
 JOBS="${CTEST_JOBS:-2}"
 
 scripts/setup.sh

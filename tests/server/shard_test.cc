@@ -386,7 +386,8 @@ TEST(Incarnations, AReplacedWorkerProcessAndAStaleShardIncarnationGetAborted) {
   auto shard = MakeAdamShard(ConsistencyMode::kAsp, 2, 0, /*incarnation=*/77);
   ASSERT_TRUE(shard->Init(kFp, 4, KeyRange{0, 4}, {1, 2, 3, 4}).ok());
   ASSERT_TRUE(shard->Register(0, kFp, /*incarnation=*/100).ok());
-  Shard::PushArgs push = PushOf(0, 0, 0, {1, 1, 1, 1});
+  const std::vector<float> ones = {1, 1, 1, 1};  // outlives `push`, which views it
+  Shard::PushArgs push = PushOf(0, 0, 0, ones);
   push.incarnation = 100;
   push.shard_incarnation = 77;
   ASSERT_TRUE(shard->Push(push).ok());

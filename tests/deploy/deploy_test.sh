@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Offline validation of the deployment files, run by ctest (test "deploy_test"):
+#  - the Dockerfiles install the same packages as scripts/setup.sh;
+#  - deploy/compose/docker-compose.yml passes `docker-compose config -q`;
+#  - both Kubernetes overlays render with `kubectl kustomize` and pass check_manifests.mjs
+#    (kubernetes-models schema, unknown fields, cross-object rules; flags of the real binaries);
+#  - every broken fixture in fixtures/ fails, with the message its "# expect:" line names.
+# Needs docker-compose (Debian), kubectl, node and npm; installs the npm packages it pins.
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+BIN="${PS_BIN_DIR:-$ROOT/build/bin}"
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+failures=0
+
+for tool in docker-compose kubectl node npm python3; do
+  command -v "$tool" >/dev/null || { echo "deploy_test: $tool is missing (scripts/setup.sh with INSTALL_TEST_PACKAGES=1 installs docker-compose; kubectl, node and npm come with the machine)" >&2; exit 1; }
+done
+
+pass() { echo "PASS  $1"; }
+fail() { echo "FAIL  $1"; failures=$((failures + 1)); }
+# expect_ok NAME CMD...: the command must succeed.
+expect_ok() {
+  local name="$1"; shift
+  if out="$("$@" 2>&1)"; then pass "$name"; else fail "$name"; echo "$out" | sed 's/^/      /'; fi
+}
+# expect_fail NAME SUBSTRING CMD...: the command must fail and say SUBSTRING.
+expect_fail() {
+  local name="$1" want="$2"; shift 2
+  if out="$("$@" 2>&1)"; then
+    fail "$name (accepted a broken file)"
+  elif [[ "$out" != *"$want"* ]]; then
+    fail "$name (failed without saying '$want')"; echo "$out" | sed 's/^/      /'
+  else
+    pass "$name: $(echo "$out" | grep -F -- "$want" | head -1 | cut -c1-120)"
+  fi
+}
+expected() { sed -n 's/^# expect: //p' "$1" | head -1; }
+
+# The checker's npm packages, installed once per build folder from the committed lock file.
+CHECKS="${PS_DEPLOY_CHECKS_DIR:-$BIN/../deploy-checks}"
+mkdir -p "$CHECKS"
+cp "$HERE/package.json" "$HERE/package-lock.json" "$HERE/check_manifests.mjs" "$CHECKS/"
+if ! cmp -s "$HERE/package-lock.json" "$CHECKS/node_modules/.installed-lock" 2>/dev/null; then
+  (cd "$CHECKS" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  cp "$HERE/package-lock.json" "$CHECKS/node_modules/.installed-lock"
+fi
+
+# The binaries' flags, from their --help.
+python3 - "$BIN" > "$WORK/flags.json" <<'PY'
+import json, re, subprocess, sys
+flags = {}
+for b in ("ps_server", "ps_worker"):
+    out = subprocess.run([f"{sys.argv[1]}/{b}", "--help"], capture_output=True, text=True).stdout
+    flags[b] = sorted(set(re.findall(r"^\s+--([a-z0-9_]+) \(", out, re.M)))
+    if len(flags[b]) < 10:
+        sys.exit(f"could not read the flags of {b}")
+print(json.dumps(flags))
+PY
+
+# --- Dockerfiles
+expect_ok "Dockerfile packages = scripts/setup.sh" \
+  python3 "$HERE/check_packages.py" "$ROOT/scripts/setup.sh" "$ROOT/deploy/docker/Dockerfile"
+expect_ok "Dockerfile.cuda packages = scripts/setup.sh (+ NVIDIA repository tools)" \
+  python3 "$HERE/check_packages.py" "$ROOT/scripts/setup.sh" "$ROOT/deploy/docker/Dockerfile.cuda" \
+  ca-certificates,wget
+f="$HERE/fixtures/Dockerfile.missing-package"
+expect_fail "fixture Dockerfile.missing-package" "libcpp-httplib-dev" \
+  python3 "$HERE/check_packages.py" "$ROOT/scripts/setup.sh" "$f"
+
+# --- docker-compose
+expect_ok "docker-compose config" docker-compose -f "$ROOT/deploy/compose/docker-compose.yml" config -q
+for f in "$HERE"/fixtures/compose/*.yml; do
+  expect_fail "fixture compose/$(basename "$f")" "$(expected "$f")" docker-compose -f "$f" config -q
+done
+
+# --- Kubernetes: a copy of the tree with test certificates where the secretGenerator wants them.
+mkdir -p "$WORK/tree"
+cp -r "$ROOT/deploy/k8s" "$WORK/tree/k8s"
+cp -r "$HERE/fixtures/k8s" "$WORK/tree/fixtures"
+SERVER_NAMES=ps-0.ps,ps-1.ps "$ROOT/scripts/make_test_certs.sh" "$WORK/tree/k8s/base/secrets" >/dev/null
+render_and_check() {  # DIR: render with kubectl kustomize, then check the objects
+  kubectl kustomize "$1" > "$WORK/rendered.yaml" && node "$CHECKS/check_manifests.mjs" "$WORK/rendered.yaml" "$WORK/flags.json"
+}
+for overlay in cpu gpu; do
+  expect_ok "kustomize overlays/$overlay + schema + cross-object checks" render_and_check "$WORK/tree/k8s/overlays/$overlay"
+done
+if kubectl kustomize "$WORK/tree/k8s/overlays/gpu" | grep -q 'nvidia.com/gpu: 1'; then
+  pass "overlays/gpu asks for nvidia.com/gpu"
+else
+  fail "overlays/gpu asks for nvidia.com/gpu"
+fi
+for d in "$WORK"/tree/fixtures/*/; do
+  expect_fail "fixture k8s/$(basename "$d")" "$(expected "$d/kustomization.yaml")" render_and_check "$d"
+done
+
+if ((failures > 0)); then
+  echo "deploy_test: $failures check(s) failed"
+  exit 1
+fi
+echo "deploy_test: all checks passed"
