@@ -5,7 +5,8 @@
 # - build-cpu/: when build/ has CUDA, the CPU-only build (-DPS_ENABLE_CUDA=OFF) too, so both
 #   configurations stay green;
 # - build-asan/: with SANITIZE=1, AddressSanitizer + UndefinedBehaviorSanitizer (CPU only);
-# - the load test (label "load": 32 worker processes for a minute) runs in build/ only.
+# - the load test (label "load": 32 worker processes for a minute) and the network-namespace
+#   test (label "netns": 4 hosts, 5 epochs) run in build/ only.
 # The fuzzers run separately: scripts/fuzz.sh (CI runs both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,12 +18,12 @@ scripts/setup.sh
 
 if grep -q '^PS_CUDA_BUILT:INTERNAL=TRUE' build/CMakeCache.txt; then
   BUILD_DIR=build-cpu CMAKE_ARGS="-DPS_ENABLE_CUDA=OFF -DPS_BUILD_BENCH=OFF" scripts/setup.sh
-  (cd build-cpu && ctest --output-on-failure -j "$JOBS" -LE load)
+  (cd build-cpu && ctest --output-on-failure -j "$JOBS" -LE "load|netns")
 fi
 
 if [[ "${SANITIZE:-0}" == "1" ]]; then
   BUILD_DIR=build-asan CMAKE_ARGS="-DPS_SANITIZE=ON -DPS_ENABLE_CUDA=OFF -DPS_BUILD_BENCH=OFF" \
     BUILD_TYPE=Debug scripts/setup.sh
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --output-on-failure -j "$JOBS" -LE load)
+    ctest --output-on-failure -j "$JOBS" -LE "load|netns")
 fi
