@@ -28,8 +28,8 @@ class PrometheusText {
                         const Labels& labels = {});
   // A histogram: cumulative counts per upper bound `le` (ascending; +Inf is added), sum, count.
   PrometheusText& Histogram(const std::string& name, const std::string& help,
-                            const std::vector<std::pair<double, int64_t>>& cumulative,
-                            double sum, int64_t count, const Labels& labels = {});
+                            const std::vector<std::pair<double, int64_t>>& cumulative, double sum,
+                            int64_t count, const Labels& labels = {});
   const std::string& str() const { return text_; }
 
  private:

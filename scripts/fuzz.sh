@@ -19,6 +19,7 @@ for target in service_fuzzer checkpoint_fuzzer; do
   echo "fuzz: $target for ${SECONDS_EACH}s"
   rc=0
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ASAN_OPTIONS=detect_leaks=1 \
+    LSAN_OPTIONS="suppressions=$(cd ../.. && pwd)/tests/lsan.supp" \
     "./$target" -max_total_time="$SECONDS_EACH" -max_len=4096 -rss_limit_mb=4096 \
     -print_final_stats=1 "corpus-$target" >"$target.log" 2>&1 || rc=$?
   grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "$target.log" || true

@@ -10,6 +10,7 @@
 # The fuzzers run separately: scripts/fuzz.sh (CI runs both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ROOT="$(pwd)"
 export INSTALL_TEST_PACKAGES=1
 JOBS="${CTEST_JOBS:-2}"
 
@@ -25,5 +26,6 @@ if [[ "${SANITIZE:-0}" == "1" ]]; then
   BUILD_DIR=build-asan CMAKE_ARGS="-DPS_SANITIZE=ON -DPS_ENABLE_CUDA=OFF -DPS_BUILD_BENCH=OFF" \
     BUILD_TYPE=Debug scripts/setup.sh
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    LSAN_OPTIONS="suppressions=$ROOT/tests/lsan.supp" \
     ctest --output-on-failure -j "$JOBS" -LE "load|netns")
 fi

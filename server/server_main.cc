@@ -9,9 +9,9 @@
 #include "common/cli.h"
 #include "common/logging.h"
 #include "common/optimizer_flags.h"
+#include "common/prometheus.h"
 #include "common/security_flags.h"
 #include "common/shutdown_signal.h"
-#include "common/prometheus.h"
 #include "server/shard_metrics.h"
 #include "server/shard_server.h"
 #include "spdlog/spdlog.h"
@@ -139,8 +139,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ps_server: unexpected argument '%s' (see --help)\n", rest[0].c_str());
     return 2;
   }
-  ps::SetUpLogging(absl::StrCat("ps-", ShardId()),
-                   absl::GetFlag(FLAGS_log_level));
+  ps::SetUpLogging(absl::StrCat("ps-", ShardId()), absl::GetFlag(FLAGS_log_level));
   absl::StatusOr<ps::ShardServerOptions> options = OptionsFromFlags();
   if (!options.ok()) {
     spdlog::error("bad flags: {}", options.status().ToString());

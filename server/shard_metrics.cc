@@ -33,7 +33,8 @@ std::string ShardMetricsText(ShardServer& server) {
   for (const WorkerStatusInfo& w : s.workers) {
     PrometheusText::Labels worker = shard;
     worker["rank"] = std::to_string(w.rank);
-    out.Gauge("ps_shard_worker_clock", "Steps the worker has pushed to this shard.", w.clock, worker)
+    out.Gauge("ps_shard_worker_clock", "Steps the worker has pushed to this shard.", w.clock,
+              worker)
         .Gauge("ps_shard_worker_live", "1 while the worker holds a lease.",
                w.state == WorkerState::kLive, worker)
         .Counter("ps_shard_gradients_applied_total", "Gradients of the worker applied.",

@@ -98,8 +98,8 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
   if (options.health_port >= 0) {
     grpc::ServerBuilder health_builder;
     const std::string health_address = absl::StrCat(
-        options.host.find(':') != std::string::npos ? "[" + options.host + "]" : options.host,
-        ":", options.health_port);
+        options.host.find(':') != std::string::npos ? "[" + options.host + "]" : options.host, ":",
+        options.health_port);
     health_builder.AddListeningPort(health_address, grpc::InsecureServerCredentials(),
                                     &s->health_port_);
     s->unimplemented_ = std::make_unique<ps::v1::ParameterServer::Service>();

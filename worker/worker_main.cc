@@ -2,9 +2,9 @@
 // servers' current weights on the test set). Parses flags, then runs the Trainer until done or
 // until SIGINT/SIGTERM (exit 143 then: an interrupted worker has not finished its work).
 
-#include <fstream>
 #include <atomic>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -124,8 +124,8 @@ std::string WorkerMetricsText(const ps::LiveCounters& live, int rank) {
                live.server_wait_us.load() / 1e6, r)
       .Counter("ps_worker_compute_seconds_total", "Forward and backward time.",
                live.compute_us.load() / 1e6, r)
-      .Counter("ps_worker_push_seconds_total", "Time pushing gradients.",
-               live.push_us.load() / 1e6, r)
+      .Counter("ps_worker_push_seconds_total", "Time pushing gradients.", live.push_us.load() / 1e6,
+               r)
       .Gauge("ps_worker_staleness_max", "Largest staleness of this worker's applied gradients.",
              live.max_staleness.load(), r)
       .Counter("ps_worker_gradients_dropped_total", "Shard pushes refused as too stale.",

@@ -33,9 +33,8 @@ int Health(const std::vector<std::string>& servers, const ps::ClientSecurity& se
   for (const std::string& server : servers) {
     auto channel = grpc::CreateCustomChannel(
         server,
-        security.credentials != nullptr ? security.credentials
-                                        : grpc::InsecureChannelCredentials(),
-                                             ps::ClientChannelArguments(4 << 20, security));
+        security.credentials != nullptr ? security.credentials : grpc::InsecureChannelCredentials(),
+        ps::ClientChannelArguments(4 << 20, security));
     auto stub = grpc::health::v1::Health::NewStub(channel);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +

@@ -21,8 +21,8 @@ namespace {
 
 // GET http://127.0.0.1:<port file's port>/metrics with curl.
 std::string Scrape(const std::string& dir, const std::string& name) {
-  const std::string port = std::string(absl::StripAsciiWhitespace(
-      ReadAll(absl::StrCat(dir, "/", name, ".metrics_port"))));
+  const std::string port = std::string(
+      absl::StripAsciiWhitespace(ReadAll(absl::StrCat(dir, "/", name, ".metrics_port"))));
   const std::string out = absl::StrCat(dir, "/", name, ".scrape");
   EXPECT_EQ(RunTool({"/usr/bin/curl", "-sf", "-o", out,
                      absl::StrCat("http://127.0.0.1:", port, "/metrics")},
@@ -48,9 +48,9 @@ TEST(MetricsE2e, ScrapedCountersAgreeWithTheRunsFiles) {
     FAIL() << "Fashion-MNIST is missing in " << DataDir() << ": run scripts/setup.sh";
   }
   const std::string dir = RunDir("metrics");
-  const pid_t launch =
-      StartLaunch(dir, With(Common("8000"), {"--workers=2", "--mode=bsp", "--epochs=2",
-                                             "--serve_metrics", "--hold_s=120"}));
+  const pid_t launch = StartLaunch(
+      dir, With(Common("8000"),
+                {"--workers=2", "--mode=bsp", "--epochs=2", "--serve_metrics", "--hold_s=120"}));
   ASSERT_TRUE(WaitForSteps(dir + "/worker-0.jsonl", 20, 120)) << ReadAll(dir + "/launch.log");
 
   // During training: the worker's step counter lies between the step lines before and after.
@@ -93,8 +93,8 @@ TEST(MetricsE2e, ScrapedCountersAgreeWithTheRunsFiles) {
   EXPECT_EQ(accepted, Field(summary, "pushes_accepted"));
   EXPECT_EQ(applied, Field(summary, "applied_gradients"));
   EXPECT_EQ(staleness_count, applied);
-  EXPECT_TRUE(absl::StrContains(
-      summary, absl::StrCat("\"versions\":[", versions[0], ",", versions[1], "]")))
+  EXPECT_TRUE(absl::StrContains(summary,
+                                absl::StrCat("\"versions\":[", versions[0], ",", versions[1], "]")))
       << summary;
   // 8000 / 64 = 125 steps x 2 epochs, one BSP update per step on each shard.
   EXPECT_EQ(versions[0], 250);
