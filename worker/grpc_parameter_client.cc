@@ -118,7 +118,17 @@ absl::Status GrpcParameterClient::CallAll(const char* method, StartFn<Request, R
     for (size_t s : pending) {
       const grpc::Status& st = statuses[s];
       if (st.ok()) continue;
-      if (st.error_code() == grpc::StatusCode::UNAVAILABLE && absl::Now() + backoff < give_up) {
+      // A server that shuts down cancels the calls it has not started (CANCELLED); unless this
+      // client cancelled them itself, that is as retryable as UNAVAILABLE.
+      bool self_cancelled = false;
+      {
+        absl::MutexLock lock(&mu_);
+        self_cancelled = cancelled_;
+      }
+      const bool retryable =
+          st.error_code() == grpc::StatusCode::UNAVAILABLE ||
+          (st.error_code() == grpc::StatusCode::CANCELLED && !self_cancelled);
+      if (retryable && absl::Now() + backoff < give_up) {
         retry.push_back(s);
         continue;
       }

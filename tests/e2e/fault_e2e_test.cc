@@ -130,6 +130,34 @@ TEST_F(FaultE2e, KilledShardRestoresItsCheckpointAndTheJobFinishes) {
   EXPECT_TRUE(ProcessesMentioning(dir).empty());
 }
 
+// SIGTERM on a shard mid-run: it writes a final checkpoint after it stopped accepting updates,
+// so the restarted shard restores exactly the version it stopped at (no acknowledged update is
+// lost), far from any periodic checkpoint.
+TEST_F(FaultE2e, SigtermedShardRestoresTheVersionItStoppedAt) {
+  const std::string dir = RunDir("shard_term");
+  const pid_t launch = StartLaunch(
+      dir,
+      With(Common("8000"), {"--workers=2", "--mode=bsp", "--epochs=2",
+                            "--checkpoint_dir=" + dir + "/checkpoints", "--checkpoint_every=100000",
+                            "--restart_shards", "--restart_delay_s=1"}),
+      /*quiet=*/false);
+  ASSERT_TRUE(WaitForSteps(dir + "/worker-0.jsonl", 60, 120)) << ReadAll(dir + "/launch.log");
+  ASSERT_EQ(kill(PidOf(dir, "ps-0"), SIGTERM), 0);
+  ASSERT_EQ(WaitExit(launch), 0) << ReadAll(dir + "/launch.log");
+  const std::string log = ReadAll(dir + "/launch.log");
+  std::smatch stopped, restored;
+  ASSERT_TRUE(std::regex_search(log, stopped, std::regex(R"(\[ps-0\].*final checkpoint at version (\d+))")))
+      << log;
+  ASSERT_TRUE(std::regex_search(log, restored, std::regex(R"(\[ps-0\].*version=(\d+) \(restored\))")))
+      << log;
+  EXPECT_EQ(restored[1], stopped[1]);
+  EXPECT_GE(std::stoll(stopped[1]), 60);
+  const std::string summary = ReadAll(dir + "/summary.json");
+  EXPECT_EQ(Field(summary, "shard_restarts"), 1);
+  // 8000 / 64 = 125 steps x 2 epochs: every shard applied every round exactly once.
+  EXPECT_TRUE(absl::StrContains(summary, "\"versions\":[250,250]")) << summary;
+}
+
 // Replies lost after the shard applied the push (every third one) and every push sent twice:
 // exactly-once makes the final BSP weights equal those of a fault-free run, bit for bit.
 TEST_F(FaultE2e, LostRepliesAndDuplicatedPushesLeaveTheWeightsBitForBit) {
