@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -87,6 +88,9 @@ TEST_F(FaultE2e, KilledWorkerRejoinsAtTheShardsClockAndTheJobMatchesAnUndisturbe
   const double calm_accuracy = Field(ReadAll(calm + "/summary.json"), "test_accuracy");
   EXPECT_GT(calm_accuracy, 0.80);
   EXPECT_NEAR(Field(summary, "test_accuracy"), calm_accuracy, 0.005);
+  std::printf("worker kill: killed after step %.0f, resumed at step %.0f of %.0f; accuracy %.4f "
+              "(undisturbed %.4f)\n",
+              first.back(), resume, total, Field(summary, "test_accuracy"), calm_accuracy);
   EXPECT_TRUE(ProcessesMentioning(dir).empty());
 }
 
@@ -123,6 +127,8 @@ TEST_F(FaultE2e, KilledShardRestoresItsCheckpointAndTheJobFinishes) {
   EXPECT_TRUE(absl::StrContains(summary, absl::StrCat("\"restored_versions\":[-1,", file_version)))
       << summary;
   EXPECT_GT(Field(summary, "test_accuracy"), 0.80);
+  std::printf("shard kill: restored checkpoint version %lld; accuracy %.4f\n",
+              static_cast<long long>(file_version), Field(summary, "test_accuracy"));
   // Both workers registered again after the restart.
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(LinesOfKind(absl::StrCat(dir, "/worker-", r, ".jsonl"), "rejoin").size(), 1u) << r;
