@@ -125,9 +125,8 @@ absl::Status GrpcParameterClient::CallAll(const char* method, StartFn<Request, R
         absl::MutexLock lock(&mu_);
         self_cancelled = cancelled_;
       }
-      const bool retryable =
-          st.error_code() == grpc::StatusCode::UNAVAILABLE ||
-          (st.error_code() == grpc::StatusCode::CANCELLED && !self_cancelled);
+      const bool retryable = st.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                             (st.error_code() == grpc::StatusCode::CANCELLED && !self_cancelled);
       if (retryable && absl::Now() + backoff < give_up) {
         retry.push_back(s);
         continue;

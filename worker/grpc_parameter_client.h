@@ -4,10 +4,11 @@
 // ParameterClient over gRPC: one channel per shard; every operation issues its S calls at once
 // on a completion queue and waits for all of them. Every call has a deadline. UNAVAILABLE answers
 // (a shard restarting, a lost reply), and CANCELLED ones this client did not cause (a server
-// shutting down cancels the calls it has not started), are retried with exponential backoff for up to `retry_for`,
-// which is safe because every rpc is idempotent: pushes are deduplicated by (worker, clock) on
-// the shard. Calls carry this process's incarnation and the incarnation of the shard process it
-// registered with, so a shard that restarted answers ABORTED and the trainer registers again.
+// shutting down cancels the calls it has not started), are retried with exponential backoff for up
+// to `retry_for`, which is safe because every rpc is idempotent: pushes are deduplicated by
+// (worker, clock) on the shard. Calls carry this process's incarnation and the incarnation of the
+// shard process it registered with, so a shard that restarted answers ABORTED and the trainer
+// registers again.
 
 #include <memory>
 #include <string>

@@ -88,9 +88,10 @@ TEST_F(FaultE2e, KilledWorkerRejoinsAtTheShardsClockAndTheJobMatchesAnUndisturbe
   const double calm_accuracy = Field(ReadAll(calm + "/summary.json"), "test_accuracy");
   EXPECT_GT(calm_accuracy, 0.80);
   EXPECT_NEAR(Field(summary, "test_accuracy"), calm_accuracy, 0.005);
-  std::printf("worker kill: killed after step %.0f, resumed at step %.0f of %.0f; accuracy %.4f "
-              "(undisturbed %.4f)\n",
-              first.back(), resume, total, Field(summary, "test_accuracy"), calm_accuracy);
+  std::printf(
+      "worker kill: killed after step %.0f, resumed at step %.0f of %.0f; accuracy %.4f "
+      "(undisturbed %.4f)\n",
+      first.back(), resume, total, Field(summary, "test_accuracy"), calm_accuracy);
   EXPECT_TRUE(ProcessesMentioning(dir).empty());
 }
 
@@ -143,18 +144,20 @@ TEST_F(FaultE2e, SigtermedShardRestoresTheVersionItStoppedAt) {
   const std::string dir = RunDir("shard_term");
   const pid_t launch = StartLaunch(
       dir,
-      With(Common("8000"), {"--workers=2", "--mode=bsp", "--epochs=2",
-                            "--checkpoint_dir=" + dir + "/checkpoints", "--checkpoint_every=100000",
-                            "--restart_shards", "--restart_delay_s=1"}),
+      With(Common("8000"),
+           {"--workers=2", "--mode=bsp", "--epochs=2", "--checkpoint_dir=" + dir + "/checkpoints",
+            "--checkpoint_every=100000", "--restart_shards", "--restart_delay_s=1"}),
       /*quiet=*/false);
   ASSERT_TRUE(WaitForSteps(dir + "/worker-0.jsonl", 60, 120)) << ReadAll(dir + "/launch.log");
   ASSERT_EQ(kill(PidOf(dir, "ps-0"), SIGTERM), 0);
   ASSERT_EQ(WaitExit(launch), 0) << ReadAll(dir + "/launch.log");
   const std::string log = ReadAll(dir + "/launch.log");
   std::smatch stopped, restored;
-  ASSERT_TRUE(std::regex_search(log, stopped, std::regex(R"(\[ps-0\].*final checkpoint at version (\d+))")))
+  ASSERT_TRUE(
+      std::regex_search(log, stopped, std::regex(R"(\[ps-0\].*final checkpoint at version (\d+))")))
       << log;
-  ASSERT_TRUE(std::regex_search(log, restored, std::regex(R"(\[ps-0\].*version=(\d+) \(restored\))")))
+  ASSERT_TRUE(
+      std::regex_search(log, restored, std::regex(R"(\[ps-0\].*version=(\d+) \(restored\))")))
       << log;
   EXPECT_EQ(restored[1], stopped[1]);
   EXPECT_GE(std::stoll(stopped[1]), 60);

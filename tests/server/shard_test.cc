@@ -12,6 +12,12 @@ namespace {
 
 constexpr uint64_t kFp = 0xfeed;
 
+std::unique_ptr<Shard> CreateShard(const ShardOptions& o) {
+  auto s = Shard::Create(o);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return std::move(*s);
+}
+
 std::unique_ptr<Shard> MakeShard(ConsistencyMode mode, int workers, int staleness = 0,
                                  absl::Duration lease = absl::Seconds(30),
                                  UpdateRuleOptions rule = UpdateRuleOptions(),
@@ -25,9 +31,7 @@ std::unique_ptr<Shard> MakeShard(ConsistencyMode mode, int workers, int stalenes
   o.optimizer.kind = OptimizerKind::kSgd;
   o.optimizer.lr = 1.0f;
   o.lease = lease;
-  auto s = Shard::Create(o);
-  EXPECT_TRUE(s.ok());
-  return std::move(*s);
+  return CreateShard(o);
 }
 
 // Initialises a 1-shard, 4-element slice [1, 2, 3, 4] and registers every worker.
@@ -367,23 +371,19 @@ TEST(BackupWorkers, OnlyForBsp) {
   EXPECT_EQ(Shard::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-std::unique_ptr<Shard> MakeAdamShard(ConsistencyMode mode, int workers, int shard_id = 0,
-                                     uint64_t incarnation = 1) {
+// Adam (non-trivial optimizer state, for snapshots) with a given incarnation.
+std::unique_ptr<Shard> MakeAdamShard(ConsistencyMode mode, int workers, uint64_t incarnation = 1) {
   ShardOptions o;
-  o.shard_id = shard_id;
-  o.num_shards = 1;
   o.consistency.mode = mode;
   o.consistency.num_workers = workers;
   o.optimizer.kind = OptimizerKind::kAdam;
   o.optimizer.lr = 0.1f;
   o.incarnation = incarnation;
-  auto s = Shard::Create(o);
-  EXPECT_TRUE(s.ok());
-  return std::move(*s);
+  return CreateShard(o);
 }
 
 TEST(Incarnations, AReplacedWorkerProcessAndAStaleShardIncarnationGetAborted) {
-  auto shard = MakeAdamShard(ConsistencyMode::kAsp, 2, 0, /*incarnation=*/77);
+  auto shard = MakeAdamShard(ConsistencyMode::kAsp, 2, /*incarnation=*/77);
   ASSERT_TRUE(shard->Init(kFp, 4, KeyRange{0, 4}, {1, 2, 3, 4}).ok());
   ASSERT_TRUE(shard->Register(0, kFp, /*incarnation=*/100).ok());
   const std::vector<float> ones = {1, 1, 1, 1};  // outlives `push`, which views it
@@ -435,7 +435,7 @@ TEST(Snapshot, RestoredShardContinuesBitForBit) {
   const Shard::Snapshot snapshot = original->EncodeSnapshot();
   EXPECT_EQ(snapshot.version, 1);
 
-  auto restored = MakeAdamShard(ConsistencyMode::kBsp, 2, 0, /*incarnation=*/2);
+  auto restored = MakeAdamShard(ConsistencyMode::kBsp, 2, /*incarnation=*/2);
   ASSERT_TRUE(restored->RestoreSnapshot(snapshot.payload).ok());
   const ShardStatus st = restored->GetStatus();
   EXPECT_EQ(st.version, 1);
@@ -493,7 +493,7 @@ TEST(Snapshot, BspSnapshotsAtEveryNthRoundAtTheExactVersion) {
     EXPECT_FALSE(payload.empty());
     versions.push_back(version);
   };
-  auto shard = std::move(*Shard::Create(o));
+  auto shard = CreateShard(o);
   InitAndRegister(*shard, 2);
   for (int64_t c = 0; c < 5; ++c) {
     ASSERT_TRUE(shard->Push(PushOf(0, c, c, {1, 1, 1, 1})).ok());
