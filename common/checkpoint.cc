@@ -278,8 +278,10 @@ absl::StatusOr<CheckpointDir::Loaded> CheckpointDir::LoadNewest(
     ::close(fd);
     absl::StatusOr<std::string> payload = UnframeCheckpoint(bytes);
     if (!payload.ok()) {
+      ::rename(it->path.c_str(), (it->path + ".corrupt").c_str());
       if (skipped != nullptr) {
-        skipped->push_back(absl::StrCat(it->path, ": ", payload.status().message()));
+        skipped->push_back(absl::StrCat(it->path, ": ", payload.status().message(),
+                                        " (renamed to .corrupt)"));
       }
       continue;
     }

@@ -84,8 +84,10 @@ class CheckpointDir {
   // existing file of that number is replaced) and then removes all but the newest `keep`.
   absl::StatusOr<CheckpointInfo> Write(uint64_t sequence, absl::string_view payload) const;
 
-  // The payload of the newest intact checkpoint, trying older ones when a newer one is corrupt
-  // (each skipped file is reported through `skipped`, if given). NOT_FOUND when there is none.
+  // The payload of the newest intact checkpoint, trying older ones when a newer one is corrupt.
+  // Each corrupt file is renamed to "<name>.corrupt" (kept for inspection, out of the way of
+  // newer checkpoints and of the keep-k pruning) and reported through `skipped`, if given.
+  // NOT_FOUND when there is none.
   struct Loaded {
     CheckpointInfo info;
     std::string payload;

@@ -112,8 +112,14 @@ TEST(CheckpointDir, SkipsACorruptNewestCheckpointAndLoadsTheOneBefore) {
   EXPECT_EQ(loaded->payload, "older");
   ASSERT_EQ(skipped.size(), 1u);
   EXPECT_NE(skipped[0].find("checksum mismatch"), std::string::npos) << skipped[0];
+  // The corrupt file is set aside: no longer listed, kept for inspection.
+  EXPECT_FALSE(std::filesystem::exists(newest->path));
+  EXPECT_TRUE(std::filesystem::exists(newest->path + ".corrupt"));
+  ASSERT_EQ(d->List().size(), 1u);
   // A torn file (cut short) is skipped the same way.
-  WriteAll(newest->path, ReadAll(newest->path).substr(0, 10));
+  auto torn = d->Write(3, "newest");
+  ASSERT_TRUE(torn.ok());
+  WriteAll(torn->path, ReadAll(torn->path).substr(0, 10));
   skipped.clear();
   EXPECT_EQ(d->LoadNewest(&skipped)->payload, "older");
   EXPECT_EQ(skipped.size(), 1u);
