@@ -3,7 +3,8 @@
 # - build/: the default build, with the CUDA device when nvcc is found (its GPU tests skip
 #   without a GPU);
 # - build-cpu/: when build/ has CUDA, the CPU-only build (-DPS_ENABLE_CUDA=OFF) too, so both
-#   configurations stay green;
+#   configurations stay green (its unit and in-process tests; the end-to-end ones, which run the
+#   same CPU code paths, run in build/ and build-asan/);
 # - build-asan/: with SANITIZE=1, AddressSanitizer + UndefinedBehaviorSanitizer (CPU only);
 # - the load test (label "load": 32 worker processes for a minute) and the network-namespace
 #   test (label "netns": 4 hosts, 5 epochs) run in build/ only.
@@ -19,7 +20,7 @@ scripts/setup.sh
 
 if grep -q '^PS_CUDA_BUILT:INTERNAL=TRUE' build/CMakeCache.txt; then
   BUILD_DIR=build-cpu CMAKE_ARGS="-DPS_ENABLE_CUDA=OFF -DPS_BUILD_BENCH=OFF" scripts/setup.sh
-  (cd build-cpu && ctest --output-on-failure -j "$JOBS" -LE "load|netns")
+  (cd build-cpu && ctest --output-on-failure -j "$JOBS" -LE "e2e|deploy")
 fi
 
 if [[ "${SANITIZE:-0}" == "1" ]]; then
