@@ -117,8 +117,12 @@ grpc::Status ParameterServerService::Pull(grpc::ServerContext* ctx, const ps::v1
   args.no_wait = req->no_wait();
   const absl::Time deadline =
       std::min(absl::FromChrono(ctx->deadline()), absl::Now() + options_.max_pull_wait);
-  // The slice is copied once, straight into the response's bytes field.
-  absl::Span<float> out = ResizeForFloats(resp->mutable_values(), args.range.size());
+  // The slice is copied once, straight into the response's bytes field. That buffer is sized
+  // only for the range the shard holds: a request naming any other range (a huge one included)
+  // gets its error from the shard without the server allocating what it asks for.
+  const bool owned = args.range == shard_.range();
+  absl::Span<float> out =
+      ResizeForFloats(resp->mutable_values(), owned ? args.range.size() : 0);
   absl::StatusOr<Shard::PullResult> r = shard_.Pull(args, deadline, out);
   if (!r.ok()) {
     resp->clear_values();

@@ -401,6 +401,11 @@ ShardStatus Shard::GetStatus() const {
   return s;
 }
 
+KeyRange Shard::range() const {
+  absl::MutexLock lock(&mu_);
+  return range_;
+}
+
 std::vector<float> Shard::Values() const {
   absl::MutexLock lock(&mu_);
   return values_;

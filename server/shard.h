@@ -162,6 +162,8 @@ class Shard {
   absl::StatusOr<PushResult> Push(const PushArgs& args);
 
   ShardStatus GetStatus() const;
+  // The key range the shard holds (empty before Init or restore).
+  KeyRange range() const;
   const ShardOptions& options() const { return options_; }
   // A copy of the slice (empty before Init). For tests and checkpoints.
   std::vector<float> Values() const;

@@ -130,6 +130,21 @@ TEST_F(ServiceTest, UnknownRangeIsFailedPreconditionMalformedRangeInvalidArgumen
   EXPECT_EQ(Weights(), (std::vector<float>{1, 2, 3}));
 }
 
+// Found by the fuzzer: a pull naming a huge range once made the server allocate it before the
+// shard refused the range.
+TEST_F(ServiceTest, PullOfAHugeForeignRangeIsRefusedWithoutAllocatingIt) {
+  ps::v1::PullRequest req;
+  req.set_layout_fingerprint(kFp);
+  req.set_begin(0);
+  req.set_end(int64_t{1} << 40);  // 4 TiB of floats
+  req.set_no_wait(true);
+  ps::v1::PullResponse resp;
+  EXPECT_EQ(Call(&ps::v1::ParameterServer::Stub::Pull, req, &resp).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_TRUE(resp.values().empty());
+  EXPECT_EQ(Weights(), (std::vector<float>{1, 2, 3}));
+}
+
 TEST_F(ServiceTest, GoodPushIsAppliedAndItsRetryIsADuplicate) {
   ps::v1::PushResponse resp;
   ASSERT_TRUE(Call(&ps::v1::ParameterServer::Stub::Push, GoodPush(), &resp).ok());
