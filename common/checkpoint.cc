@@ -280,8 +280,8 @@ absl::StatusOr<CheckpointDir::Loaded> CheckpointDir::LoadNewest(
     if (!payload.ok()) {
       ::rename(it->path.c_str(), (it->path + ".corrupt").c_str());
       if (skipped != nullptr) {
-        skipped->push_back(absl::StrCat(it->path, ": ", payload.status().message(),
-                                        " (renamed to .corrupt)"));
+        skipped->push_back(
+            absl::StrCat(it->path, ": ", payload.status().message(), " (renamed to .corrupt)"));
       }
       continue;
     }

@@ -121,8 +121,7 @@ grpc::Status ParameterServerService::Pull(grpc::ServerContext* ctx, const ps::v1
   // only for the range the shard holds: a request naming any other range (a huge one included)
   // gets its error from the shard without the server allocating what it asks for.
   const bool owned = args.range == shard_.range();
-  absl::Span<float> out =
-      ResizeForFloats(resp->mutable_values(), owned ? args.range.size() : 0);
+  absl::Span<float> out = ResizeForFloats(resp->mutable_values(), owned ? args.range.size() : 0);
   absl::StatusOr<Shard::PullResult> r = shard_.Pull(args, deadline, out);
   if (!r.ok()) {
     resp->clear_values();
