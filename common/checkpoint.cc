@@ -74,13 +74,13 @@ std::string NameOf(uint64_t sequence) {
 
 }  // namespace
 
-void ByteWriter::U32(uint32_t v) {
-  for (int i = 0; i < 4; ++i) bytes_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+template <typename T>
+void ByteWriter::Put(T v) {
+  for (size_t i = 0; i < sizeof(T); ++i) bytes_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
 
-void ByteWriter::U64(uint64_t v) {
-  for (int i = 0; i < 8; ++i) bytes_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
+void ByteWriter::U32(uint32_t v) { Put(v); }
+void ByteWriter::U64(uint64_t v) { Put(v); }
 
 void ByteWriter::Floats(absl::Span<const float> values) {
   static_assert(sizeof(float) == 4, "float32 payloads");
@@ -104,27 +104,18 @@ absl::Status ByteReader::Need(uint64_t n, const char* what) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint8_t> ByteReader::U8(const char* what) {
-  absl::Status s = Need(1, what);
+template <typename T>
+absl::StatusOr<T> ByteReader::Get(const char* what) {
+  absl::Status s = Need(sizeof(T), what);
   if (!s.ok()) return s;
-  return static_cast<uint8_t>(bytes_[at_++]);
-}
-
-absl::StatusOr<uint32_t> ByteReader::U32(const char* what) {
-  absl::Status s = Need(4, what);
-  if (!s.ok()) return s;
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= uint32_t{static_cast<uint8_t>(bytes_[at_++])} << (8 * i);
+  T v = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) v |= T{static_cast<uint8_t>(bytes_[at_++])} << (8 * i);
   return v;
 }
 
-absl::StatusOr<uint64_t> ByteReader::U64(const char* what) {
-  absl::Status s = Need(8, what);
-  if (!s.ok()) return s;
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= uint64_t{static_cast<uint8_t>(bytes_[at_++])} << (8 * i);
-  return v;
-}
+absl::StatusOr<uint8_t> ByteReader::U8(const char* what) { return Get<uint8_t>(what); }
+absl::StatusOr<uint32_t> ByteReader::U32(const char* what) { return Get<uint32_t>(what); }
+absl::StatusOr<uint64_t> ByteReader::U64(const char* what) { return Get<uint64_t>(what); }
 
 absl::StatusOr<int64_t> ByteReader::I64(const char* what) {
   absl::StatusOr<uint64_t> v = U64(what);
@@ -132,15 +123,22 @@ absl::StatusOr<int64_t> ByteReader::I64(const char* what) {
   return static_cast<int64_t>(*v);
 }
 
-absl::StatusOr<std::vector<float>> ByteReader::Floats(const char* what, uint64_t max_count) {
+absl::StatusOr<uint64_t> ByteReader::Count(const char* what, uint64_t max_count,
+                                           size_t element_size) {
   absl::StatusOr<uint64_t> n = U64(what);
   if (!n.ok()) return n.status();
   if (*n > max_count) {
     return absl::DataLossError(
         absl::StrCat("checkpoint names ", *n, " values for ", what, ", at most ", max_count));
   }
-  absl::Status s = Need(*n * sizeof(float), what);
+  absl::Status s = Need(*n * element_size, what);
   if (!s.ok()) return s;
+  return *n;
+}
+
+absl::StatusOr<std::vector<float>> ByteReader::Floats(const char* what, uint64_t max_count) {
+  absl::StatusOr<uint64_t> n = Count(what, max_count, sizeof(float));
+  if (!n.ok()) return n.status();
   std::vector<float> out(*n);
   if (*n > 0) std::memcpy(out.data(), bytes_.data() + at_, *n * sizeof(float));
   at_ += *n * sizeof(float);
@@ -148,16 +146,10 @@ absl::StatusOr<std::vector<float>> ByteReader::Floats(const char* what, uint64_t
 }
 
 absl::StatusOr<std::vector<int64_t>> ByteReader::I64s(const char* what, uint64_t max_count) {
-  absl::StatusOr<uint64_t> n = U64(what);
+  absl::StatusOr<uint64_t> n = Count(what, max_count, sizeof(int64_t));
   if (!n.ok()) return n.status();
-  if (*n > max_count) {
-    return absl::DataLossError(
-        absl::StrCat("checkpoint names ", *n, " values for ", what, ", at most ", max_count));
-  }
-  absl::Status s = Need(*n * 8, what);
-  if (!s.ok()) return s;
   std::vector<int64_t> out(*n);
-  for (int64_t& v : out) v = *I64(what);
+  for (int64_t& v : out) v = static_cast<int64_t>(*Get<uint64_t>(what));
   return out;
 }
 

@@ -41,6 +41,8 @@ class ByteWriter {
   std::string Release() { return std::move(bytes_); }
 
  private:
+  template <typename T>
+  void Put(T v);  // little-endian
   std::string bytes_;
 };
 
@@ -60,6 +62,10 @@ class ByteReader {
 
  private:
   absl::Status Need(uint64_t n, const char* what) const;
+  template <typename T>
+  absl::StatusOr<T> Get(const char* what);  // little-endian
+  // Reads an element count (<= max_count) and checks that its elements are all there.
+  absl::StatusOr<uint64_t> Count(const char* what, uint64_t max_count, size_t element_size);
   absl::string_view bytes_;
   size_t at_ = 0;
 };
