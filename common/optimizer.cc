@@ -61,14 +61,19 @@ absl::Status ValidateOptimizerOptions(const OptimizerOptions& o) {
 
 namespace {
 
-// The one elementwise loop every rule shares: `rule(i, g)` updates element i given its
-// weight-decayed gradient g. Written so the compiler vectorises the common case.
-template <typename Rule>
-void ApplyElementwise(int64_t n, const float* grad, float* params, float weight_decay, Rule rule) {
+// The one elementwise loop every rule shares: `rule(i, g)` updates element i = first + j given
+// its weight-decayed gradient g, loaded as element j of a piece of encoding E (any alignment; the
+// decode is fused into the update, so a received payload is read exactly once). Written so the
+// compiler vectorises it.
+template <TensorEncoding E, typename Rule>
+void ApplyElementwise(int64_t first, int64_t n, const char* grad, const float* params,
+                      float weight_decay, Rule rule) {
   if (weight_decay == 0.0f) {
-    for (int64_t i = 0; i < n; ++i) rule(i, grad[i]);
+    for (int64_t j = 0; j < n; ++j) rule(first + j, LoadElement<E>(grad, j));
   } else {
-    for (int64_t i = 0; i < n; ++i) rule(i, grad[i] + weight_decay * params[i]);
+    for (int64_t j = 0; j < n; ++j) {
+      rule(first + j, LoadElement<E>(grad, j) + weight_decay * params[first + j]);
+    }
   }
 }
 
@@ -107,44 +112,57 @@ float Optimizer::LearningRate(int64_t update_index) const {
 
 void Optimizer::Apply(int64_t update_index, absl::Span<const float> grad, absl::Span<float> params,
                       float lr_scale) {
-  assert(static_cast<int64_t>(grad.size()) == size_ && grad.size() == params.size());
+  Apply(update_index, EncodedTensor::OfFloats(grad), params, lr_scale);
+}
+
+void Optimizer::Apply(int64_t update_index, const EncodedTensor& grad, absl::Span<float> params,
+                      float lr_scale) {
+  assert(grad.dense() && grad.size() == size_ && grad.units() == size_ &&
+         static_cast<int64_t>(params.size()) == size_);
   const float lr = LearningRate(update_index) * lr_scale;
   float* w = params.data();
-  const float* g = grad.data();
   const float wd = options_.weight_decay;
-  switch (options_.kind) {
-    case OptimizerKind::kSgd:
-      ApplyElementwise(size_, g, w, wd, [&](int64_t i, float gi) { w[i] -= lr * gi; });
-      break;
-    case OptimizerKind::kMomentum: {
-      float* v = slot0_.data();
-      const float mu = options_.momentum;
-      ApplyElementwise(size_, g, w, wd, [&](int64_t i, float gi) {
-        v[i] = mu * v[i] + gi;
-        w[i] -= lr * v[i];
-      });
-      break;
+  DispatchDense(grad.encoding(), [&](auto encoding) {
+    constexpr TensorEncoding E = decltype(encoding)::value;
+    for (const PayloadPiece& piece : grad.pieces()) {
+      const int64_t first = piece.first;
+      const int64_t n = piece.count;
+      switch (options_.kind) {
+        case OptimizerKind::kSgd:
+          ApplyElementwise<E>(first, n, piece.data, w, wd,
+                              [&](int64_t i, float gi) { w[i] -= lr * gi; });
+          break;
+        case OptimizerKind::kMomentum: {
+          float* v = slot0_.data();
+          const float mu = options_.momentum;
+          ApplyElementwise<E>(first, n, piece.data, w, wd, [&](int64_t i, float gi) {
+            v[i] = mu * v[i] + gi;
+            w[i] -= lr * v[i];
+          });
+          break;
+        }
+        case OptimizerKind::kAdam: {
+          float* m = slot0_.data();
+          float* v = slot1_.data();
+          const float b1 = options_.beta1;
+          const float b2 = options_.beta2;
+          const double t = static_cast<double>(update_index + 1);
+          // Bias corrections folded into the step size and epsilon (Kingma & Ba, section 2).
+          const float c1 = static_cast<float>(1.0 - std::pow(static_cast<double>(b1), t));
+          const float c2 = static_cast<float>(1.0 - std::pow(static_cast<double>(b2), t));
+          const float step = lr / c1;
+          const float inv_sqrt_c2 = 1.0f / std::sqrt(c2);
+          const float eps = options_.epsilon;
+          ApplyElementwise<E>(first, n, piece.data, w, wd, [&](int64_t i, float gi) {
+            m[i] = b1 * m[i] + (1.0f - b1) * gi;
+            v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+            w[i] -= step * m[i] / (std::sqrt(v[i]) * inv_sqrt_c2 + eps);
+          });
+          break;
+        }
+      }
     }
-    case OptimizerKind::kAdam: {
-      float* m = slot0_.data();
-      float* v = slot1_.data();
-      const float b1 = options_.beta1;
-      const float b2 = options_.beta2;
-      const double t = static_cast<double>(update_index + 1);
-      // Bias corrections folded into the step size and epsilon (Kingma & Ba, section 2).
-      const float c1 = static_cast<float>(1.0 - std::pow(static_cast<double>(b1), t));
-      const float c2 = static_cast<float>(1.0 - std::pow(static_cast<double>(b2), t));
-      const float step = lr / c1;
-      const float inv_sqrt_c2 = 1.0f / std::sqrt(c2);
-      const float eps = options_.epsilon;
-      ApplyElementwise(size_, g, w, wd, [&](int64_t i, float gi) {
-        m[i] = b1 * m[i] + (1.0f - b1) * gi;
-        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-        w[i] -= step * m[i] / (std::sqrt(v[i]) * inv_sqrt_c2 + eps);
-      });
-      break;
-    }
-  }
+  });
 }
 
 double LinearScaledLr(double lr, int64_t update_batch, int64_t base_batch) {

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/tensor_codec.h"
 
 namespace ps {
 
@@ -48,6 +49,10 @@ class Optimizer {
   // updates applied before this one (the shard's version), which drives warmup and Adam's bias
   // correction. `lr_scale` multiplies this update's learning rate (staleness-aware rules).
   void Apply(int64_t update_index, absl::Span<const float> grad, absl::Span<float> params,
+             float lr_scale = 1.0f);
+  // The same with a dense encoded gradient (float32, bf16 or fp16 pieces as received), decoded
+  // inside the update loop.
+  void Apply(int64_t update_index, const EncodedTensor& grad, absl::Span<float> params,
              float lr_scale = 1.0f);
 
   // The learning rate of update number `update_index` (0-based).

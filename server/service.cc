@@ -8,6 +8,8 @@
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "common/tensor_bytes.h"
+#include "common/tensor_codec.h"
+#include "common/tensor_wire.h"
 
 namespace ps {
 
@@ -33,11 +35,107 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
   return diff == 0;
 }
 
+constexpr int kPushGradientField = ps::v1::PushRequest::kGradientFieldNumber;
+constexpr int kPullValuesField = ps::v1::PullResponse::kValuesFieldNumber;
+
+// The slice encoded into fresh payload slices (the one copy a pull makes: the shard's values
+// change under later pushes, so the reply must be a snapshot).
+std::vector<grpc::Slice> EncodeValues(TensorEncoding encoding, absl::Span<const float> values) {
+  const int unit = UnitBytes(encoding);
+  std::vector<grpc::Slice> slices = AllocatePayloadSlices(values.size() * unit, unit);
+  size_t at = 0;
+  for (grpc::Slice& slice : slices) {
+    const size_t n = slice.size() / unit;
+    EncodeDense(encoding, values.subspan(at, n), MutableSliceData(slice));
+    at += n;
+  }
+  return slices;
+}
+
+grpc::ByteBuffer PullReply(const Shard::PullResult& r, TensorEncoding encoding,
+                           std::vector<grpc::Slice> payload) {
+  ps::v1::PullResponse header;
+  header.set_version(r.version);
+  header.set_min_clock(r.min_clock);
+  header.set_wait_us(absl::ToInt64Microseconds(r.waited));
+  header.set_encoding(static_cast<ps::v1::TensorEncoding>(encoding));
+  return JoinPayloadMessage(header, kPullValuesField, std::move(payload));
+}
+
+struct ParsedPull {
+  Shard::PullArgs args;
+  TensorEncoding encoding = TensorEncoding::kF32;
+};
+
+absl::StatusOr<ParsedPull> ParsePull(const grpc::ByteBuffer& buffer) {
+  ps::v1::PullRequest req;
+  RETURN_IF_ERROR(ParseFromByteBuffer(buffer, &req));
+  RETURN_IF_ERROR(CheckRange(req.begin(), req.end()));
+  ParsedPull p;
+  ASSIGN_OR_RETURN(p.encoding, TensorEncodingFromWire(req.encoding()));
+  if (!IsDenseEncoding(p.encoding)) {
+    return absl::InvalidArgumentError("weights travel as F32, BF16 or FP16, not TOPK");
+  }
+  p.args.rank = req.rank();
+  p.args.incarnation = req.incarnation();
+  p.args.shard_incarnation = req.shard_incarnation();
+  p.args.fingerprint = req.layout_fingerprint();
+  p.args.range = RangeOf(req.begin(), req.end());
+  p.args.clock = req.clock();
+  p.args.no_wait = req.no_wait();
+  return p;
+}
+
 }  // namespace
 
-grpc::Status ParameterServerService::Authenticate(const grpc::ServerContext* ctx) {
+// One pull in flight: it finishes from whichever thread settles it in the shard, and cancels
+// the shard's waiting entry when its caller goes away.
+class ParameterServerService::PullReactor final : public grpc::ServerUnaryReactor {
+ public:
+  PullReactor(Shard& shard, grpc::ByteBuffer* response) : shard_(shard), response_(response) {}
+
+  void Start(const ParsedPull& pull, absl::Time deadline) {
+    encoding_ = pull.encoding;
+    const int64_t id = shard_.PullAsync(
+        pull.args, deadline,
+        [this](absl::Span<const float> values) { payload_ = EncodeValues(encoding_, values); },
+        [this](absl::StatusOr<Shard::PullResult> r) {
+          if (r.ok()) *response_ = PullReply(*r, encoding_, std::move(payload_));
+          Finish(r.ok() ? grpc::Status::OK : ToGrpcStatus(r.status()));
+        });
+    bool cancelled;
+    {
+      absl::MutexLock lock(&mu_);
+      id_ = id;
+      cancelled = cancelled_;
+    }
+    if (cancelled && id != 0) shard_.CancelPull(id);
+  }
+
+  void OnCancel() override {
+    int64_t id;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      id = id_;
+    }
+    if (id != 0) shard_.CancelPull(id);  // a no-op when the pull has settled
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  Shard& shard_;
+  grpc::ByteBuffer* const response_;
+  TensorEncoding encoding_ = TensorEncoding::kF32;
+  std::vector<grpc::Slice> payload_;
+  absl::Mutex mu_;
+  int64_t id_ ABSL_GUARDED_BY(mu_) = 0;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+grpc::Status ParameterServerService::Authenticate(
+    const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) {
   if (options_.token.empty()) return grpc::Status::OK;
-  const auto& metadata = ctx->client_metadata();
   const auto it = metadata.find(kAuthorizationHeader);
   const std::string expected = absl::StrCat(kBearerPrefix, options_.token);
   if (it != metadata.end() &&
@@ -50,19 +148,75 @@ grpc::Status ParameterServerService::Authenticate(const grpc::ServerContext* ctx
                                            : "the call carries a wrong cluster token");
 }
 
-// Every handler starts with this: an unauthenticated call runs no handler code.
-#define PS_AUTHENTICATE_OR_RETURN(ctx)                      \
-  do {                                                      \
-    const grpc::Status ps_auth_status_ = Authenticate(ctx); \
-    if (!ps_auth_status_.ok()) return ps_auth_status_;      \
-  } while (false)
+namespace {
 
-grpc::Status ParameterServerService::Register(grpc::ServerContext* ctx,
-                                              const ps::v1::RegisterRequest* req,
-                                              ps::v1::RegisterResponse* resp) {
-  PS_AUTHENTICATE_OR_RETURN(ctx);
+// Every unary rpc but Pull: the token first (an unauthenticated call runs no handler code),
+// then the handler, answered at once on the calling thread.
+template <typename Handler>
+grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, grpc::Status auth,
+                                 Handler handler) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(auth.ok() ? handler() : auth);
+  return reactor;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* ParameterServerService::Register(grpc::CallbackServerContext* ctx,
+                                                           const ps::v1::RegisterRequest* req,
+                                                           ps::v1::RegisterResponse* resp) {
+  return Answer(ctx, Authenticate(ctx->client_metadata()),
+                [&] { return HandleRegister(*req, resp); });
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Heartbeat(grpc::CallbackServerContext* ctx,
+                                                            const ps::v1::HeartbeatRequest* req,
+                                                            ps::v1::HeartbeatResponse* resp) {
+  return Answer(ctx, Authenticate(ctx->client_metadata()),
+                [&] { return HandleHeartbeat(*req, resp); });
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Init(grpc::CallbackServerContext* ctx,
+                                                       const ps::v1::InitRequest* req,
+                                                       ps::v1::InitResponse* resp) {
+  return Answer(ctx, Authenticate(ctx->client_metadata()), [&] { return HandleInit(*req, resp); });
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Push(grpc::CallbackServerContext* ctx,
+                                                       const grpc::ByteBuffer* req,
+                                                       grpc::ByteBuffer* resp) {
+  return Answer(ctx, Authenticate(ctx->client_metadata()), [&] { return HandlePush(*req, resp); });
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::GetStatus(grpc::CallbackServerContext* ctx,
+                                                            const ps::v1::GetStatusRequest*,
+                                                            ps::v1::GetStatusResponse* resp) {
+  return Answer(ctx, Authenticate(ctx->client_metadata()), [&] { return HandleGetStatus(resp); });
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Pull(grpc::CallbackServerContext* ctx,
+                                                       const grpc::ByteBuffer* req,
+                                                       grpc::ByteBuffer* resp) {
+  auto* reactor = new PullReactor(shard_, resp);
+  grpc::Status auth = Authenticate(ctx->client_metadata());
+  if (!auth.ok()) {
+    reactor->Finish(auth);
+    return reactor;
+  }
+  absl::StatusOr<ParsedPull> pull = ParsePull(*req);
+  if (!pull.ok()) {
+    reactor->Finish(ToGrpcStatus(pull.status()));
+    return reactor;
+  }
+  reactor->Start(*pull,
+                 std::min(absl::FromChrono(ctx->deadline()), absl::Now() + options_.max_pull_wait));
+  return reactor;
+}
+
+grpc::Status ParameterServerService::HandleRegister(const ps::v1::RegisterRequest& req,
+                                                    ps::v1::RegisterResponse* resp) {
   absl::StatusOr<Shard::RegisterResult> r =
-      shard_.Register(req->rank(), req->layout_fingerprint(), req->incarnation());
+      shard_.Register(req.rank(), req.layout_fingerprint(), req.incarnation());
   if (!r.ok()) return ToGrpcStatus(r.status());
   const ShardStatus status = shard_.GetStatus();
   resp->set_shard_id(status.shard_id);
@@ -77,24 +231,21 @@ grpc::Status ParameterServerService::Register(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-grpc::Status ParameterServerService::Heartbeat(grpc::ServerContext* ctx,
-                                               const ps::v1::HeartbeatRequest* req,
-                                               ps::v1::HeartbeatResponse* resp) {
-  PS_AUTHENTICATE_OR_RETURN(ctx);
+grpc::Status ParameterServerService::HandleHeartbeat(const ps::v1::HeartbeatRequest& req,
+                                                     ps::v1::HeartbeatResponse* resp) {
   resp->set_lease_ms(absl::ToInt64Milliseconds(shard_.options().lease));
   return ToGrpcStatus(
-      shard_.Heartbeat(Caller{req->rank(), req->incarnation(), req->shard_incarnation()}));
+      shard_.Heartbeat(Caller{req.rank(), req.incarnation(), req.shard_incarnation()}));
 }
 
-grpc::Status ParameterServerService::Init(grpc::ServerContext* ctx, const ps::v1::InitRequest* req,
-                                          ps::v1::InitResponse* resp) {
-  PS_AUTHENTICATE_OR_RETURN(ctx);
-  absl::Status s = CheckRange(req->begin(), req->end());
+grpc::Status ParameterServerService::HandleInit(const ps::v1::InitRequest& req,
+                                                ps::v1::InitResponse* resp) {
+  absl::Status s = CheckRange(req.begin(), req.end());
   if (!s.ok()) return ToGrpcStatus(s);
-  absl::StatusOr<absl::Span<const float>> values = FloatView(req->values(), "values");
+  absl::StatusOr<absl::Span<const float>> values = FloatView(req.values(), "values");
   if (!values.ok()) return ToGrpcStatus(values.status());
-  absl::StatusOr<Shard::InitResult> r = shard_.Init(req->layout_fingerprint(), req->total_params(),
-                                                    RangeOf(req->begin(), req->end()), *values);
+  absl::StatusOr<Shard::InitResult> r = shard_.Init(req.layout_fingerprint(), req.total_params(),
+                                                    RangeOf(req.begin(), req.end()), *values);
   if (!r.ok()) return ToGrpcStatus(r.status());
   resp->set_already_initialized(r->already_initialized);
   resp->set_version(r->version);
@@ -102,53 +253,41 @@ grpc::Status ParameterServerService::Init(grpc::ServerContext* ctx, const ps::v1
   return grpc::Status::OK;
 }
 
-grpc::Status ParameterServerService::Pull(grpc::ServerContext* ctx, const ps::v1::PullRequest* req,
-                                          ps::v1::PullResponse* resp) {
-  PS_AUTHENTICATE_OR_RETURN(ctx);
-  absl::Status s = CheckRange(req->begin(), req->end());
-  if (!s.ok()) return ToGrpcStatus(s);
-  Shard::PullArgs args;
-  args.rank = req->rank();
-  args.incarnation = req->incarnation();
-  args.shard_incarnation = req->shard_incarnation();
-  args.fingerprint = req->layout_fingerprint();
-  args.range = RangeOf(req->begin(), req->end());
-  args.clock = req->clock();
-  args.no_wait = req->no_wait();
-  const absl::Time deadline =
-      std::min(absl::FromChrono(ctx->deadline()), absl::Now() + options_.max_pull_wait);
-  // The slice is copied once, straight into the response's bytes field. That buffer is sized
-  // only for the range the shard holds: a request naming any other range (a huge one included)
-  // gets its error from the shard without the server allocating what it asks for.
-  const bool owned = args.range == shard_.range();
-  absl::Span<float> out = ResizeForFloats(resp->mutable_values(), owned ? args.range.size() : 0);
-  absl::StatusOr<Shard::PullResult> r = shard_.Pull(args, deadline, out);
-  if (!r.ok()) {
-    resp->clear_values();
-    return ToGrpcStatus(r.status());
-  }
-  resp->set_version(r->version);
-  resp->set_min_clock(r->min_clock);
-  resp->set_wait_us(absl::ToInt64Microseconds(r->waited));
+grpc::Status ParameterServerService::HandlePull(const grpc::ByteBuffer& req, absl::Time deadline,
+                                                grpc::ByteBuffer* resp) {
+  absl::StatusOr<ParsedPull> pull = ParsePull(req);
+  if (!pull.ok()) return ToGrpcStatus(pull.status());
+  std::vector<grpc::Slice> payload;
+  const TensorEncoding encoding = pull->encoding;
+  absl::StatusOr<Shard::PullResult> r = shard_.Pull(
+      pull->args, std::min(deadline, absl::Now() + options_.max_pull_wait),
+      [&](absl::Span<const float> values) { payload = EncodeValues(encoding, values); });
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *resp = PullReply(*r, encoding, std::move(payload));
   return grpc::Status::OK;
 }
 
-grpc::Status ParameterServerService::Push(grpc::ServerContext* ctx, const ps::v1::PushRequest* req,
-                                          ps::v1::PushResponse* resp) {
-  PS_AUTHENTICATE_OR_RETURN(ctx);
-  absl::Status s = CheckRange(req->begin(), req->end());
+grpc::Status ParameterServerService::HandlePush(const grpc::ByteBuffer& req,
+                                                grpc::ByteBuffer* resp) {
+  ps::v1::PushRequest header;
+  SplitMessage split;  // holds gRPC's buffers: the gradient is read in place
+  absl::Status s = SplitPayloadMessage(req, kPushGradientField, &header, &split);
+  if (s.ok()) s = CheckRange(header.begin(), header.end());
   if (!s.ok()) return ToGrpcStatus(s);
-  absl::StatusOr<absl::Span<const float>> grad = FloatView(req->gradient(), "gradient");
-  if (!grad.ok()) return ToGrpcStatus(grad.status());
+  absl::StatusOr<TensorEncoding> encoding = TensorEncodingFromWire(header.encoding());
+  if (!encoding.ok()) return ToGrpcStatus(encoding.status());
+  absl::StatusOr<EncodedTensor> gradient =
+      EncodedTensor::FromChunks(*encoding, header.end() - header.begin(), split.payload);
+  if (!gradient.ok()) return ToGrpcStatus(gradient.status());
   Shard::PushArgs args;
-  args.rank = req->rank();
-  args.incarnation = req->incarnation();
-  args.shard_incarnation = req->shard_incarnation();
-  args.fingerprint = req->layout_fingerprint();
-  args.range = RangeOf(req->begin(), req->end());
-  args.clock = req->clock();
-  args.base_version = req->base_version();
-  args.gradient = *grad;
+  args.rank = header.rank();
+  args.incarnation = header.incarnation();
+  args.shard_incarnation = header.shard_incarnation();
+  args.fingerprint = header.layout_fingerprint();
+  args.range = RangeOf(header.begin(), header.end());
+  args.clock = header.clock();
+  args.base_version = header.base_version();
+  args.gradient = std::move(*gradient);
   absl::StatusOr<Shard::PushResult> r = shard_.Push(args);
   if (!r.ok()) return ToGrpcStatus(r.status());
   const int every = options_.drop_push_reply_every;
@@ -156,20 +295,19 @@ grpc::Status ParameterServerService::Push(grpc::ServerContext* ctx, const ps::v1
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                         "fault injection: the reply of this accepted push was dropped");
   }
-  resp->set_applied(r->applied);
-  resp->set_buffered(r->buffered);
-  resp->set_duplicate(r->duplicate);
-  resp->set_version(r->version);
-  resp->set_staleness(r->staleness);
-  resp->set_dropped(r->dropped);
-  resp->set_late(r->late);
+  ps::v1::PushResponse out;
+  out.set_applied(r->applied);
+  out.set_buffered(r->buffered);
+  out.set_duplicate(r->duplicate);
+  out.set_version(r->version);
+  out.set_staleness(r->staleness);
+  out.set_dropped(r->dropped);
+  out.set_late(r->late);
+  *resp = SerializeToByteBuffer(out);
   return grpc::Status::OK;
 }
 
-grpc::Status ParameterServerService::GetStatus(grpc::ServerContext* ctx,
-                                               const ps::v1::GetStatusRequest*,
-                                               ps::v1::GetStatusResponse* resp) {
-  PS_AUTHENTICATE_OR_RETURN(ctx);
+grpc::Status ParameterServerService::HandleGetStatus(ps::v1::GetStatusResponse* resp) {
   const ShardStatus s = shard_.GetStatus();
   resp->set_shard_id(s.shard_id);
   resp->set_num_shards(s.num_shards);

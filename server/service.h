@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 
 #include "absl/time/time.h"
@@ -28,24 +29,45 @@ struct ServiceOptions {
   std::function<void()> on_initialized;
 };
 
-class ParameterServerService final : public ps::v1::ParameterServer::Service {
+// Push and Pull are "raw" methods: their payloads are read and written as gRPC slices in place
+// (common/tensor_wire.h). All methods use the callback API; a pull that must wait for its
+// consistency condition holds no thread (Shard::PullAsync).
+using ParameterServerServiceBase = ps::v1::ParameterServer::WithRawCallbackMethod_Pull<
+    ps::v1::ParameterServer::WithRawCallbackMethod_Push<ps::v1::ParameterServer::CallbackService>>;
+
+class ParameterServerService final : public ParameterServerServiceBase {
  public:
   // `shard` must outlive the service.
   ParameterServerService(Shard& shard, ServiceOptions options)
       : shard_(shard), options_(std::move(options)) {}
 
-  grpc::Status Register(grpc::ServerContext* ctx, const ps::v1::RegisterRequest* req,
-                        ps::v1::RegisterResponse* resp) override;
-  grpc::Status Heartbeat(grpc::ServerContext* ctx, const ps::v1::HeartbeatRequest* req,
-                         ps::v1::HeartbeatResponse* resp) override;
-  grpc::Status Init(grpc::ServerContext* ctx, const ps::v1::InitRequest* req,
-                    ps::v1::InitResponse* resp) override;
-  grpc::Status Pull(grpc::ServerContext* ctx, const ps::v1::PullRequest* req,
-                    ps::v1::PullResponse* resp) override;
-  grpc::Status Push(grpc::ServerContext* ctx, const ps::v1::PushRequest* req,
-                    ps::v1::PushResponse* resp) override;
-  grpc::Status GetStatus(grpc::ServerContext* ctx, const ps::v1::GetStatusRequest* req,
-                         ps::v1::GetStatusResponse* resp) override;
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
+                                     const ps::v1::RegisterRequest* req,
+                                     ps::v1::RegisterResponse* resp) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
+                                      const ps::v1::HeartbeatRequest* req,
+                                      ps::v1::HeartbeatResponse* resp) override;
+  grpc::ServerUnaryReactor* Init(grpc::CallbackServerContext* ctx, const ps::v1::InitRequest* req,
+                                 ps::v1::InitResponse* resp) override;
+  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                 grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                 grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx,
+                                      const ps::v1::GetStatusRequest* req,
+                                      ps::v1::GetStatusResponse* resp) override;
+
+  // The handlers behind the rpcs, callable without a call (tests and fuzzers). The token check
+  // (Authenticate) comes before them in every rpc. HandlePull blocks while the pull waits.
+  grpc::Status HandleRegister(const ps::v1::RegisterRequest& req, ps::v1::RegisterResponse* resp);
+  grpc::Status HandleHeartbeat(const ps::v1::HeartbeatRequest& req,
+                               ps::v1::HeartbeatResponse* resp);
+  grpc::Status HandleInit(const ps::v1::InitRequest& req, ps::v1::InitResponse* resp);
+  grpc::Status HandlePush(const grpc::ByteBuffer& req, grpc::ByteBuffer* resp);
+  grpc::Status HandlePull(const grpc::ByteBuffer& req, absl::Time deadline, grpc::ByteBuffer* resp);
+  grpc::Status HandleGetStatus(ps::v1::GetStatusResponse* resp);
+  // OK when no token is configured or `metadata` carries it; UNAUTHENTICATED (counted) otherwise.
+  grpc::Status Authenticate(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata);
 
   int64_t rejected_unauthenticated() const { return rejected_unauthenticated_.load(); }
   // The version of the newest checkpoint written (-1: none), reported by GetStatus.
@@ -53,8 +75,7 @@ class ParameterServerService final : public ps::v1::ParameterServer::Service {
   int64_t checkpoint_version() const { return checkpoint_version_.load(); }
 
  private:
-  // OK when no token is configured or the call carries it; UNAUTHENTICATED (counted) otherwise.
-  grpc::Status Authenticate(const grpc::ServerContext* ctx);
+  class PullReactor;
 
   Shard& shard_;
   const ServiceOptions options_;

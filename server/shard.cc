@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
 
 namespace ps {
@@ -57,10 +58,13 @@ Shard::Shard(const ShardOptions& options)
 Shard::~Shard() { Shutdown(); }
 
 void Shard::Shutdown() {
+  std::vector<std::function<void()>> completions;
   {
     absl::MutexLock lock(&mu_);
     shutdown_ = true;
+    FinishWaitingPulls(&completions);  // every waiting pull: UNAVAILABLE
   }
+  for (auto& complete : completions) complete();
   if (lease_thread_.joinable()) lease_thread_.join();
 }
 
@@ -188,48 +192,142 @@ absl::Status Shard::CheckLive(int rank, absl::StatusCode if_pending) const {
 
 absl::StatusOr<Shard::PullResult> Shard::Pull(const PullArgs& args, absl::Time deadline,
                                               absl::Span<float> out) {
+  if (static_cast<int64_t>(out.size()) != args.range.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pull buffer of ", out.size(), " values for a range of ", args.range.size()));
+  }
+  return Pull(args, deadline, [out](absl::Span<const float> values) {
+    std::copy(values.begin(), values.end(), out.begin());
+  });
+}
+
+absl::StatusOr<Shard::PullResult> Shard::Pull(const PullArgs& args, absl::Time deadline,
+                                              const SliceReader& read) {
+  absl::Notification finished;
+  absl::StatusOr<PullResult> out;
+  PullAsync(args, deadline, read, [&](absl::StatusOr<PullResult> r) {
+    out = std::move(r);
+    finished.Notify();
+  });
+  finished.WaitForNotification();
+  return out;
+}
+
+int64_t Shard::PullAsync(const PullArgs& args, absl::Time deadline, SliceReader read,
+                         PullDone done) {
   // A no-wait read is an observer's (evaluation, monitoring): it needs no worker identity.
   const bool observer = args.no_wait;
-  if (!observer) RETURN_IF_ERROR(CheckRank(args.rank));
-  absl::MutexLock lock(&mu_);
-  RETURN_IF_ERROR(ValidateAccess(args.rank, args.fingerprint, args.range, out.size(), observer));
-  if (!observer) {
-    RETURN_IF_ERROR(CheckIncarnation(args.rank, args.incarnation, args.shard_incarnation));
-  }
-  PullResult result;
-  if (!observer) RenewLease(args.rank);
-  if (!observer && !controller_.PullReady(args.clock)) {
-    const absl::Time start = absl::Now();
-    const int64_t clock = args.clock;
-    auto ready = [this, clock]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return shutdown_ || controller_.PullReady(clock);
-    };
-    // absl::Mutex re-evaluates the condition whenever the mutex is released, so a push or an
-    // expiry that makes it true wakes this pull; nothing polls.
-    if (!mu_.AwaitWithDeadline(absl::Condition(&ready), deadline)) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "pull of clock ", clock, " by worker ", args.rank, " still waits (min clock ",
-          controller_.MinClock(), ", version ", version_, ")"));
+  absl::StatusOr<PullResult> now_result;
+  {
+    absl::Status s = observer ? absl::OkStatus() : CheckRank(args.rank);
+    absl::MutexLock lock(&mu_);
+    if (s.ok()) {
+      s = ValidateAccess(args.rank, args.fingerprint, args.range,
+                         static_cast<size_t>(args.range.size()), observer);
     }
-    if (shutdown_) return absl::UnavailableError("shard is shutting down");
-    // Another process may have taken the rank while this pull waited.
-    RETURN_IF_ERROR(CheckIncarnation(args.rank, args.incarnation, args.shard_incarnation));
-    result.waited = absl::Now() - start;
+    if (s.ok() && !observer) {
+      s = CheckIncarnation(args.rank, args.incarnation, args.shard_incarnation);
+    }
+    if (!s.ok()) {
+      now_result = s;
+    } else {
+      if (!observer) RenewLease(args.rank);
+      const absl::Time now = absl::Now();
+      if (observer || controller_.PullReady(args.clock)) {
+        now_result = ReadSliceLocked(args, now, now, read);
+      } else if (deadline <= now) {
+        now_result = PullTimedOut(args);
+      } else {
+        const int64_t id = next_pull_id_++;
+        waiting_pulls_.push_back(
+            WaitingPull{id, args, deadline, now, std::move(read), std::move(done)});
+        lease_changed_ = true;  // the lease thread also keeps the waiting pulls' deadlines
+        return id;
+      }
+    }
   }
-  std::copy(values_.begin(), values_.end(), out.begin());
-  if (!observer && !pulled_values_.empty()) pulled_values_[args.rank] = values_;
+  done(std::move(now_result));
+  return 0;
+}
+
+void Shard::CancelPull(int64_t id) {
+  PullDone done;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = waiting_pulls_.begin(); it != waiting_pulls_.end(); ++it) {
+      if (it->id != id) continue;
+      done = std::move(it->done);
+      waiting_pulls_.erase(it);
+      break;
+    }
+  }
+  if (done) done(absl::CancelledError("the pull was cancelled by its caller"));
+}
+
+absl::StatusOr<Shard::PullResult> Shard::ReadSliceLocked(const PullArgs& args, absl::Time start,
+                                                         absl::Time now, const SliceReader& read) {
+  read(values_);
+  if (!args.no_wait && !pulled_values_.empty()) pulled_values_[args.rank] = values_;
+  PullResult result;
   result.version = version_;
   result.min_clock = controller_.MinClock();
+  result.waited = now - start;
   return result;
+}
+
+absl::Status Shard::PullTimedOut(const PullArgs& args) const {
+  return absl::DeadlineExceededError(absl::StrCat(
+      "pull of clock ", args.clock, " by worker ", args.rank, " still waits (min clock ",
+      controller_.MinClock(), ", version ", version_, ")"));
+}
+
+void Shard::FinishWaitingPulls(std::vector<std::function<void()>>* completions) {
+  if (waiting_pulls_.empty()) return;
+  const absl::Time now = absl::Now();
+  for (auto it = waiting_pulls_.begin(); it != waiting_pulls_.end();) {
+    absl::StatusOr<PullResult> result;
+    if (shutdown_) {
+      result = absl::UnavailableError("shard is shutting down");
+    } else if (controller_.PullReady(it->args.clock)) {
+      // Another process may have taken the rank while this pull waited.
+      const absl::Status s =
+          CheckIncarnation(it->args.rank, it->args.incarnation, it->args.shard_incarnation);
+      if (s.ok()) {
+        result = ReadSliceLocked(it->args, it->start, now, it->read);
+      } else {
+        result = s;
+      }
+    } else if (it->deadline <= now) {
+      result = PullTimedOut(it->args);
+    } else {
+      ++it;
+      continue;
+    }
+    completions->push_back(
+        [done = std::move(it->done), r = std::move(result)]() mutable { done(std::move(r)); });
+    it = waiting_pulls_.erase(it);
+  }
 }
 
 absl::StatusOr<Shard::PushResult> Shard::Push(const PushArgs& args) {
   RETURN_IF_ERROR(CheckRank(args.rank));
-  // The finiteness scan runs before taking the lock: it reads only the request.
-  const bool finite = AllFinite(args.gradient);
-  absl::MutexLock lock(&mu_);
-  RETURN_IF_ERROR(ValidateAccess(args.rank, args.fingerprint, args.range, args.gradient.size(),
-                                 /*observer=*/false));
+  // The payload checks run before taking the lock: they read only the request.
+  RETURN_IF_ERROR(args.gradient.CheckShape("gradient"));
+  const bool finite = args.gradient.AllFinite();
+  std::vector<std::function<void()>> completions;
+  absl::StatusOr<PushResult> result;
+  {
+    absl::MutexLock lock(&mu_);
+    result = PushLocked(args, finite);
+    if (result.ok()) FinishWaitingPulls(&completions);
+  }
+  for (auto& complete : completions) complete();  // outside the lock: they reply to callers
+  return result;
+}
+
+absl::StatusOr<Shard::PushResult> Shard::PushLocked(const PushArgs& args, bool finite) {
+  RETURN_IF_ERROR(ValidateAccess(args.rank, args.fingerprint, args.range,
+                                 static_cast<size_t>(args.gradient.size()), /*observer=*/false));
   RETURN_IF_ERROR(CheckIncarnation(args.rank, args.incarnation, args.shard_incarnation));
   if (!finite) {
     ++rejected_nonfinite_;
@@ -261,7 +359,8 @@ absl::StatusOr<Shard::PushResult> Shard::Push(const PushArgs& args) {
       break;
     case PushAction::kBuffer: {
       controller_.RecordPush(args.rank);
-      round_gradients_[args.rank].assign(args.gradient.begin(), args.gradient.end());
+      round_gradients_[args.rank].resize(args.gradient.size());
+      args.gradient.DecodeInto(absl::MakeSpan(round_gradients_[args.rank]));
       round_base_versions_[args.rank] = args.base_version;
       round_has_gradient_[args.rank] = true;
       const int64_t before = version_;
@@ -275,8 +374,15 @@ absl::StatusOr<Shard::PushResult> Shard::Push(const PushArgs& args) {
   return result;
 }
 
-void Shard::ApplyGradient(absl::Span<const float> gradient, float lr_scale) {
-  optimizer_->Apply(version_, gradient, absl::MakeSpan(values_), lr_scale);
+void Shard::ApplyGradient(const EncodedTensor& gradient, float lr_scale) {
+  if (gradient.dense()) {
+    optimizer_->Apply(version_, gradient, absl::MakeSpan(values_), lr_scale);
+  } else {
+    dense_scratch_.resize(values_.size());
+    gradient.DecodeInto(absl::MakeSpan(dense_scratch_));
+    optimizer_->Apply(version_, absl::MakeConstSpan(dense_scratch_), absl::MakeSpan(values_),
+                      lr_scale);
+  }
   ++version_;
   // BSP snapshots wait for the round's bookkeeping (MaybeApplyRound calls MaybeSnapshot).
   if (options_.consistency.mode != ConsistencyMode::kBsp) MaybeSnapshot();
@@ -291,7 +397,7 @@ void Shard::MaybeSnapshot() {
 }
 
 bool Shard::ApplyStale(int rank, int64_t clock, int64_t base_version,
-                       absl::Span<const float> gradient) {
+                       const EncodedTensor& gradient) {
   const int64_t staleness = version_ - base_version;
   if (options_.on_apply && !(options_.update_rule.rule == UpdateRule::kDropStale &&
                              staleness > options_.update_rule.drop_above)) {
@@ -309,9 +415,10 @@ bool Shard::ApplyStale(int rank, int64_t clock, int64_t base_version,
       const std::vector<float>& backup = pulled_values_[rank];
       if (backup.size() != values_.size()) break;  // never pulled: nothing to compensate against
       compensated_.resize(values_.size());
-      DelayCompensate(rule.dc_lambda, gradient, values_, backup, absl::MakeSpan(compensated_));
+      gradient.DecodeInto(absl::MakeSpan(compensated_));
+      DelayCompensate(rule.dc_lambda, compensated_, values_, backup, absl::MakeSpan(compensated_));
       staleness_[rank].Record(staleness);
-      ApplyGradient(compensated_);
+      ApplyGradient(EncodedTensor::OfFloats(compensated_));
       return true;
     }
     case UpdateRule::kDropStale:
@@ -347,13 +454,14 @@ void Shard::MaybeApplyRound() {
   if (contributors == 0) return;
   const float inv = 1.0f / static_cast<float>(contributors);
   for (float& x : round_sum_) x *= inv;
-  ApplyGradient(round_sum_);
+  ApplyGradient(EncodedTensor::OfFloats(round_sum_));
   controller_.CompleteRound();
   MaybeSnapshot();
 }
 
 void Shard::LeaseLoop() {
-  absl::MutexLock lock(&mu_);
+  std::vector<std::function<void()>> completions;
+  mu_.Lock();
   while (!shutdown_) {
     absl::Time next = absl::InfiniteFuture();
     const absl::Time now = absl::Now();
@@ -366,10 +474,21 @@ void Shard::LeaseLoop() {
         next = std::min(next, lease_deadline_[r]);
       }
     }
+    // An expiry may let waiting pulls go on; the others may have reached their deadlines.
+    FinishWaitingPulls(&completions);
+    for (const WaitingPull& w : waiting_pulls_) next = std::min(next, w.deadline);
+    if (!completions.empty()) {
+      mu_.Unlock();
+      for (auto& complete : completions) complete();
+      completions.clear();
+      mu_.Lock();
+      continue;  // the state may have changed while unlocked
+    }
     lease_changed_ = false;
     auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_ || lease_changed_; };
     mu_.AwaitWithDeadline(absl::Condition(&wake), next);
   }
+  mu_.Unlock();
 }
 
 ShardStatus Shard::GetStatus() const {

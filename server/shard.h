@@ -5,9 +5,10 @@
 // slice, the consistency controller and the workers' leases. This is the domain object behind
 // the gRPC service (service.h), which only converts messages; it never sees proto types.
 //
-// Thread-safe: every method may be called concurrently. Pull blocks (without holding a thread
-// busy: it sleeps on the shard's mutex condition) until the consistency rule allows it or its
-// deadline passes; pushes, lease expiry and Shutdown wake it.
+// Thread-safe: every method may be called concurrently. A pull waits until the consistency rule
+// allows it or its deadline passes; pushes, lease expiry and Shutdown settle it. PullAsync waits
+// without holding any thread (the gRPC service's callback handlers use it); Pull blocks its
+// caller.
 
 #include <cstdint>
 #include <functional>
@@ -23,6 +24,7 @@
 #include "absl/types/span.h"
 #include "common/optimizer.h"
 #include "common/param_layout.h"
+#include "common/tensor_codec.h"
 #include "server/consistency.h"
 #include "server/staleness_histogram.h"
 #include "server/update_rule.h"
@@ -137,6 +139,20 @@ class Shard {
   // Waits until the mode allows step args.clock (or `deadline`: DEADLINE_EXCEEDED), then copies
   // the slice into `out` (range.size() floats). UNAVAILABLE after Shutdown().
   absl::StatusOr<PullResult> Pull(const PullArgs& args, absl::Time deadline, absl::Span<float> out);
+  // The same, handing the slice to `read` under the shard's lock instead (the transport encodes it
+  // straight into its send buffers); `read` must not call back into the shard.
+  using SliceReader = std::function<void(absl::Span<const float> values)>;
+  absl::StatusOr<PullResult> Pull(const PullArgs& args, absl::Time deadline,
+                                  const SliceReader& read);
+  // The same without holding the caller's thread while the pull waits. `done` runs exactly once:
+  // on this thread when the pull can be answered at once (or fails), otherwise on the thread
+  // whose push, lease expiry, deadline or Shutdown settles it, never under the shard's lock.
+  // `read` runs under the lock just before a successful `done`. Returns a non-zero id while the
+  // pull waits (for CancelPull), 0 when `done` has already run.
+  using PullDone = std::function<void(absl::StatusOr<PullResult>)>;
+  int64_t PullAsync(const PullArgs& args, absl::Time deadline, SliceReader read, PullDone done);
+  // Settles a waiting pull with CANCELLED (its caller went away); no-op when it has settled.
+  void CancelPull(int64_t id);
 
   struct PushArgs {
     int rank = 0;
@@ -146,7 +162,8 @@ class Shard {
     KeyRange range;
     int64_t clock = 0;
     int64_t base_version = 0;
-    absl::Span<const float> gradient;
+    // range.size() elements in any encoding, as received (see common/tensor_codec.h).
+    EncodedTensor gradient;
   };
   struct PushResult {
     bool applied = false;
@@ -205,12 +222,31 @@ class Shard {
   void RenewLease(int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the BSP round when it is complete (after a push or an expiry).
   void MaybeApplyRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ApplyGradient(absl::Span<const float> gradient, float lr_scale = 1.0f)
+  void ApplyGradient(const EncodedTensor& gradient, float lr_scale = 1.0f)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies an SSP/ASP push by the configured update rule; false if the rule dropped it.
-  bool ApplyStale(int rank, int64_t clock, int64_t base_version, absl::Span<const float> gradient)
+  bool ApplyStale(int rank, int64_t clock, int64_t base_version, const EncodedTensor& gradient)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LeaseLoop();
+  absl::StatusOr<PushResult> PushLocked(const PushArgs& args, bool finite)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<PullResult> ReadSliceLocked(const PullArgs& args, absl::Time start, absl::Time now,
+                                             const SliceReader& read)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status PullTimedOut(const PullArgs& args) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Settles the waiting pulls that can be settled now (ready, past their deadline, or the shard
+  // shut down), queueing their `done` calls in `completions` to run after the lock is released.
+  void FinishWaitingPulls(std::vector<std::function<void()>>* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  struct WaitingPull {
+    int64_t id = 0;
+    PullArgs args;
+    absl::Time deadline;
+    absl::Time start;
+    SliceReader read;
+    PullDone done;
+  };
 
   const ShardOptions options_;
   mutable absl::Mutex mu_;
@@ -238,12 +274,18 @@ class Shard {
   // DC-ASGD: the slice as each worker last pulled it, and scratch for the compensated gradient.
   std::vector<std::vector<float>> pulled_values_ ABSL_GUARDED_BY(mu_);
   std::vector<float> compensated_ ABSL_GUARDED_BY(mu_);
+  // A sparse (top-k) gradient decoded to its dense form before the optimizer runs.
+  std::vector<float> dense_scratch_ ABSL_GUARDED_BY(mu_);
   // BSP: the gradient each worker pushed for the open round, and the version it was based on.
   std::vector<std::vector<float>> round_gradients_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> round_base_versions_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> round_has_gradient_ ABSL_GUARDED_BY(mu_);
   std::vector<float> round_sum_ ABSL_GUARDED_BY(mu_);
   bool lease_changed_ ABSL_GUARDED_BY(mu_) = false;  // wakes the lease thread early
+  // Pulls waiting for their consistency condition: no thread is held for them. Woken by the
+  // push or expiry that satisfies them, by their deadline (the lease thread) or by Shutdown.
+  std::vector<WaitingPull> waiting_pulls_ ABSL_GUARDED_BY(mu_);
+  int64_t next_pull_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::thread lease_thread_;
 };
 

@@ -8,6 +8,7 @@
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "common/tensor_bytes.h"
+#include "common/tensor_wire.h"
 
 namespace ps {
 
@@ -21,6 +22,14 @@ absl::StatusOr<std::unique_ptr<GrpcParameterClient>> GrpcParameterClient::Create
   }
   if (options.retry_for < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("retry_for must be >= 0");
+  }
+  if (!IsDenseEncoding(options.pull_encoding)) {
+    return absl::InvalidArgumentError("weights are pulled as f32, bf16 or fp16, not top-k");
+  }
+  if (options.push_encoding == TensorEncoding::kTopK &&
+      !(options.topk_ratio > 0.0 && options.topk_ratio <= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("topk_ratio must be in (0, 1], not ", options.topk_ratio));
   }
   return std::unique_ptr<GrpcParameterClient>(new GrpcParameterClient(options));
 }
@@ -36,10 +45,15 @@ GrpcParameterClient::GrpcParameterClient(const GrpcClientOptions& options) : opt
   const grpc::ChannelArguments args =
       ClientChannelArguments(options.max_message_bytes, options_.security);
   for (const std::string& server : options.servers) {
-    stubs_.push_back(ps::v1::ParameterServer::NewStub(
-        grpc::CreateCustomChannel(server, options_.security.credentials, args)));
+    auto channel = grpc::CreateCustomChannel(server, options_.security.credentials, args);
+    stubs_.push_back(ps::v1::ParameterServer::NewStub(channel));
+    raw_stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
   }
   shard_incarnations_.assign(stubs_.size(), 0);
+  encoded_.resize(stubs_.size());
+  if (options_.push_encoding == TensorEncoding::kTopK) {
+    topk_ = std::make_unique<TopKCompressor>(options_.total_params, options_.topk_ratio);
+  }
 }
 
 void GrpcParameterClient::Prepare(grpc::ClientContext* ctx, absl::Duration timeout,
@@ -77,6 +91,30 @@ absl::Status GrpcParameterClient::CallAll(const char* method, StartFn<Request, R
                                           const std::vector<Request>& requests,
                                           std::vector<Response>* responses, absl::Duration timeout,
                                           bool wait_for_ready) {
+  return CallEach(
+      method,
+      [&](size_t s, grpc::ClientContext* ctx, grpc::CompletionQueue* cq) {
+        return (stubs_[s].get()->*start)(ctx, requests[s], cq);
+      },
+      responses, timeout, wait_for_ready);
+}
+
+absl::Status GrpcParameterClient::CallAll(const char* method, RawMethod raw,
+                                          const std::vector<grpc::ByteBuffer>& requests,
+                                          std::vector<grpc::ByteBuffer>* responses,
+                                          absl::Duration timeout, bool wait_for_ready) {
+  return CallEach(
+      method,
+      [&](size_t s, grpc::ClientContext* ctx, grpc::CompletionQueue* cq) {
+        return raw_stubs_[s]->PrepareUnaryCall(ctx, raw.path, requests[s], cq);
+      },
+      responses, timeout, wait_for_ready);
+}
+
+template <typename Response, typename Start>
+absl::Status GrpcParameterClient::CallEach(const char* method, Start start,
+                                           std::vector<Response>* responses, absl::Duration timeout,
+                                           bool wait_for_ready) {
   const size_t n = stubs_.size();
   responses->assign(n, Response());
   std::vector<size_t> pending(n);
@@ -98,7 +136,7 @@ absl::Status GrpcParameterClient::CallAll(const char* method, StartFn<Request, R
       }
     }
     for (size_t s : pending) {
-      readers[s] = (stubs_[s].get()->*start)(contexts[s].get(), requests[s], &cq);
+      readers[s] = start(s, contexts[s].get(), &cq);
       readers[s]->StartCall();
       readers[s]->Finish(&(*responses)[s], &statuses[s], reinterpret_cast<void*>(s));
     }
@@ -220,31 +258,48 @@ absl::StatusOr<PullStats> GrpcParameterClient::Pull(int64_t clock, bool no_wait,
   if (static_cast<int64_t>(params.size()) != options_.total_params) {
     return absl::InvalidArgumentError("Pull: buffer size differs from the layout");
   }
-  auto requests = RequestsPerShard<ps::v1::PullRequest>();
+  auto headers = RequestsPerShard<ps::v1::PullRequest>();
   const std::vector<uint64_t> shard_incarnation = shard_incarnations();
+  std::vector<grpc::ByteBuffer> requests(stubs_.size());
   for (size_t s = 0; s < requests.size(); ++s) {
-    requests[s].set_rank(options_.rank);
-    requests[s].set_clock(clock);
-    requests[s].set_no_wait(no_wait);
+    headers[s].set_rank(options_.rank);
+    headers[s].set_clock(clock);
+    headers[s].set_no_wait(no_wait);
+    headers[s].set_encoding(static_cast<ps::v1::TensorEncoding>(options_.pull_encoding));
     if (!no_wait) {
-      requests[s].set_incarnation(options_.incarnation);
-      requests[s].set_shard_incarnation(shard_incarnation[s]);
+      headers[s].set_incarnation(options_.incarnation);
+      headers[s].set_shard_incarnation(shard_incarnation[s]);
     }
+    requests[s] = SerializeToByteBuffer(headers[s]);
   }
-  std::vector<ps::v1::PullResponse> responses;
-  RETURN_IF_ERROR(
-      CallAll("Pull", &Stub::PrepareAsyncPull, requests, &responses, options_.pull_timeout, false));
+  std::vector<grpc::ByteBuffer> responses;
+  RETURN_IF_ERROR(CallAll("Pull", RawMethod{"/ps.v1.ParameterServer/Pull"}, requests, &responses,
+                          options_.pull_timeout, false));
   PullStats stats;
   for (size_t s = 0; s < stubs_.size(); ++s) {
     const KeyRange r = range(static_cast<int>(s));
-    ASSIGN_OR_RETURN(absl::Span<const float> values, FloatView(responses[s].values(), "values"));
-    if (static_cast<int64_t>(values.size()) != r.size()) {
-      return absl::DataLossError(absl::StrCat("Pull: shard ", s, " sent ", values.size(),
-                                              " values for a range of ", r.size()));
+    ps::v1::PullResponse header;
+    SplitMessage split;  // the values are decoded from gRPC's buffers into `params`
+    absl::Status ok = SplitPayloadMessage(responses[s], ps::v1::PullResponse::kValuesFieldNumber,
+                                          &header, &split);
+    absl::StatusOr<TensorEncoding> encoding = TensorEncodingFromWire(header.encoding());
+    if (ok.ok()) ok = encoding.status();
+    absl::StatusOr<EncodedTensor> values =
+        ok.ok() ? EncodedTensor::FromChunks(*encoding, r.size(), split.payload)
+                : absl::StatusOr<EncodedTensor>(ok);
+    if (values.ok() && (!values->dense() || !values->CheckShape("values").ok())) {
+      values = absl::InvalidArgumentError(absl::StrCat(values->units(), " ",
+                                                       TensorEncodingName(values->encoding()),
+                                                       " values for a range of ", r.size()));
     }
-    std::copy(values.begin(), values.end(), params.begin() + r.begin);
-    stats.versions.push_back(responses[s].version());
-    stats.server_wait = std::max(stats.server_wait, absl::Microseconds(responses[s].wait_us()));
+    if (!values.ok()) {
+      return absl::DataLossError(absl::StrCat(
+          "Pull: shard ", s, " sent a reply that does not fit: ", values.status().message()));
+    }
+    values->DecodeInto(params.subspan(r.begin, r.size()));
+    stats.payload_bytes += values->payload_bytes();
+    stats.versions.push_back(header.version());
+    stats.server_wait = std::max(stats.server_wait, absl::Microseconds(header.wait_us()));
   }
   return stats;
 }
@@ -257,33 +312,65 @@ absl::StatusOr<PushStats> GrpcParameterClient::Push(int64_t clock,
       base_versions.size() != stubs_.size()) {
     return absl::InvalidArgumentError("Push: gradient or base versions do not fit the layout");
   }
-  auto requests = RequestsPerShard<ps::v1::PushRequest>();
+  // Declared first, destroyed last: waits until gRPC has released every borrowed slice, so the
+  // caller may reuse `gradient` (and this client its encode buffers) once Push returns.
+  BorrowedPayload borrowed;
+  auto headers = RequestsPerShard<ps::v1::PushRequest>();
   const std::vector<uint64_t> shard_incarnation = shard_incarnations();
+  std::vector<grpc::ByteBuffer> requests(stubs_.size());
+  PushStats stats;
   for (size_t s = 0; s < stubs_.size(); ++s) {
     const KeyRange r = range(static_cast<int>(s));
-    requests[s].set_rank(options_.rank);
-    requests[s].set_incarnation(options_.incarnation);
-    requests[s].set_shard_incarnation(shard_incarnation[s]);
-    requests[s].set_clock(clock);
-    requests[s].set_base_version(base_versions[s]);
-    requests[s].set_num_samples(num_samples);
-    requests[s].set_gradient(gradient.data() + r.begin, r.size() * sizeof(float));
+    headers[s].set_rank(options_.rank);
+    headers[s].set_incarnation(options_.incarnation);
+    headers[s].set_shard_incarnation(shard_incarnation[s]);
+    headers[s].set_clock(clock);
+    headers[s].set_base_version(base_versions[s]);
+    headers[s].set_num_samples(num_samples);
+    headers[s].set_encoding(static_cast<ps::v1::TensorEncoding>(options_.push_encoding));
+    const absl::Span<const float> slice = gradient.subspan(r.begin, r.size());
+    std::vector<char>& encoded = encoded_[s];
+    grpc::Slice payload;
+    switch (options_.push_encoding) {
+      case TensorEncoding::kF32:
+        payload = borrowed.Borrow(slice.data(), slice.size() * sizeof(float));
+        break;
+      case TensorEncoding::kBf16:
+      case TensorEncoding::kF16:
+        encoded.resize(slice.size() * UnitBytes(options_.push_encoding));
+        EncodeDense(options_.push_encoding, slice, encoded.data());
+        payload = borrowed.Borrow(encoded.data(), encoded.size());
+        break;
+      case TensorEncoding::kTopK:
+        topk_->Compress(gradient, r.begin, r.end, &encoded);
+        payload = borrowed.Borrow(encoded.data(), encoded.size());
+        break;
+    }
+    stats.payload_bytes += static_cast<int64_t>(payload.size());
+    std::vector<grpc::Slice> payload_slices;
+    payload_slices.push_back(std::move(payload));
+    requests[s] = JoinPayloadMessage(headers[s], ps::v1::PushRequest::kGradientFieldNumber,
+                                     std::move(payload_slices));
   }
-  std::vector<ps::v1::PushResponse> responses;
-  RETURN_IF_ERROR(
-      CallAll("Push", &Stub::PrepareAsyncPush, requests, &responses, options_.call_timeout, false));
+  const RawMethod push{"/ps.v1.ParameterServer/Push"};
+  std::vector<grpc::ByteBuffer> replies;
+  RETURN_IF_ERROR(CallAll("Push", push, requests, &replies, options_.call_timeout, false));
+  std::vector<ps::v1::PushResponse> responses(replies.size());
+  for (size_t s = 0; s < replies.size(); ++s) {
+    RETURN_IF_ERROR(ParseFromByteBuffer(replies[s], &responses[s]));
+  }
   if (options_.duplicate_pushes) {
-    std::vector<ps::v1::PushResponse> again;
-    RETURN_IF_ERROR(
-        CallAll("Push", &Stub::PrepareAsyncPush, requests, &again, options_.call_timeout, false));
+    std::vector<grpc::ByteBuffer> again;
+    RETURN_IF_ERROR(CallAll("Push", push, requests, &again, options_.call_timeout, false));
     for (size_t s = 0; s < again.size(); ++s) {
-      if (!again[s].duplicate()) {
+      ps::v1::PushResponse r;
+      RETURN_IF_ERROR(ParseFromByteBuffer(again[s], &r));
+      if (!r.duplicate()) {
         return absl::InternalError(absl::StrCat("shard ", s, " accepted push of clock ", clock,
                                                 " twice: exactly-once is broken"));
       }
     }
   }
-  PushStats stats;
   for (const auto& r : responses) {
     stats.applied += r.applied();
     stats.buffered += r.buffered();

@@ -2,7 +2,10 @@
 #define PS_WORKER_GRPC_PARAMETER_CLIENT_H_
 
 // ParameterClient over gRPC: one channel per shard; every operation issues its S calls at once
-// on a completion queue and waits for all of them. Every call has a deadline. UNAVAILABLE answers
+// on a completion queue and waits for all of them. Push and Pull are raw calls: a float32
+// gradient is sent straight from the caller's buffer (gRPC borrows it; Push returns only once gRPC
+// has released it) and pulled values are decoded straight from gRPC's receive buffers into the
+// caller's (common/tensor_wire.h). Every call has a deadline. UNAVAILABLE answers
 // (a shard restarting, a lost reply), and CANCELLED ones this client did not cause (a server
 // shutting down cancels the calls it has not started), are retried with exponential backoff for up
 // to `retry_for`, which is safe because every rpc is idempotent: pushes are deduplicated by
@@ -16,6 +19,8 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_security.h"
+#include "common/tensor_codec.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "worker/parameter_client.h"
@@ -37,6 +42,12 @@ struct GrpcClientOptions {
   // Fault injection for tests: send every push twice; the second must come back as duplicates
   // from every shard (INTERNAL otherwise: exactly-once is broken).
   bool duplicate_pushes = false;
+  // Compression, per run: how gradients are pushed (f32, bf16, fp16, or top-k with error
+  // feedback keeping `topk_ratio` of each shard's elements per step) and how weights are pulled
+  // (f32, bf16 or fp16).
+  TensorEncoding push_encoding = TensorEncoding::kF32;
+  double topk_ratio = 0.01;
+  TensorEncoding pull_encoding = TensorEncoding::kF32;
 };
 
 class GrpcParameterClient final : public ParameterClient {
@@ -60,6 +71,10 @@ class GrpcParameterClient final : public ParameterClient {
   template <typename Request, typename Response>
   using StartFn = std::unique_ptr<grpc::ClientAsyncResponseReader<Response>> (Stub::*)(
       grpc::ClientContext*, const Request&, grpc::CompletionQueue*);
+  // A raw (ByteBuffer) call of `method`, e.g. "/ps.v1.ParameterServer/Push".
+  struct RawMethod {
+    const char* path;
+  };
 
   explicit GrpcParameterClient(const GrpcClientOptions& options);
   KeyRange range(int shard) const;
@@ -72,9 +87,20 @@ class GrpcParameterClient final : public ParameterClient {
   absl::Status CallAll(const char* method, StartFn<Request, Response> start,
                        const std::vector<Request>& requests, std::vector<Response>* responses,
                        absl::Duration timeout, bool wait_for_ready);
+  absl::Status CallAll(const char* method, RawMethod raw,
+                       const std::vector<grpc::ByteBuffer>& requests,
+                       std::vector<grpc::ByteBuffer>* responses, absl::Duration timeout,
+                       bool wait_for_ready);
+  // The loop behind both: `start(shard, ctx, cq)` starts shard's call and returns its reader.
+  template <typename Response, typename Start>
+  absl::Status CallEach(const char* method, Start start, std::vector<Response>* responses,
+                        absl::Duration timeout, bool wait_for_ready);
 
   GrpcClientOptions options_;
   std::vector<std::unique_ptr<Stub>> stubs_;
+  std::vector<std::unique_ptr<grpc::GenericStub>> raw_stubs_;  // the same channels
+  std::vector<std::vector<char>> encoded_;                     // compressed gradients, per shard
+  std::unique_ptr<TopKCompressor> topk_;                       // error feedback state
   // Per-shard call settings: deadline, wait-for-ready and the token.
   void Prepare(grpc::ClientContext* ctx, absl::Duration timeout, bool wait_for_ready) const;
   std::vector<uint64_t> shard_incarnations() const;

@@ -29,6 +29,7 @@ struct ClusterInfo {
 struct PullStats {
   std::vector<int64_t> versions;  // per shard; pass to Push as the base versions
   absl::Duration server_wait;     // longest time a shard held the pull for consistency
+  int64_t payload_bytes = 0;      // tensor bytes received (after compression)
 };
 
 struct PushStats {
@@ -38,6 +39,7 @@ struct PushStats {
   int duplicates = 0;         // shards that had it already
   int dropped = 0;            // shards whose drop rule refused it as too stale
   int late = 0;               // shards that had applied its BSP round without it
+  int64_t payload_bytes = 0;  // tensor bytes sent (after compression)
 };
 
 struct ShardReport {

@@ -48,7 +48,7 @@ Shard::PushArgs PushOf(int rank, int64_t clock, int64_t base, const std::vector<
   a.range = KeyRange{0, 4};
   a.clock = clock;
   a.base_version = base;
-  a.gradient = g;
+  a.gradient = EncodedTensor::OfFloats(g);
   return a;
 }
 
@@ -88,7 +88,7 @@ TEST(Shard, RejectedPushesChangeNothing) {
   EXPECT_EQ(shard->Push(wrong_fp).status().code(), absl::StatusCode::kFailedPrecondition);
   const std::vector<float> short_grad = {1, 1, 1};
   Shard::PushArgs wrong_len = PushOf(0, 0, 0, ones);
-  wrong_len.gradient = short_grad;
+  wrong_len.gradient = EncodedTensor::OfFloats(short_grad);
   EXPECT_EQ(shard->Push(wrong_len).status().code(), absl::StatusCode::kInvalidArgument);
   Shard::PushArgs wrong_range = PushOf(0, 0, 0, ones);
   wrong_range.range = KeyRange{1, 5};
