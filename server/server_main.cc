@@ -6,6 +6,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "common/malloc_tuning.h"
 #include "common/cli.h"
 #include "common/logging.h"
 #include "common/optimizer_flags.h"
@@ -129,6 +130,7 @@ bool WritePortFile(const std::string& path, int port) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ps::TuneMallocForLargeMessages();
   const std::vector<std::string> rest = ps::ParseCommandLine(
       argc, argv,
       "One parameter-server shard: holds a slice of the model and applies the workers' "

@@ -32,14 +32,28 @@ struct ServiceOptions {
 // Push and Pull are "raw" methods: their payloads are read and written as gRPC slices in place
 // (common/tensor_wire.h). All methods use the callback API; a pull that must wait for its
 // consistency condition holds no thread (Shard::PullAsync).
-using ParameterServerServiceBase = ps::v1::ParameterServer::WithRawCallbackMethod_Pull<
-    ps::v1::ParameterServer::WithRawCallbackMethod_Push<ps::v1::ParameterServer::CallbackService>>;
+// (The chain is spelled out rather than built on the generated CallbackService, whose typed Push
+// and Pull the raw ones would hide.)
+using ParameterServerServiceBase = ps::v1::ParameterServer::WithCallbackMethod_Register<
+    ps::v1::ParameterServer::WithCallbackMethod_Heartbeat<
+        ps::v1::ParameterServer::WithCallbackMethod_Init<
+            ps::v1::ParameterServer::WithRawCallbackMethod_Pull<
+                ps::v1::ParameterServer::WithRawCallbackMethod_Push<
+                    ps::v1::ParameterServer::WithCallbackMethod_GetStatus<
+                        ps::v1::ParameterServer::Service>>>>>>;
 
 class ParameterServerService final : public ParameterServerServiceBase {
  public:
   // `shard` must outlive the service.
   ParameterServerService(Shard& shard, ServiceOptions options)
       : shard_(shard), options_(std::move(options)) {}
+  // The generated synchronous overloads (which abort) stay visible rather than hidden.
+  using ParameterServerServiceBase::GetStatus;
+  using ParameterServerServiceBase::Heartbeat;
+  using ParameterServerServiceBase::Init;
+  using ParameterServerServiceBase::Pull;
+  using ParameterServerServiceBase::Push;
+  using ParameterServerServiceBase::Register;
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
                                      const ps::v1::RegisterRequest* req,

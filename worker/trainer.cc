@@ -219,6 +219,8 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
           .Add("staleness", pushed.max_staleness)
           .Add("dropped", pushed.dropped)
           .Add("late", pushed.late)
+          .Add("push_bytes", pushed.payload_bytes)
+          .Add("pull_bytes", pulled.payload_bytes)
           .Add("wall_s", absl::ToDoubleSeconds(t3 - start));
       RETURN_IF_ERROR(metrics_->Write(line));
     }

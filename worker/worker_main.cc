@@ -12,6 +12,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/malloc_tuning.h"
+#include "common/tensor_codec.h"
 #include "common/cli.h"
 #include "common/dataset.h"
 #include "common/json_lines.h"
@@ -73,6 +75,11 @@ ABSL_FLAG(std::string, metrics_host, "0.0.0.0", "Address of the /metrics endpoin
 ABSL_FLAG(std::string, metrics_port_file, "", "Write the /metrics port to this file.");
 ABSL_FLAG(double, max_seconds, 0,
           "Stop training successfully after this many seconds (0: run every epoch).");
+ABSL_FLAG(std::string, push_encoding, "f32",
+          "How gradients travel: f32, bf16, fp16, or topk (top-k sparsification with error "
+          "feedback, keeping --topk_ratio of each shard's elements per step).");
+ABSL_FLAG(double, topk_ratio, 0.01, "--push_encoding topk: share of elements sent per step.");
+ABSL_FLAG(std::string, pull_encoding, "f32", "How weights travel: f32, bf16 or fp16.");
 ABSL_FLAG(bool, fault_duplicate_pushes, false,
           "Fault injection for tests: send every push twice and fail unless the second comes "
           "back as a duplicate from every shard.");
@@ -220,6 +227,7 @@ int ExitCodeFor(const absl::Status& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ps::TuneMallocForLargeMessages();
   const std::vector<std::string> rest = ps::ParseCommandLine(
       argc, argv,
       "A data-parallel worker: pulls weights from the shards, computes gradients on its share of "
@@ -273,6 +281,15 @@ int main(int argc, char** argv) {
         "--max_message_mb must be in [1, 2047], the timeouts >= 1 and --retry_s >= 0"));
   }
   client_options.max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
+  {
+    auto push_encoding = ps::ParseTensorEncoding(absl::GetFlag(FLAGS_push_encoding));
+    if (!push_encoding.ok()) return fail(push_encoding.status());
+    auto pull_encoding = ps::ParseTensorEncoding(absl::GetFlag(FLAGS_pull_encoding));
+    if (!pull_encoding.ok()) return fail(pull_encoding.status());
+    client_options.push_encoding = *push_encoding;
+    client_options.pull_encoding = *pull_encoding;
+    client_options.topk_ratio = absl::GetFlag(FLAGS_topk_ratio);
+  }
   {
     auto security = ps::MakeClientSecurity(ps::SecurityOptionsFromFlags());
     if (!security.ok()) return fail(security.status());

@@ -104,6 +104,10 @@ ABSL_FLAG(int32_t, fault_drop_push_reply_every, 0,
           "Fault injection: shards drop the reply of every Nth accepted push (0: off).");
 ABSL_FLAG(bool, fault_duplicate_pushes, false,
           "Fault injection: workers send every push twice and check the second is a duplicate.");
+ABSL_FLAG(std::string, push_encoding, "f32",
+          "Gradients on the wire: f32, bf16, fp16 or topk (passed to every worker).");
+ABSL_FLAG(double, topk_ratio, 0.01, "--push_encoding topk: share of elements sent per step.");
+ABSL_FLAG(std::string, pull_encoding, "f32", "Weights on the wire: f32, bf16 or fp16.");
 ABSL_FLAG(bool, serve_metrics, false,
           "Every shard and worker serves Prometheus metrics on a free port, written to "
           "<metrics_dir>/<name>.metrics_port.");
@@ -446,6 +450,9 @@ int main(int argc, char** argv) {
         absl::StrCat("--eval_every=", absl::GetFlag(FLAGS_eval_every)),
         absl::StrCat("--metrics_file=", metrics_dir, "/worker-", r, ".jsonl"),
         absl::StrCat("--fault_duplicate_pushes=", absl::GetFlag(FLAGS_fault_duplicate_pushes)),
+        absl::StrCat("--push_encoding=", absl::GetFlag(FLAGS_push_encoding)),
+        absl::StrCat("--topk_ratio=", absl::GetFlag(FLAGS_topk_ratio)),
+        absl::StrCat("--pull_encoding=", absl::GetFlag(FLAGS_pull_encoding)),
         absl::StrCat("--max_seconds=", absl::GetFlag(FLAGS_max_seconds))};
     args.insert(args.end(), model_args.begin(), model_args.end());
     const std::vector<std::string> metrics = MetricsArgs(metrics_dir, absl::StrCat("worker-", r));

@@ -1,5 +1,6 @@
 // Fuzzes the shard's request handlers through its gRPC service adapter, with arbitrary bytes
-// parsed as requests in arbitrary order. Checks, besides what ASan and UBSan catch:
+// parsed as requests in arbitrary order; Push and Pull bytes go raw through the in-place wire
+// splitter (common/tensor_wire.h), as the rpcs receive them. Checks, besides what ASan and UBSan catch:
 // - a refused request leaves the weights and the version unchanged;
 // - the version never goes backwards and the weights stay finite;
 // - a snapshot restores into a fresh shard with the same weights and version.
@@ -14,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "grpcpp/server_context.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "server/service.h"
 #include "server/shard.h"
 
@@ -55,14 +56,22 @@ bool AllFinite(const std::vector<float>& v) {
   return true;
 }
 
+// The rpc's order: the token check (no metadata: UNAUTHENTICATED when a token is configured),
+// then the handler.
 template <typename Request, typename Response, typename Method>
 grpc::Status Call(ps::ParameterServerService& service, Method method, const uint8_t* data,
                   size_t size) {
   Request request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return grpc::Status::CANCELLED;
   Response response;
-  grpc::ServerContext ctx;
-  return (service.*method)(&ctx, &request, &response);
+  const grpc::Status auth = service.Authenticate({});
+  if (!auth.ok()) return auth;
+  return (service.*method)(request, &response);
+}
+
+grpc::ByteBuffer Raw(const uint8_t* data, size_t size) {
+  grpc::Slice slice(data, size);
+  return grpc::ByteBuffer(&slice, 1);
 }
 
 }  // namespace
@@ -83,26 +92,35 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     grpc::Status st;
     switch (op % 7) {
       case 0:
-        st = Call<ps::v1::RegisterRequest, ps::v1::RegisterResponse>(*w.service, &S::Register, body,
-                                                                     length);
+        st = Call<ps::v1::RegisterRequest, ps::v1::RegisterResponse>(
+            *w.service, &S::HandleRegister, body, length);
         break;
       case 1:
-        st = Call<ps::v1::HeartbeatRequest, ps::v1::HeartbeatResponse>(*w.service, &S::Heartbeat,
-                                                                       body, length);
+        st = Call<ps::v1::HeartbeatRequest, ps::v1::HeartbeatResponse>(
+            *w.service, &S::HandleHeartbeat, body, length);
         break;
       case 2:
-        st = Call<ps::v1::InitRequest, ps::v1::InitResponse>(*w.service, &S::Init, body, length);
+        st = Call<ps::v1::InitRequest, ps::v1::InitResponse>(*w.service, &S::HandleInit, body,
+                                                             length);
         break;
-      case 3:
-        st = Call<ps::v1::PullRequest, ps::v1::PullResponse>(*w.service, &S::Pull, body, length);
+      case 3: {
+        grpc::ByteBuffer reply;
+        st = w.service->Authenticate({});
+        if (st.ok()) st = w.service->HandlePull(Raw(body, length), absl::Now(), &reply);
         break;
-      case 4:
-        st = Call<ps::v1::PushRequest, ps::v1::PushResponse>(*w.service, &S::Push, body, length);
+      }
+      case 4: {
+        grpc::ByteBuffer reply;
+        st = w.service->Authenticate({});
+        if (st.ok()) st = w.service->HandlePush(Raw(body, length), &reply);
         break;
-      case 5:
-        st = Call<ps::v1::GetStatusRequest, ps::v1::GetStatusResponse>(*w.service, &S::GetStatus,
-                                                                       body, length);
+      }
+      case 5: {
+        ps::v1::GetStatusResponse response;
+        st = w.service->Authenticate({});
+        if (st.ok()) st = w.service->HandleGetStatus(&response);
         break;
+      }
       case 6: {
         const ps::Shard::Snapshot snapshot = w.shard->EncodeSnapshot();
         World copy = Make(data[0]);

@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 
 namespace ps {
@@ -219,6 +220,77 @@ TEST(Shard, ShutdownFailsTheWaitingPull) {
   shard->Shutdown();
   waiter.join();
   EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable);
+}
+
+// PullAsync settles a waiting pull from the thread whose push unblocks it; nothing waits.
+TEST(AsyncPull, SettledByThePushThatUnblocksItWithNoThreadWaiting) {
+  auto shard = MakeShard(ConsistencyMode::kBsp, 2);
+  InitAndRegister(*shard, 2);
+  ASSERT_TRUE(shard->Push(PushOf(0, 0, 0, {1, 1, 1, 1})).ok());
+  Shard::PullArgs args;
+  args.rank = 0;
+  args.fingerprint = kFp;
+  args.range = KeyRange{0, 4};
+  args.clock = 1;
+  std::vector<float> read;
+  int done_calls = 0;
+  absl::StatusOr<Shard::PullResult> result;
+  const int64_t id = shard->PullAsync(
+      args, absl::Now() + absl::Seconds(30),
+      [&](absl::Span<const float> v) { read.assign(v.begin(), v.end()); },
+      [&](absl::StatusOr<Shard::PullResult> r) {
+        result = std::move(r);
+        ++done_calls;
+      });
+  EXPECT_NE(id, 0);
+  EXPECT_EQ(done_calls, 0);
+  ASSERT_TRUE(shard->Push(PushOf(1, 0, 0, {3, 3, 3, 3})).ok());
+  EXPECT_EQ(done_calls, 1);  // settled inside that Push, on this thread
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->version, 1);
+  EXPECT_EQ(read, (std::vector<float>{-1, 0, 1, 2}));
+  shard->CancelPull(id);  // already settled: nothing happens
+  EXPECT_EQ(done_calls, 1);
+}
+
+TEST(AsyncPull, ReadyPullSettlesAtOnceAndCancelledOneWithCancelled) {
+  auto shard = MakeShard(ConsistencyMode::kBsp, 2);
+  InitAndRegister(*shard, 2);
+  Shard::PullArgs args;
+  args.rank = 0;
+  args.fingerprint = kFp;
+  args.range = KeyRange{0, 4};
+  absl::StatusCode code = absl::StatusCode::kUnknown;
+  auto record = [&](absl::StatusOr<Shard::PullResult> r) { code = r.status().code(); };
+  auto ignore = [](absl::Span<const float>) {};
+  EXPECT_EQ(shard->PullAsync(args, absl::Now() + absl::Seconds(30), ignore, record), 0);
+  EXPECT_EQ(code, absl::StatusCode::kOk);
+  args.clock = 1;  // needs round 0, which nobody pushed
+  const int64_t id = shard->PullAsync(args, absl::Now() + absl::Seconds(30), ignore, record);
+  ASSERT_NE(id, 0);
+  shard->CancelPull(id);
+  EXPECT_EQ(code, absl::StatusCode::kCancelled);
+}
+
+TEST(AsyncPull, DeadlineSettlesAWaitingPullWithoutAnyPush) {
+  auto shard = MakeShard(ConsistencyMode::kBsp, 2);
+  InitAndRegister(*shard, 2);
+  Shard::PullArgs args;
+  args.rank = 0;
+  args.fingerprint = kFp;
+  args.range = KeyRange{0, 4};
+  args.clock = 1;
+  absl::Notification settled;
+  absl::StatusCode code = absl::StatusCode::kUnknown;
+  ASSERT_NE(shard->PullAsync(
+                args, absl::Now() + absl::Milliseconds(100), [](absl::Span<const float>) {},
+                [&](absl::StatusOr<Shard::PullResult> r) {
+                  code = r.status().code();
+                  settled.Notify();
+                }),
+            0);
+  ASSERT_TRUE(settled.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_EQ(code, absl::StatusCode::kDeadlineExceeded);
 }
 
 TEST(Shard, InitRules) {

@@ -1,0 +1,335 @@
+// ps_bench_transport: how fast gradients go out and weights come back, against two references
+// measured in the same run by this binary:
+// - the plain gRPC unary call carrying `bytes`, as a straightforward service is written: a sync
+//   server of the same ps.v1 messages whose handlers copy the payload in and out of protobuf
+//   `bytes` fields, and a client that does the same (ratio_vs_grpc);
+// - memcpy of the same number of bytes, warm buffers, one thread (ratio_vs_memcpy).
+// "push" and "pull" are the cluster's real path: ps_server's shard and service (ASP, plain SGD, so
+// a push includes the shard applying the update) and ps_worker's client, over loopback TCP.
+// W workers (threads, each its own client and channels) and S shards; a worker moves the whole
+// model per call, split over the shards; gbps counts the bytes of all workers. One JSON line per
+// measurement:
+//   {"bench":"transport","op":"push","mib":16,"workers":1,"shards":1,"gbps":...,
+//    "grpc_gbps":...,"memcpy_gbps":...,"ratio_vs_grpc":...,"ratio_vs_memcpy":...}
+//
+//   ps_bench_transport [--mib 1,16,64] [--configs 1x1,2x2] [--seconds 1.5] [--rounds 3]
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "common/cli.h"
+#include "common/grpc_security.h"
+#include "common/json_lines.h"
+#include "common/malloc_tuning.h"
+#include "common/param_layout.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/parameter_server.grpc.pb.h"
+#include "server/shard_server.h"
+#include "spdlog/spdlog.h"
+#include "worker/grpc_parameter_client.h"
+
+ABSL_FLAG(std::vector<std::string>, mib, std::vector<std::string>({"1", "16", "64"}),
+          "Model sizes in MiB of float32 (what one worker pushes or pulls per call).");
+ABSL_FLAG(std::vector<std::string>, configs, std::vector<std::string>({"1x1", "2x2"}),
+          "WORKERSxSHARDS configurations.");
+ABSL_FLAG(double, seconds, 1.5, "Time per measurement.");
+ABSL_FLAG(std::vector<std::string>, ops, std::vector<std::string>({"push", "pull"}),
+          "Which operations to measure (for profiling one of them).");
+ABSL_FLAG(int32_t, rounds, 3, "Measurements of each kind; the best is reported (noisy machine).");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kMaxMessage = 256 << 20;
+
+// Runs `op` on `threads` threads for about `seconds` (at least 2 calls each); returns calls per
+// second over all threads.
+template <typename Op>
+double CallsPerSecond(int threads, double seconds, Op op) {
+  std::atomic<int64_t> calls{0};
+  const auto start = Clock::now();
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      int64_t mine = 0;
+      while (mine < 2 || std::chrono::duration<double>(Clock::now() - start).count() < seconds) {
+        op(t);
+        ++mine;
+      }
+      calls += mine;
+    });
+  }
+  for (auto& th : pool) th.join();
+  return calls / std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The reference: the ps.v1 service written the plain way (sync API, protobuf `bytes` copies).
+class PlainService final : public ps::v1::ParameterServer::Service {
+ public:
+  explicit PlainService(size_t max_bytes) : store_(max_bytes, '\1') {}
+  grpc::Status Push(grpc::ServerContext*, const ps::v1::PushRequest* req,
+                    ps::v1::PushResponse* resp) override {
+    resp->set_applied(!req->gradient().empty());
+    return grpc::Status::OK;
+  }
+  grpc::Status Pull(grpc::ServerContext*, const ps::v1::PullRequest* req,
+                    ps::v1::PullResponse* resp) override {
+    const size_t bytes = static_cast<size_t>(req->end() - req->begin()) * sizeof(float);
+    resp->set_values(store_.data(), std::min(bytes, store_.size()));
+    return grpc::Status::OK;
+  }
+
+ private:
+  std::string store_;
+};
+
+struct PlainServer {
+  std::unique_ptr<PlainService> service;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+};
+
+PlainServer StartPlain(size_t bytes) {
+  PlainServer p;
+  p.service = std::make_unique<PlainService>(bytes);
+  grpc::ServerBuilder b;
+  b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &p.port);
+  b.SetMaxReceiveMessageSize(kMaxMessage);
+  b.SetMaxSendMessageSize(kMaxMessage);
+  b.RegisterService(p.service.get());
+  p.server = b.BuildAndStart();
+  return p;
+}
+
+// One plain worker: a typed stub per shard; a call sends each shard its range at once.
+class PlainWorker {
+ public:
+  PlainWorker(const std::vector<int>& ports, int64_t total) : total_(total) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(kMaxMessage);
+    args.SetMaxSendMessageSize(kMaxMessage);
+    args.SetInt("ps.bench.plain", 1);  // a channel of its own, not shared with other workers
+    for (int port : ports) {
+      stubs_.push_back(ps::v1::ParameterServer::NewStub(grpc::CreateCustomChannel(
+          "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials(), args)));
+    }
+  }
+  void Push(const std::vector<float>& grad) {
+    const int n = static_cast<int>(stubs_.size());
+    std::vector<ps::v1::PushRequest> req(n);
+    std::vector<ps::v1::PushResponse> resp(n);
+    for (int s = 0; s < n; ++s) {
+      const ps::KeyRange r = ps::ShardRange(total_, n, s);
+      req[s].set_gradient(grad.data() + r.begin, r.size() * sizeof(float));
+    }
+    CallAll(req, &resp, &ps::v1::ParameterServer::Stub::PrepareAsyncPush);
+  }
+  void Pull(std::vector<float>* params) {
+    const int n = static_cast<int>(stubs_.size());
+    std::vector<ps::v1::PullRequest> req(n);
+    std::vector<ps::v1::PullResponse> resp(n);
+    for (int s = 0; s < n; ++s) {
+      const ps::KeyRange r = ps::ShardRange(total_, n, s);
+      req[s].set_begin(r.begin);
+      req[s].set_end(r.end);
+    }
+    CallAll(req, &resp, &ps::v1::ParameterServer::Stub::PrepareAsyncPull);
+    for (int s = 0; s < n; ++s) {
+      const ps::KeyRange r = ps::ShardRange(total_, n, s);
+      std::memcpy(params->data() + r.begin, resp[s].values().data(), resp[s].values().size());
+    }
+  }
+
+ private:
+  template <typename Req, typename Resp, typename Start>
+  void CallAll(const std::vector<Req>& req, std::vector<Resp>* resp, Start start) {
+    grpc::CompletionQueue cq;
+    const size_t n = stubs_.size();
+    std::vector<grpc::ClientContext> ctx(n);
+    std::vector<grpc::Status> st(n);
+    std::vector<std::unique_ptr<grpc::ClientAsyncResponseReader<Resp>>> readers(n);
+    for (size_t s = 0; s < n; ++s) {
+      readers[s] = (stubs_[s].get()->*start)(&ctx[s], req[s], &cq);
+      readers[s]->StartCall();
+      readers[s]->Finish(&(*resp)[s], &st[s], reinterpret_cast<void*>(s));
+    }
+    for (size_t i = 0; i < n; ++i) {
+      void* tag;
+      bool ok;
+      cq.Next(&tag, &ok);
+    }
+    for (const auto& s : st) {
+      if (!s.ok()) spdlog::critical("plain call failed: {}", s.error_message());
+    }
+  }
+  int64_t total_;
+  std::vector<std::unique_ptr<ps::v1::ParameterServer::Stub>> stubs_;
+};
+
+struct Cluster {
+  std::vector<std::unique_ptr<ps::ShardServer>> shards;
+  std::vector<std::unique_ptr<ps::GrpcParameterClient>> workers;
+};
+
+Cluster StartCluster(int workers, int shards, int64_t total) {
+  Cluster c;
+  const uint64_t fingerprint = 0xbe4c4;
+  std::vector<std::string> servers;
+  for (int s = 0; s < shards; ++s) {
+    ps::ShardServerOptions o;
+    o.shard.shard_id = s;
+    o.shard.num_shards = shards;
+    o.shard.consistency.mode = ps::ConsistencyMode::kAsp;
+    o.shard.consistency.num_workers = workers;
+    o.shard.optimizer.lr = 1e-9f;
+    o.shard.lease = absl::Minutes(10);
+    o.max_message_bytes = kMaxMessage;
+    auto server = ps::ShardServer::Start(o);
+    if (!server.ok()) {
+      spdlog::critical("shard: {}", server.status().ToString());
+      std::exit(1);
+    }
+    servers.push_back("127.0.0.1:" + std::to_string((*server)->port()));
+    c.shards.push_back(std::move(*server));
+  }
+  std::vector<float> init(total, 0.5f);
+  for (int w = 0; w < workers; ++w) {
+    ps::GrpcClientOptions o;
+    o.servers = servers;
+    o.fingerprint = fingerprint;
+    o.total_params = total;
+    o.max_message_bytes = kMaxMessage;
+    auto client = ps::GrpcParameterClient::Create(o);
+    absl::Status s = client.status();
+    if (s.ok()) s = (*client)->Register(w, absl::Seconds(30)).status();
+    if (s.ok() && w == 0) s = (*client)->Init(init);
+    if (!s.ok()) {
+      spdlog::critical("worker {}: {}", w, s.ToString());
+      std::exit(1);
+    }
+    c.workers.push_back(std::move(*client));
+  }
+  return c;
+}
+
+double MemcpyGbps(size_t bytes, double seconds) {
+  std::vector<char> a(bytes, 1), b(bytes, 2);
+  const double calls = CallsPerSecond(1, seconds, [&](int) {
+    std::memcpy(b.data(), a.data(), bytes);
+    asm volatile("" : : "r"(b.data()) : "memory");
+  });
+  return calls * bytes / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ps::TuneMallocForLargeMessages();  // as ps_server and ps_worker do; the references get it too
+  ps::ParseCommandLine(argc, argv,
+                       "Push and pull throughput against plain gRPC and memcpy.\n"
+                       "  ps_bench_transport [--mib 1,16,64] [--configs 1x1,2x2] [--seconds 1.5]");
+  spdlog::set_level(spdlog::level::warn);
+  const double seconds = absl::GetFlag(FLAGS_seconds);
+  const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
+  for (const std::string& config : absl::GetFlag(FLAGS_configs)) {
+    std::vector<std::string> parts = absl::StrSplit(config, 'x');
+    int workers = 0, shards = 0;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &workers) ||
+        !absl::SimpleAtoi(parts[1], &shards) || workers < 1 || shards < 1) {
+      std::fprintf(stderr, "--configs: '%s' is not WORKERSxSHARDS\n", config.c_str());
+      return 2;
+    }
+    for (const std::string& mib_text : absl::GetFlag(FLAGS_mib)) {
+      int mib = 0;
+      if (!absl::SimpleAtoi(mib_text, &mib) || mib < 1 || mib > 128) {
+        std::fprintf(stderr, "--mib: '%s' is not in [1, 128]\n", mib_text.c_str());
+        return 2;
+      }
+      const size_t bytes = static_cast<size_t>(mib) << 20;
+      const int64_t total = static_cast<int64_t>(bytes / sizeof(float));
+      Cluster cluster = StartCluster(workers, shards, total);
+      std::vector<PlainServer> plain_servers;
+      std::vector<int> plain_ports;
+      for (int s = 0; s < shards; ++s) {
+        plain_servers.push_back(StartPlain(bytes));
+        plain_ports.push_back(plain_servers.back().port);
+      }
+      std::vector<std::unique_ptr<PlainWorker>> plain;
+      std::vector<std::vector<float>> grads(workers, std::vector<float>(total, 1e-3f));
+      std::vector<std::vector<float>> params(workers, std::vector<float>(total, 0.0f));
+      std::vector<int64_t> clocks(workers, 0);
+      std::vector<std::vector<int64_t>> versions(workers, std::vector<int64_t>(shards, 0));
+      for (int w = 0; w < workers; ++w) {
+        plain.push_back(std::make_unique<PlainWorker>(plain_ports, total));
+      }
+      auto ours_push = [&](int w) {
+        auto r = cluster.workers[w]->Push(clocks[w], versions[w], 32, grads[w]);
+        if (!r.ok()) {
+          spdlog::critical("push: {}", r.status().ToString());
+          std::exit(1);
+        }
+        ++clocks[w];
+      };
+      auto ours_pull = [&](int w) {
+        auto r = cluster.workers[w]->Pull(clocks[w], false, absl::MakeSpan(params[w]));
+        if (!r.ok()) {
+          spdlog::critical("pull: {}", r.status().ToString());
+          std::exit(1);
+        }
+        versions[w] = r->versions;
+      };
+      double best[4] = {0, 0, 0, 0};  // ours push, plain push, ours pull, plain pull
+      double memcpy_gbps = 0;
+      const std::vector<std::string> ops = absl::GetFlag(FLAGS_ops);
+      const bool do_push = std::find(ops.begin(), ops.end(), "push") != ops.end();
+      const bool do_pull = std::find(ops.begin(), ops.end(), "pull") != ops.end();
+      for (int round = 0; round < rounds; ++round) {
+        const double per_call = static_cast<double>(bytes) / 1e9;
+        if (do_push) {
+          best[0] = std::max(best[0], per_call * CallsPerSecond(workers, seconds, ours_push));
+          best[1] = std::max(best[1], per_call * CallsPerSecond(workers, seconds, [&](int w) {
+                                        plain[w]->Push(grads[w]);
+                                      }));
+        }
+        if (do_pull) {
+          best[2] = std::max(best[2], per_call * CallsPerSecond(workers, seconds, ours_pull));
+          best[3] = std::max(best[3], per_call * CallsPerSecond(workers, seconds, [&](int w) {
+                                        plain[w]->Pull(&params[w]);
+                                      }));
+        }
+        memcpy_gbps = std::max(memcpy_gbps, MemcpyGbps(bytes, seconds / 2));
+      }
+      for (int op = 0; op < 2; ++op) {
+        if (!(op == 0 ? do_push : do_pull)) continue;
+        const double ours = best[2 * op];
+        const double grpc = best[2 * op + 1];
+        std::printf("%s\n", ps::JsonObject()
+                                .Add("bench", "transport")
+                                .Add("op", op == 0 ? "push" : "pull")
+                                .Add("mib", mib)
+                                .Add("workers", workers)
+                                .Add("shards", shards)
+                                .Add("gbps", ours)
+                                .Add("grpc_gbps", grpc)
+                                .Add("memcpy_gbps", memcpy_gbps)
+                                .Add("ratio_vs_grpc", ours / grpc)
+                                .Add("ratio_vs_memcpy", ours / memcpy_gbps)
+                                .str()
+                                .c_str());
+        std::fflush(stdout);
+      }
+      for (auto& p : plain_servers) p.server->Shutdown();
+    }
+  }
+  return 0;
+}
