@@ -6,9 +6,9 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
-#include "common/malloc_tuning.h"
 #include "common/cli.h"
 #include "common/logging.h"
+#include "common/malloc_tuning.h"
 #include "common/optimizer_flags.h"
 #include "common/prometheus.h"
 #include "common/security_flags.h"

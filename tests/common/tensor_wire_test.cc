@@ -99,18 +99,18 @@ TEST(TensorWire, MalformedMessagesAreInvalidArgument) {
   ps::v1::PushRequest header;
   SplitMessage split;
   // Truncated inside the payload.
-  EXPECT_EQ(SplitPayloadMessage(Recut(bytes.substr(0, bytes.size() - 1), 9), kGradient, &header,
-                                &split)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      SplitPayloadMessage(Recut(bytes.substr(0, bytes.size() - 1), 9), kGradient, &header, &split)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
   // A field key with wire type 7 does not exist.
-  EXPECT_EQ(SplitPayloadMessage(Recut(std::string("\x0f", 1), 1), kGradient, &header, &split)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      SplitPayloadMessage(Recut(std::string("\x0f", 1), 1), kGradient, &header, &split).code(),
+      absl::StatusCode::kInvalidArgument);
   // Field number 0.
-  EXPECT_EQ(SplitPayloadMessage(Recut(std::string("\x00\x01", 2), 1), kGradient, &header, &split)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      SplitPayloadMessage(Recut(std::string("\x00\x01", 2), 1), kGradient, &header, &split).code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST(TensorWire, BorrowedSlicesAreCountedUntilReleased) {

@@ -1,6 +1,7 @@
 // Fuzzes the shard's request handlers through its gRPC service adapter, with arbitrary bytes
 // parsed as requests in arbitrary order; Push and Pull bytes go raw through the in-place wire
-// splitter (common/tensor_wire.h), as the rpcs receive them. Checks, besides what ASan and UBSan catch:
+// splitter (common/tensor_wire.h), as the rpcs receive them. Checks, besides what ASan and UBSan
+// catch:
 // - a refused request leaves the weights and the version unchanged;
 // - the version never goes backwards and the weights stay finite;
 // - a snapshot restores into a fresh shard with the same weights and version.
@@ -92,8 +93,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     grpc::Status st;
     switch (op % 7) {
       case 0:
-        st = Call<ps::v1::RegisterRequest, ps::v1::RegisterResponse>(
-            *w.service, &S::HandleRegister, body, length);
+        st = Call<ps::v1::RegisterRequest, ps::v1::RegisterResponse>(*w.service, &S::HandleRegister,
+                                                                     body, length);
         break;
       case 1:
         st = Call<ps::v1::HeartbeatRequest, ps::v1::HeartbeatResponse>(
