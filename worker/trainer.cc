@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <numeric>
 #include <thread>
@@ -114,8 +115,25 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   // write into it and pushes read from it, with no staging copy on the way to the device.
   ASSIGN_OR_RETURN(DeviceBuffer params_host, device_.AllocateHost(n * sizeof(float)));
   ASSIGN_OR_RETURN(DeviceBuffer grads_host, device_.AllocateHost(n * sizeof(float)));
-  const absl::Span<float> params(params_host.as<float>(), n);
+  absl::Span<float> params(params_host.as<float>(), n);
   const absl::Span<float> grads(grads_host.as<float>(), n);
+  // Overlap (SSP and ASP only): the pull of step c+1 runs on another thread into a second buffer
+  // while step c computes and pushes. BSP's pull of c+1 needs this worker's push of c, so there
+  // is nothing to gain there.
+  const bool overlap = options_.overlap && cluster.mode != "bsp";
+  DeviceBuffer prefetch_host;
+  absl::Span<float> prefetch_params;
+  if (overlap) {
+    ASSIGN_OR_RETURN(prefetch_host, device_.AllocateHost(n * sizeof(float)));
+    prefetch_params = absl::Span<float>(prefetch_host.as<float>(), n);
+  }
+  std::future<absl::StatusOr<PullStats>> prefetch;
+  int64_t prefetch_step = -1;
+  // Settles a prefetch in flight before anything else talks to the shards (rejoin, errors).
+  auto drain_prefetch = [&] {
+    if (prefetch.valid()) prefetch.get().IgnoreError();
+    prefetch_step = -1;
+  };
   if (!cluster.initialized) {
     model_.InitParams(options_.seed, params.data());
     RETURN_IF_ERROR(client_.Init(params));
@@ -150,13 +168,30 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
       break;
     }
     const absl::Time t0 = absl::Now();
-    absl::StatusOr<PullStats> pull = client_.Pull(step, /*no_wait=*/false, params);
+    absl::StatusOr<PullStats> pull;
+    if (prefetch.valid() && prefetch_step == step) {
+      pull = prefetch.get();  // only what is left of it is waited for
+      std::swap(params, prefetch_params);
+    } else {
+      drain_prefetch();
+      pull = client_.Pull(step, /*no_wait=*/false, params);
+    }
+    if (overlap && pull.ok() && step + 1 < total_steps) {
+      prefetch_step = step + 1;
+      prefetch = std::async(std::launch::async, [this, next = step + 1, out = prefetch_params] {
+        return client_.Pull(next, /*no_wait=*/false, out);
+      });
+    }
     if (pull.status().code() == absl::StatusCode::kAborted) {
+      drain_prefetch();
       ASSIGN_OR_RETURN(cluster, Rejoin(pull.status(), params));
       step = cluster.resume_clock - 1;  // the loop's ++step resumes at the shards' clock
       continue;
     }
-    if (!pull.ok()) return pull.status();
+    if (!pull.ok()) {
+      drain_prefetch();
+      return pull.status();
+    }
     const PullStats& pulled = *pull;
     const absl::Time t1 = absl::Now();
     ASSIGN_OR_RETURN(BatchStats step_stats, gradient->Compute(step, params, grads));
@@ -169,11 +204,15 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
     absl::StatusOr<PushStats> push =
         client_.Push(step, pulled.versions, static_cast<int>(step_stats.count), grads);
     if (push.status().code() == absl::StatusCode::kAborted) {
+      drain_prefetch();
       ASSIGN_OR_RETURN(cluster, Rejoin(push.status(), params));
       step = cluster.resume_clock - 1;
       continue;
     }
-    if (!push.ok()) return push.status();
+    if (!push.ok()) {
+      drain_prefetch();
+      return push.status();
+    }
     const PushStats& pushed = *push;
     const absl::Time t3 = absl::Now();
 
@@ -281,6 +320,7 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
       epoch_samples = 0;
     }
   }
+  drain_prefetch();  // a prefetch is never started past the last step; this is for `break`
   spdlog::info("rank {} finished {} steps in {:.1f}s", options_.rank, total_steps,
                absl::ToDoubleSeconds(absl::Now() - start));
   return absl::OkStatus();

@@ -37,6 +37,10 @@ struct TrainerOptions {
   // A call answered ABORTED (lease expired, shard restarted, rank taken over) makes the worker
   // register again and resume at the shards' clock; more than this many times fails the run.
   int max_rejoins = 100;
+  // SSP and ASP: pull the next step's weights while this step computes and pushes. The gradient of
+  // step c is then computed from weights that may lack this worker's own gradient of step c-1
+  // (one more update of staleness, still within the SSP bound the shards enforce on every pull).
+  bool overlap = false;
   // Stop (successfully) after this much training time, whatever step was reached.
   absl::Duration max_duration = absl::InfiniteDuration();
 };

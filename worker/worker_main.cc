@@ -80,6 +80,9 @@ ABSL_FLAG(std::string, push_encoding, "f32",
           "feedback, keeping --topk_ratio of each shard's elements per step).");
 ABSL_FLAG(double, topk_ratio, 0.01, "--push_encoding topk: share of elements sent per step.");
 ABSL_FLAG(std::string, pull_encoding, "f32", "How weights travel: f32, bf16 or fp16.");
+ABSL_FLAG(bool, overlap, false,
+          "SSP/ASP: pull the next step's weights while this step computes and pushes (hides "
+          "communication; adds up to one update of staleness). Ignored under BSP.");
 ABSL_FLAG(bool, fault_duplicate_pushes, false,
           "Fault injection for tests: send every push twice and fail unless the second comes "
           "back as a duplicate from every shard.");
@@ -321,6 +324,7 @@ int main(int argc, char** argv) {
   options.accumulate = absl::GetFlag(FLAGS_accumulate);
   options.epochs = absl::GetFlag(FLAGS_epochs);
   options.seed = absl::GetFlag(FLAGS_seed);
+  options.overlap = absl::GetFlag(FLAGS_overlap);
   options.delays.slowdown = absl::GetFlag(FLAGS_slowdown);
   {
     const std::string jitter = absl::GetFlag(FLAGS_jitter);

@@ -38,7 +38,7 @@ struct Cluster {
   std::vector<std::string> addresses;
 };
 
-Cluster StartCluster(int shards, int workers, ConsistencyMode mode) {
+Cluster StartCluster(int shards, int workers, ConsistencyMode mode, int staleness = 0) {
   Cluster c;
   for (int s = 0; s < shards; ++s) {
     ShardServerOptions o;
@@ -46,6 +46,7 @@ Cluster StartCluster(int shards, int workers, ConsistencyMode mode) {
     o.shard.num_shards = shards;
     o.shard.consistency.mode = mode;
     o.shard.consistency.num_workers = workers;
+    o.shard.consistency.staleness = staleness;
     o.shard.optimizer.kind = OptimizerKind::kSgd;
     o.shard.optimizer.lr = 0.1f;
     auto server = ShardServer::Start(o);
@@ -58,7 +59,7 @@ Cluster StartCluster(int shards, int workers, ConsistencyMode mode) {
 
 // Trains `rank` for `epochs` on the cluster; returns the status of Run().
 absl::Status TrainWorker(const Cluster& cluster, const Dataset& train, int rank, int batch,
-                         int accumulate, int epochs) {
+                         int accumulate, int epochs, bool overlap = false) {
   CpuDevice dev;
   auto model = MakeMlp(16, {8}, 4, dev, 64);
   EXPECT_TRUE(model.ok());
@@ -75,6 +76,7 @@ absl::Status TrainWorker(const Cluster& cluster, const Dataset& train, int rank,
   o.accumulate = accumulate;
   o.epochs = epochs;
   o.seed = 5;
+  o.overlap = overlap;
   Trainer trainer(o, **model, dev, **client, train, nullptr, nullptr, nullptr);
   std::atomic<bool> stop{false};
   return trainer.Run(stop);
@@ -113,6 +115,35 @@ TEST(Trainer, ARestartedWorkerResumesAtTheShardsClock) {
   ASSERT_TRUE(TrainWorker(twice, train, 0, 32, 1, 2).ok());
   EXPECT_EQ(twice.servers[1]->shard().GetStatus().version, 16);
   EXPECT_EQ(AllWeights(once), AllWeights(twice));
+}
+
+// SSP with s = 0 and one worker: the prefetched pull of step c+1 must wait on the shard for this
+// worker's push of step c, so overlapping changes the timing but not one bit of the result.
+TEST(Trainer, OverlapUnderSspZeroGivesTheSameWeights) {
+  const Dataset train = SyntheticData(256, 4);
+  Cluster plain = StartCluster(2, 1, ConsistencyMode::kSsp, 0);
+  ASSERT_TRUE(TrainWorker(plain, train, 0, 32, 1, 2).ok());
+  Cluster overlapped = StartCluster(2, 1, ConsistencyMode::kSsp, 0);
+  ASSERT_TRUE(TrainWorker(overlapped, train, 0, 32, 1, 2, /*overlap=*/true).ok());
+  EXPECT_EQ(overlapped.servers[0]->shard().GetStatus().version, 16);
+  EXPECT_EQ(AllWeights(plain), AllWeights(overlapped));
+  EXPECT_EQ(overlapped.servers[1]->shard().GetStatus().workers[0].staleness.max(), 0);
+}
+
+// ASP: the prefetch reads before this worker's own previous push lands at most once per step.
+TEST(Trainer, OverlapUnderAspStaysWithinOneUpdateOfStalenessAndLearns) {
+  const Dataset train = SyntheticData(512, 5);
+  Cluster c = StartCluster(1, 1, ConsistencyMode::kAsp);
+  ASSERT_TRUE(TrainWorker(c, train, 0, 16, 1, 5, /*overlap=*/true).ok());
+  const ShardStatus status = c.servers[0]->shard().GetStatus();
+  EXPECT_EQ(status.version, 160);
+  EXPECT_LE(status.workers[0].staleness.max(), 1);
+  CpuDevice dev;
+  auto model = MakeMlp(16, {8}, 4, dev, 64);
+  const std::vector<float> w = AllWeights(c);
+  auto stats = EvaluateDataset(**model, dev, w.data(), train);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_GT(stats->correct / stats->count, 0.9);
 }
 
 TEST(Trainer, LearnsTheSyntheticTask) {
