@@ -1,35 +1,62 @@
-// ps_bench_train: training throughput of one worker against one shard over loopback gRPC (both
-// in this process, real TCP between them), on Fashion-MNIST with the MLP. Prints one JSON line
-// with samples/s and the shares of step time spent in pull, compute and push, and the ratio to
-// a reference measured in the same run by the same binary: the same model trained locally with
-// the same batches and no parameter server (compute plus an in-place SGD update).
+// ps_bench_train: training throughput of the whole system on loopback: S shards (ps_server's
+// ShardServer) and W workers (ps_worker's Trainer and gRPC client, one thread and one BLAS thread
+// each), all in this process with real TCP between them, on Fashion-MNIST. One JSON line per
+// (model, workers x shards, gradient encoding) with samples/s, the share of step time spent
+// waiting on communication (pull + push), bytes per step, and the ratio to a reference measured
+// in the same run: the same model trained locally on the same batches with no parameter server.
+// With --vs_pytorch, the MLP's f32 runs are also compared with PyTorch on the same data, batch,
+// optimizer and threads (bench/peers/pytorch_mlp.py: one process for 1 worker, DDP with gloo and
+// W processes for W workers), run by Debian's python3.
 //
-//   ps_bench_train [--steps 300] [--batch_size 32] [--hidden 256,128] [--data_dir ...]
+//   ps_bench_train [--models mlp,cnn] [--configs 1x1,2x1,2x2,4x2] [--encodings f32,bf16]
+//                  [--mode bsp] [--overlap] [--steps 200] [--cnn_steps 40] [--vs_pytorch]
 
 #include <atomic>
 #include <cstdio>
+#include <memory>
 #include <numeric>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/cli.h"
 #include "common/cpu_device.h"
 #include "common/dataset.h"
 #include "common/json_lines.h"
+#include "common/malloc_tuning.h"
 #include "common/model.h"
 #include "common/optimizer.h"
+#include "common/status_macros.h"
+#include "common/tensor_codec.h"
 #include "server/shard_server.h"
 #include "spdlog/spdlog.h"
 #include "worker/batch_plan.h"
 #include "worker/grpc_parameter_client.h"
 #include "worker/trainer.h"
 
-ABSL_FLAG(int32_t, steps, 300, "Training steps per measurement.");
-ABSL_FLAG(int32_t, batch_size, 32, "Samples per step.");
-ABSL_FLAG(std::string, hidden, "256,128", "MLP hidden widths.");
+ABSL_FLAG(std::vector<std::string>, models, std::vector<std::string>({"mlp", "cnn"}),
+          "Models: mlp, cnn.");
+ABSL_FLAG(std::vector<std::string>, configs, std::vector<std::string>({"1x1", "2x1", "2x2", "4x2"}),
+          "WORKERSxSHARDS configurations.");
+ABSL_FLAG(std::vector<std::string>, encodings, std::vector<std::string>({"f32", "bf16"}),
+          "Gradient encodings (f32, bf16, fp16, topk).");
+ABSL_FLAG(double, topk_ratio, 0.01, "Share of elements sent per step with topk.");
+ABSL_FLAG(std::string, mode, "bsp", "Consistency mode of the shards: bsp, ssp or asp.");
+ABSL_FLAG(int32_t, staleness, 1, "SSP bound.");
+ABSL_FLAG(bool, overlap, false, "SSP/ASP workers prefetch the next step's weights.");
+ABSL_FLAG(int32_t, steps, 200, "MLP training steps per worker per measurement.");
+ABSL_FLAG(int32_t, cnn_steps, 40, "CNN training steps per worker per measurement.");
+ABSL_FLAG(int32_t, batch_size, 32, "Samples per worker per step.");
 ABSL_FLAG(std::string, data_dir, ps::kDefaultFashionMnistDir, "Fashion-MNIST folder.");
+ABSL_FLAG(bool, vs_pytorch, false,
+          "Also run bench/peers/pytorch_mlp.py for the MLP's f32 runs and print the ratio.");
+ABSL_FLAG(std::string, python, "/usr/bin/python3", "Python with Debian's python3-torch.");
+ABSL_FLAG(std::string, peers_dir, "bench/peers", "Folder of the peer scripts.");
 
 namespace {
 
@@ -61,85 +88,214 @@ absl::StatusOr<double> LocalSamplesPerSec(ps::Model& model, const ps::Dataset& t
   return static_cast<double>(steps) * batch / absl::ToDoubleSeconds(absl::Now() - start);
 }
 
+struct RunResult {
+  double samples_per_sec = 0;
+  double comm_share = 0;  // (pull + push) / step time, over all workers
+  double pull_share = 0;
+  double compute_share = 0;
+  double push_share = 0;
+  double step_ms = 0;
+  int64_t push_bytes_per_step = 0;  // per worker
+  int64_t pull_bytes_per_step = 0;
+};
+
+// W trainer threads against S fresh shards; every worker runs `steps` steps of one epoch.
+absl::StatusOr<RunResult> RunCluster(const ps::ModelSpec& spec, const ps::Dataset& train,
+                                     int workers, int shards, int steps, int batch,
+                                     ps::TensorEncoding encoding) {
+  ps::Dataset data = train;
+  data.Truncate(int64_t{steps} * batch * workers);
+  ASSIGN_OR_RETURN(ps::ConsistencyMode mode, ps::ParseConsistencyMode(absl::GetFlag(FLAGS_mode)));
+  std::vector<std::unique_ptr<ps::ShardServer>> servers;
+  std::vector<std::string> addresses;
+  for (int s = 0; s < shards; ++s) {
+    ps::ShardServerOptions so;
+    so.shard.shard_id = s;
+    so.shard.num_shards = shards;
+    so.shard.consistency.mode = mode;
+    so.shard.consistency.staleness =
+        mode == ps::ConsistencyMode::kSsp ? absl::GetFlag(FLAGS_staleness) : 0;
+    so.shard.consistency.num_workers = workers;
+    so.shard.optimizer.lr = 0.01f;
+    ASSIGN_OR_RETURN(auto server, ps::ShardServer::Start(so));
+    addresses.push_back(absl::StrCat("127.0.0.1:", server->port()));
+    servers.push_back(std::move(server));
+  }
+  std::vector<ps::TrainStats> stats(workers);
+  std::vector<absl::Status> status(workers);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < workers; ++w) {
+    threads.emplace_back([&, w] {
+      ps::CpuDevice dev(1);
+      auto model = ps::MakeModel(spec, ps::ImageShape{data.rows, data.cols, 1}, data.num_classes,
+                                 dev, batch);
+      if (!model.ok()) {
+        status[w] = model.status();
+        return;
+      }
+      ps::GrpcClientOptions co;
+      co.servers = addresses;
+      co.fingerprint = (*model)->layout().fingerprint();
+      co.total_params = (*model)->layout().total();
+      co.rank = w;
+      co.push_encoding = encoding;
+      co.topk_ratio = absl::GetFlag(FLAGS_topk_ratio);
+      auto client = ps::GrpcParameterClient::Create(co);
+      if (!client.ok()) {
+        status[w] = client.status();
+        return;
+      }
+      ps::TrainerOptions to;
+      to.rank = w;
+      to.batch_size = batch;
+      to.epochs = 1;
+      to.overlap = absl::GetFlag(FLAGS_overlap);
+      ps::Trainer trainer(to, **model, dev, **client, data, nullptr, nullptr, nullptr);
+      std::atomic<bool> stop{false};
+      status[w] = trainer.Run(stop);
+      stats[w] = trainer.stats();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& server : servers) server->Shutdown().IgnoreError();
+  for (const absl::Status& s : status) RETURN_IF_ERROR(s);
+  RunResult r;
+  double total = 0, pull = 0, compute = 0, push = 0, longest = 0;
+  int64_t samples = 0, steps_done = 0, push_bytes = 0, pull_bytes = 0;
+  for (const ps::TrainStats& t : stats) {
+    total += absl::ToDoubleSeconds(t.total);
+    pull += absl::ToDoubleSeconds(t.pull);
+    compute += absl::ToDoubleSeconds(t.compute);
+    push += absl::ToDoubleSeconds(t.push);
+    longest = std::max(longest, absl::ToDoubleSeconds(t.total));
+    samples += t.samples;
+    steps_done += t.steps;
+    push_bytes += t.push_bytes;
+    pull_bytes += t.pull_bytes;
+  }
+  r.samples_per_sec = samples / longest;
+  r.comm_share = (pull + push) / total;
+  r.pull_share = pull / total;
+  r.compute_share = compute / total;
+  r.push_share = push / total;
+  r.step_ms = 1000.0 * total / steps_done;
+  r.push_bytes_per_step = push_bytes / steps_done;
+  r.pull_bytes_per_step = pull_bytes / steps_done;
+  return r;
+}
+
+// samples/s of bench/peers/pytorch_mlp.py, or an error naming what is missing.
+absl::StatusOr<double> PytorchSamplesPerSec(int workers, int steps, int batch) {
+  const std::string command = absl::StrCat(
+      absl::GetFlag(FLAGS_python), " ", absl::GetFlag(FLAGS_peers_dir), "/pytorch_mlp.py --mode ",
+      workers == 1 ? "single" : "ddp", " --procs ", workers, " --steps ", steps, " --batch_size ",
+      batch, " --threads 1 --data_dir ", absl::GetFlag(FLAGS_data_dir));
+  std::FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return absl::UnavailableError(absl::StrCat("cannot run: ", command));
+  std::string out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof(buf), pipe) != nullptr) out += buf;
+  const int rc = pclose(pipe);
+  const size_t at = out.find("\"samples_per_sec\": ");
+  double rate = 0;
+  if (rc != 0 || at == std::string::npos ||
+      !absl::SimpleAtod(
+          absl::StripAsciiWhitespace(out.substr(at + 19, out.find_first_of(",}", at) - at - 19)),
+          &rate)) {
+    return absl::UnavailableError(absl::StrCat("'", command, "' failed (rc ", rc,
+                                               "); install python3-torch (INSTALL_BENCH_PACKAGES=1 "
+                                               "scripts/setup.sh) or pass --python"));
+  }
+  return rate;
+}
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "ps_bench_train: %s\n", s.ToString().c_str());
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  ps::ParseCommandLine(argc, argv, "Training throughput of 1 worker and 1 shard (MLP).");
+  ps::TuneMallocForLargeMessages();
+  ps::ParseCommandLine(argc, argv,
+                       "Training throughput of W workers and S shards on loopback.\n"
+                       "  ps_bench_train [--models mlp,cnn] [--configs 1x1,2x2] "
+                       "[--encodings f32,bf16] [--vs_pytorch]");
   spdlog::set_level(spdlog::level::warn);
   const int batch = absl::GetFlag(FLAGS_batch_size);
-  const int steps = absl::GetFlag(FLAGS_steps);
-  ps::ModelSpec spec;
-  spec.hidden.clear();
-  for (absl::string_view p : absl::StrSplit(absl::GetFlag(FLAGS_hidden), ',')) {
-    int64_t w = 0;
-    if (!absl::SimpleAtoi(p, &w) || w <= 0) {
-      std::fprintf(stderr, "bad --hidden\n");
-      return 2;
-    }
-    spec.hidden.push_back(w);
+  if (batch < 1 || absl::GetFlag(FLAGS_steps) < 1 || absl::GetFlag(FLAGS_cnn_steps) < 1) {
+    return Fail(absl::InvalidArgumentError("--batch_size, --steps and --cnn_steps must be >= 1"));
   }
   auto train = ps::LoadFashionMnist(absl::GetFlag(FLAGS_data_dir), "train");
-  if (!train.ok()) {
-    std::fprintf(stderr, "%s\n", train.status().ToString().c_str());
-    return 1;
+  if (!train.ok()) return Fail(train.status());
+  for (const std::string& model_name : absl::GetFlag(FLAGS_models)) {
+    ps::ModelSpec spec;
+    spec.name = model_name;
+    const int steps =
+        model_name == "cnn" ? absl::GetFlag(FLAGS_cnn_steps) : absl::GetFlag(FLAGS_steps);
+    ps::CpuDevice dev(1);
+    auto model = ps::MakeModel(spec, ps::ImageShape{train->rows, train->cols, 1},
+                               train->num_classes, dev, batch);
+    if (!model.ok()) return Fail(model.status());
+    ps::Dataset local_data = *train;
+    local_data.Truncate(int64_t{steps} * batch);
+    auto local = LocalSamplesPerSec(**model, local_data, batch, steps);
+    if (!local.ok()) return Fail(local.status());
+    for (const std::string& config : absl::GetFlag(FLAGS_configs)) {
+      std::vector<std::string> parts = absl::StrSplit(config, 'x');
+      int workers = 0, shards = 0;
+      if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &workers) ||
+          !absl::SimpleAtoi(parts[1], &shards) || workers < 1 || shards < 1) {
+        return Fail(absl::InvalidArgumentError(
+            absl::StrCat("--configs: '", config, "' is not WORKERSxSHARDS")));
+      }
+      for (const std::string& encoding_name : absl::GetFlag(FLAGS_encodings)) {
+        auto encoding = ps::ParseTensorEncoding(encoding_name);
+        if (!encoding.ok()) return Fail(encoding.status());
+        auto r = RunCluster(spec, *train, workers, shards, steps, batch, *encoding);
+        if (!r.ok()) return Fail(r.status());
+        ps::JsonObject line;
+        line.Add("bench", "train")
+            .Add("model", model_name)
+            .Add("params", (*model)->layout().total())
+            .Add("workers", workers)
+            .Add("shards", shards)
+            .Add("mode", absl::GetFlag(FLAGS_mode))
+            .Add("overlap", absl::GetFlag(FLAGS_overlap))
+            .Add("push_encoding", encoding_name)
+            .Add("batch_size", batch)
+            .Add("steps", steps)
+            .Add("samples_per_sec", r->samples_per_sec)
+            .Add("comm_wait_share", r->comm_share)
+            .Add("pull_share", r->pull_share)
+            .Add("compute_share", r->compute_share)
+            .Add("push_share", r->push_share)
+            .Add("step_ms", r->step_ms)
+            .Add("push_bytes_per_step", r->push_bytes_per_step)
+            .Add("pull_bytes_per_step", r->pull_bytes_per_step)
+            .Add("local_samples_per_sec", *local)
+            .Add("ratio_vs_local", r->samples_per_sec / *local);
+        std::printf("%s\n", line.str().c_str());
+        std::fflush(stdout);
+        if (absl::GetFlag(FLAGS_vs_pytorch) && model_name == "mlp" &&
+            *encoding == ps::TensorEncoding::kF32) {
+          auto theirs = PytorchSamplesPerSec(workers, steps, batch);
+          if (!theirs.ok()) return Fail(theirs.status());
+          ps::JsonObject vs;
+          vs.Add("bench", "train_vs_pytorch")
+              .Add("model", model_name)
+              .Add("workers", workers)
+              .Add("shards", shards)
+              .Add("samples_per_sec", r->samples_per_sec)
+              .Add("pytorch_mode", workers == 1 ? "single" : "ddp_gloo")
+              .Add("pytorch_samples_per_sec", *theirs)
+              .Add("ratio_vs_pytorch", r->samples_per_sec / *theirs);
+          std::printf("%s\n", vs.str().c_str());
+          std::fflush(stdout);
+        }
+      }
+    }
   }
-  ps::CpuDevice dev;
-  auto model = ps::MakeModel(spec, ps::ImageShape{train->rows, train->cols, 1}, train->num_classes,
-                             dev, batch);
-  if (!model.ok()) {
-    std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
-    return 2;
-  }
-  train->Truncate(int64_t{steps} * batch);
-
-  auto local = LocalSamplesPerSec(**model, *train, batch, steps);
-  if (!local.ok()) {
-    std::fprintf(stderr, "%s\n", local.status().ToString().c_str());
-    return 1;
-  }
-
-  ps::ShardServerOptions so;
-  so.shard.consistency.mode = ps::ConsistencyMode::kBsp;
-  so.shard.optimizer.lr = 0.01f;
-  auto server = ps::ShardServer::Start(so);
-  if (!server.ok()) {
-    std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
-    return 1;
-  }
-  ps::GrpcClientOptions co;
-  co.servers = {"127.0.0.1:" + std::to_string((*server)->port())};
-  co.fingerprint = (*model)->layout().fingerprint();
-  co.total_params = (*model)->layout().total();
-  auto client = ps::GrpcParameterClient::Create(co);
-  ps::TrainerOptions to;
-  to.batch_size = batch;
-  to.epochs = 1;
-  ps::Trainer trainer(to, **model, dev, **client, *train, nullptr, nullptr, nullptr);
-  std::atomic<bool> stop{false};
-  absl::Status s = trainer.Run(stop);
-  if (!s.ok()) {
-    std::fprintf(stderr, "%s\n", s.ToString().c_str());
-    return 1;
-  }
-  const ps::TrainStats& t = trainer.stats();
-  const double total = absl::ToDoubleSeconds(t.total);
-  const double ps_rate = t.samples / total;
-  ps::JsonObject line;
-  line.Add("bench", "train")
-      .Add("model", "mlp")
-      .Add("params", (*model)->layout().total())
-      .Add("workers", 1)
-      .Add("shards", 1)
-      .Add("batch_size", batch)
-      .Add("steps", t.steps)
-      .Add("samples_per_sec", ps_rate)
-      .Add("pull_share", absl::ToDoubleSeconds(t.pull) / total)
-      .Add("compute_share", absl::ToDoubleSeconds(t.compute) / total)
-      .Add("push_share", absl::ToDoubleSeconds(t.push) / total)
-      .Add("step_ms", 1000.0 * total / t.steps)
-      .Add("local_samples_per_sec", *local)
-      .Add("ratio_vs_local", ps_rate / *local);
-  std::printf("%s\n", line.str().c_str());
-  (*server)->Shutdown().IgnoreError();
   return 0;
 }

@@ -236,6 +236,8 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
     stats_.injected += t2s - t2;
     last_push = t3 - t2s;
     stats_.push += t3 - t2s;
+    stats_.push_bytes += pushed.payload_bytes;
+    stats_.pull_bytes += pulled.payload_bytes;
     stats_.total += t3 - t0;
     const double loss = step_stats.loss_sum / step_stats.count;
     epoch_loss += step_stats.loss_sum;

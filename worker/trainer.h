@@ -66,6 +66,8 @@ struct TrainStats {
   absl::Duration push;      // sending gradients
   absl::Duration total;     // the steps' wall time (excludes evaluation)
   int64_t rejoins = 0;      // re-registrations after ABORTED answers
+  int64_t push_bytes = 0;   // tensor bytes pushed (after compression)
+  int64_t pull_bytes = 0;   // tensor bytes pulled
 };
 
 // Running totals of a training run, readable from another thread while it runs (the /metrics
