@@ -1,5 +1,6 @@
 #include "common/grpc_security.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -138,6 +139,10 @@ grpc::ChannelArguments ClientChannelArguments(int max_message_bytes,
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // Each client's channels get connections of their own: gRPC would otherwise share one TCP
+  // connection among all clients of a process that target the same shard (in-process workers
+  // of tests and benchmarks), serialising them on one HTTP/2 connection.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   if (!security.server_name_override.empty()) {
     args.SetSslTargetNameOverride(security.server_name_override);
   }
@@ -153,6 +158,11 @@ void ConfigureServerBuilder(int max_message_bytes, grpc::ServerBuilder* builder)
   builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 2 * kKeepaliveTimeMs);
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
+}
+
+size_t ShardReceiveQuotaBytes(int64_t slice_bytes) {
+  return std::max<size_t>(size_t{32} << 20,
+                          16 * static_cast<size_t>(std::max<int64_t>(0, slice_bytes)));
 }
 
 }  // namespace ps

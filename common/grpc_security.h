@@ -70,6 +70,16 @@ grpc::ChannelArguments ClientChannelArguments(int max_message_bytes,
 // Builder settings every server uses: message limits and keepalive policy.
 void ConfigureServerBuilder(int max_message_bytes, grpc::ServerBuilder* builder);
 
+// How much memory a shard lets its connections hold (a gRPC ResourceQuota): a received request
+// stays in gRPC's buffers until its handler has run, so without a bound a shard's memory grows
+// with the number of workers times the slice when many push at once. Past the quota gRPC stops
+// reading (TCP backpressure) instead of buffering more. 16 slices and at least 32 MiB: enough
+// that one worker's large messages are never throttled (measured with ps_bench_transport; a
+// quota of 4 messages halved 16 MiB pushes), small enough that ps_bench_scale's server memory
+// stays flat from 16 to 64 workers. `slice_bytes` is the shard's slice, or the largest message
+// before the shard knows its slice.
+size_t ShardReceiveQuotaBytes(int64_t slice_bytes);
+
 }  // namespace ps
 
 #endif  // PS_COMMON_GRPC_SECURITY_H_

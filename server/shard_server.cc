@@ -90,6 +90,8 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
       options.port);
   builder.AddListeningPort(address, security.credentials, &s->port_);
   ConfigureServerBuilder(options.max_message_bytes, &builder);
+  s->receive_quota_.Resize(ShardReceiveQuotaBytes(options.max_message_bytes));
+  builder.SetResourceQuota(s->receive_quota_);
   builder.RegisterService(s->service_.get());
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
@@ -119,6 +121,10 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
 }
 
 void ShardServer::SetParametersServing(bool serving) {
+  if (serving) {
+    receive_quota_.Resize(
+        ShardReceiveQuotaBytes(shard_->range().size() * static_cast<int64_t>(sizeof(float))));
+  }
   std::lock_guard<std::mutex> lock(health_mu_);
   if (health_final_) return;
   for (grpc::Server* server : {server_.get(), health_server_.get()}) {

@@ -29,6 +29,7 @@
 #include "absl/time/time.h"
 #include "common/checkpoint.h"
 #include "common/grpc_security.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/server.h"
 #include "server/service.h"
 #include "server/shard.h"
@@ -91,6 +92,8 @@ class ShardServer {
   std::FILE* record_ = nullptr;  // closed after the shard stops
   std::unique_ptr<Shard> shard_;
   std::unique_ptr<ParameterServerService> service_;
+  // Bounds what the connections may buffer; sized to the slice once the shard has one.
+  grpc::ResourceQuota receive_quota_{"ps-shard-receive"};
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<grpc::Server> health_server_;  // plaintext, health only
   // The health port's server needs one synchronous service for gRPC to run its built-in health

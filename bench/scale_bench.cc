@@ -1,0 +1,233 @@
+// ps_bench_scale: many light worker clients against a few shards. S ps_server processes (real
+// processes, so their memory can be read from /proc) and W client threads in this process, each
+// its own GrpcParameterClient (its own channels), pulling and pushing a small model in a loop
+// under ASP (or SSP/BSP with --mode) for --seconds. One JSON line per (model size, workers):
+//   {"bench":"scale","mode":"asp","workers":64,"shards":4,"params":262144,"pushes_per_sec":...,
+//    "pull_p50_ms":...,"pull_p99_ms":...,"errors":0,"server_rss_mib":...,"model_mib":...}
+// server_rss_mib sums the shards' resident memory after the run; comparing lines shows whether
+// it grows with the model or with workers x model.
+//
+//   ps_bench_scale [--workers 16,64] [--params 262144,1048576] [--shards 4] [--seconds 10]
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/cli.h"
+#include "common/json_lines.h"
+#include "common/malloc_tuning.h"
+#include "spdlog/spdlog.h"
+#include "worker/grpc_parameter_client.h"
+
+extern char** environ;
+
+ABSL_FLAG(std::vector<std::string>, workers, std::vector<std::string>({"16", "64"}),
+          "Numbers of worker clients.");
+ABSL_FLAG(std::vector<std::string>, params, std::vector<std::string>({"262144", "1048576"}),
+          "Model sizes in float32 parameters.");
+ABSL_FLAG(int32_t, shards, 4, "ps_server processes.");
+ABSL_FLAG(std::string, mode, "asp", "Consistency mode: bsp, ssp or asp.");
+ABSL_FLAG(double, seconds, 10, "Duration of each measurement (ASP).");
+ABSL_FLAG(int32_t, steps, 0,
+          "Steps per worker instead of --seconds (needed under BSP and SSP, where a worker that "
+          "stopped on time would hold the others' pulls).");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string SelfDir() { return std::filesystem::read_symlink("/proc/self/exe").parent_path(); }
+
+// The shard processes of one measurement; SIGTERMed and reaped on destruction.
+class Shards {
+ public:
+  Shards(int shards, int workers, const std::string& mode) {
+    dir_ = std::filesystem::temp_directory_path() / absl::StrCat("ps_bench_scale.", getpid());
+    std::filesystem::create_directories(dir_);
+    for (int s = 0; s < shards; ++s) {
+      const std::string port_file = absl::StrCat(dir_, "/ps-", s, ".port");
+      std::vector<std::string> args = {SelfDir() + "/ps_server",
+                                       absl::StrCat("--shard_id=", s),
+                                       absl::StrCat("--num_shards=", shards),
+                                       absl::StrCat("--num_workers=", workers),
+                                       "--port=0",
+                                       "--port_file=" + port_file,
+                                       "--mode=" + mode,
+                                       "--staleness=2",
+                                       "--optimizer=sgd",
+                                       "--lr=0.000001",
+                                       "--lease_ms=600000",
+                                       "--log_level=warn"};
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      pid_t pid = -1;
+      if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) {
+        spdlog::critical("cannot start {}", args[0]);
+        std::exit(1);
+      }
+      pids_.push_back(pid);
+      for (int i = 0; i < 300 && !std::filesystem::exists(port_file); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      std::ifstream in(port_file);
+      int port = 0;
+      if (!(in >> port)) {
+        spdlog::critical("ps_server {} did not start", s);
+        std::exit(1);
+      }
+      addresses_.push_back(absl::StrCat("127.0.0.1:", port));
+    }
+  }
+  ~Shards() {
+    for (pid_t pid : pids_) kill(pid, SIGTERM);
+    for (pid_t pid : pids_) waitpid(pid, nullptr, 0);
+    std::filesystem::remove_all(dir_);
+  }
+  const std::vector<std::string>& addresses() const { return addresses_; }
+  // Resident memory of all shard processes, MiB.
+  double RssMib() const {
+    double total = 0;
+    for (pid_t pid : pids_) {
+      std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+      for (std::string line; std::getline(status, line);) {
+        if (line.rfind("VmRSS:", 0) == 0) total += std::stod(line.substr(6)) / 1024.0;
+      }
+    }
+    return total;
+  }
+
+ private:
+  std::string dir_;
+  std::vector<pid_t> pids_;
+  std::vector<std::string> addresses_;
+};
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  const size_t k = std::min(v.size() - 1, static_cast<size_t>(p * v.size()));
+  std::nth_element(v.begin(), v.begin() + k, v.end());
+  return v[k];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ps::TuneMallocForLargeMessages();
+  ps::ParseCommandLine(
+      argc, argv,
+      "Many light workers against a few shards: pushes/s, pull latency, server "
+      "memory.\n  ps_bench_scale [--workers 16,64] [--params 262144] [--shards 4]");
+  spdlog::set_level(spdlog::level::warn);
+  const int shards = absl::GetFlag(FLAGS_shards);
+  const double seconds = absl::GetFlag(FLAGS_seconds);
+  const int steps = absl::GetFlag(FLAGS_steps);
+  if (shards < 1 || seconds <= 0 || steps < 0 ||
+      (absl::GetFlag(FLAGS_mode) != "asp" && steps == 0)) {
+    std::fprintf(stderr,
+                 "--shards must be >= 1, --seconds > 0, and --steps > 0 unless --mode asp\n");
+    return 2;
+  }
+  for (const std::string& params_text : absl::GetFlag(FLAGS_params)) {
+    for (const std::string& workers_text : absl::GetFlag(FLAGS_workers)) {
+      int64_t n = 0;
+      int workers = 0;
+      if (!absl::SimpleAtoi(params_text, &n) || n < shards ||
+          !absl::SimpleAtoi(workers_text, &workers) || workers < 1) {
+        std::fprintf(stderr, "bad --params '%s' or --workers '%s'\n", params_text.c_str(),
+                     workers_text.c_str());
+        return 2;
+      }
+      Shards cluster(shards, workers, absl::GetFlag(FLAGS_mode));
+      const double idle_rss = cluster.RssMib();
+      std::vector<std::unique_ptr<ps::GrpcParameterClient>> clients;
+      for (int w = 0; w < workers; ++w) {
+        ps::GrpcClientOptions o;
+        o.servers = cluster.addresses();
+        o.fingerprint = 0x5ca1e;
+        o.total_params = n;
+        o.rank = w;
+        auto client = ps::GrpcParameterClient::Create(o);
+        absl::Status s = client.status();
+        if (s.ok()) s = (*client)->Register(w, absl::Seconds(30)).status();
+        if (s.ok() && w == 0) s = (*client)->Init(std::vector<float>(n, 0.5f));
+        if (!s.ok()) {
+          std::fprintf(stderr, "worker %d: %s\n", w, s.ToString().c_str());
+          return 1;
+        }
+        clients.push_back(std::move(*client));
+      }
+      std::atomic<int64_t> pushes{0}, errors{0};
+      std::vector<std::vector<double>> latencies(workers);
+      const auto start = Clock::now();
+      std::vector<std::thread> threads;
+      for (int w = 0; w < workers; ++w) {
+        threads.emplace_back([&, w] {
+          std::vector<float> params(n), grad(n, 1e-3f);
+          std::vector<int64_t> versions(shards, 0);
+          for (int64_t clock = 0;
+               steps > 0 ? clock < steps
+                         : std::chrono::duration<double>(Clock::now() - start).count() < seconds;
+               ++clock) {
+            const auto t0 = Clock::now();
+            auto pulled = clients[w]->Pull(clock, false, absl::MakeSpan(params));
+            latencies[w].push_back(
+                std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+            if (!pulled.ok()) {
+              ++errors;
+              spdlog::error("pull: {}", pulled.status().ToString());
+              return;
+            }
+            auto pushed = clients[w]->Push(clock, pulled->versions, 1, grad);
+            if (!pushed.ok()) {
+              ++errors;
+              spdlog::error("push: {}", pushed.status().ToString());
+              return;
+            }
+            pushes += shards;
+          }
+        });
+      }
+      for (auto& t : threads) t.join();
+      const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+      std::vector<double> all;
+      for (auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
+      const double rss = cluster.RssMib();
+      std::printf("%s\n", ps::JsonObject()
+                              .Add("bench", "scale")
+                              .Add("mode", absl::GetFlag(FLAGS_mode))
+                              .Add("workers", workers)
+                              .Add("shards", shards)
+                              .Add("params", n)
+                              .Add("model_mib", n * 4.0 / (1 << 20))
+                              .Add("seconds", elapsed)
+                              .Add("pushes_per_sec", pushes.load() / elapsed)
+                              .Add("pull_p50_ms", Percentile(all, 0.50))
+                              .Add("pull_p99_ms", Percentile(all, 0.99))
+                              .Add("errors", errors.load())
+                              .Add("server_rss_idle_mib", idle_rss)
+                              .Add("server_rss_mib", rss)
+                              .str()
+                              .c_str());
+      std::fflush(stdout);
+      if (errors.load() != 0) return 1;
+    }
+  }
+  return 0;
+}
