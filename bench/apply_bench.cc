@@ -17,6 +17,8 @@
 #include "common/optimizer.h"
 
 ABSL_FLAG(double, seconds, 1.0, "Time spent on each measurement.");
+ABSL_FLAG(std::vector<std::string>, threads, std::vector<std::string>({"1", "0"}),
+          "Update threads to measure (0: all hardware threads); the triad stays one thread.");
 ABSL_FLAG(std::vector<std::string>, sizes, std::vector<std::string>({"1048576", "16777216"}),
           "Slice sizes, in parameters.");
 
@@ -70,28 +72,32 @@ int main(int argc, char** argv) {
                             .Add("ratio_vs_stream", 1.0)
                             .str()
                             .c_str());
-    for (ps::OptimizerKind kind :
-         {ps::OptimizerKind::kSgd, ps::OptimizerKind::kMomentum, ps::OptimizerKind::kAdam}) {
-      ps::OptimizerOptions o;
-      o.kind = kind;
-      o.lr = 1e-6f;
-      ps::Optimizer optimizer(o, n);
-      std::vector<float> w(n, 1.0f), g(n, 1e-3f);
-      int64_t step = 0;
-      const double t = TimePerCall(seconds, [&] { optimizer.Apply(step++, g, absl::MakeSpan(w)); });
-      const int streams = kind == ps::OptimizerKind::kSgd        ? 3
-                          : kind == ps::OptimizerKind::kMomentum ? 5
-                                                                 : 7;
-      std::printf("%s\n", ps::JsonObject()
-                              .Add("bench", "apply")
-                              .Add("optimizer", ps::OptimizerKindName(kind))
-                              .Add("params", n)
-                              .Add("params_per_sec", n / t)
-                              .Add("gbps", static_cast<double>(streams) * 4 * n / t / 1e9)
-                              .Add("ratio_vs_stream", (n / t) / stream_rate)
-                              .str()
-                              .c_str());
-    }
+    for (const std::string& threads_text : absl::GetFlag(FLAGS_threads))
+      for (ps::OptimizerKind kind :
+           {ps::OptimizerKind::kSgd, ps::OptimizerKind::kMomentum, ps::OptimizerKind::kAdam}) {
+        ps::OptimizerOptions o;
+        o.kind = kind;
+        o.lr = 1e-6f;
+        o.apply_threads = std::stoi(threads_text);
+        ps::Optimizer optimizer(o, n);
+        std::vector<float> w(n, 1.0f), g(n, 1e-3f);
+        int64_t step = 0;
+        const double t =
+            TimePerCall(seconds, [&] { optimizer.Apply(step++, g, absl::MakeSpan(w)); });
+        const int streams = kind == ps::OptimizerKind::kSgd        ? 3
+                            : kind == ps::OptimizerKind::kMomentum ? 5
+                                                                   : 7;
+        std::printf("%s\n", ps::JsonObject()
+                                .Add("bench", "apply")
+                                .Add("optimizer", ps::OptimizerKindName(kind))
+                                .Add("apply_threads", o.apply_threads)
+                                .Add("params", n)
+                                .Add("params_per_sec", n / t)
+                                .Add("gbps", static_cast<double>(streams) * 4 * n / t / 1e9)
+                                .Add("ratio_vs_stream", (n / t) / stream_rate)
+                                .str()
+                                .c_str());
+      }
   }
   return 0;
 }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -36,6 +38,10 @@ absl::StatusOr<LrSchedule> ParseLrSchedule(const std::string& name) {
 }
 
 absl::Status ValidateOptimizerOptions(const OptimizerOptions& o) {
+  if (o.apply_threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "apply_threads must be >= 0 (0: all hardware threads), got ", o.apply_threads));
+  }
   if (!(o.lr > 0.0f) || !std::isfinite(o.lr)) {
     return absl::InvalidArgumentError(absl::StrCat("lr must be positive, got ", o.lr));
   }
@@ -122,47 +128,78 @@ void Optimizer::Apply(int64_t update_index, const EncodedTensor& grad, absl::Spa
   const float lr = LearningRate(update_index) * lr_scale;
   float* w = params.data();
   const float wd = options_.weight_decay;
-  DispatchDense(grad.encoding(), [&](auto encoding) {
-    constexpr TensorEncoding E = decltype(encoding)::value;
-    for (const PayloadPiece& piece : grad.pieces()) {
-      const int64_t first = piece.first;
-      const int64_t n = piece.count;
-      switch (options_.kind) {
-        case OptimizerKind::kSgd:
-          ApplyElementwise<E>(first, n, piece.data, w, wd,
-                              [&](int64_t i, float gi) { w[i] -= lr * gi; });
-          break;
-        case OptimizerKind::kMomentum: {
-          float* v = slot0_.data();
-          const float mu = options_.momentum;
-          ApplyElementwise<E>(first, n, piece.data, w, wd, [&](int64_t i, float gi) {
-            v[i] = mu * v[i] + gi;
-            w[i] -= lr * v[i];
-          });
-          break;
-        }
-        case OptimizerKind::kAdam: {
-          float* m = slot0_.data();
-          float* v = slot1_.data();
-          const float b1 = options_.beta1;
-          const float b2 = options_.beta2;
-          const double t = static_cast<double>(update_index + 1);
-          // Bias corrections folded into the step size and epsilon (Kingma & Ba, section 2).
-          const float c1 = static_cast<float>(1.0 - std::pow(static_cast<double>(b1), t));
-          const float c2 = static_cast<float>(1.0 - std::pow(static_cast<double>(b2), t));
-          const float step = lr / c1;
-          const float inv_sqrt_c2 = 1.0f / std::sqrt(c2);
-          const float eps = options_.epsilon;
-          ApplyElementwise<E>(first, n, piece.data, w, wd, [&](int64_t i, float gi) {
-            m[i] = b1 * m[i] + (1.0f - b1) * gi;
-            v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-            w[i] -= step * m[i] / (std::sqrt(v[i]) * inv_sqrt_c2 + eps);
-          });
-          break;
-        }
+  const int unit = UnitBytes(grad.encoding());
+  // Elements [lo, hi) of every piece: each thread takes one contiguous block of the slice.
+  auto apply_block = [&](int64_t lo, int64_t hi) {
+    DispatchDense(grad.encoding(), [&](auto encoding) {
+      constexpr TensorEncoding E = decltype(encoding)::value;
+      for (const PayloadPiece& piece : grad.pieces()) {
+        const int64_t first = std::max(lo, piece.first);
+        const int64_t n = std::min(hi, piece.first + piece.count) - first;
+        if (n <= 0) continue;
+        const char* data = piece.data + (first - piece.first) * unit;
+        ApplyRange<E>(update_index, lr, wd, first, n, data, w);
       }
+    });
+  };
+  const int threads = ApplyThreads(size_);
+  if (threads <= 1) {
+    apply_block(0, size_);
+    return;
+  }
+  std::vector<std::thread> pool;
+  const int64_t block = (size_ + threads - 1) / threads;
+  for (int t = 1; t < threads; ++t) {
+    pool.emplace_back(apply_block, t * block, std::min(size_, (t + 1) * block));
+  }
+  apply_block(0, std::min(size_, block));
+  for (std::thread& th : pool) th.join();
+}
+
+int Optimizer::ApplyThreads(int64_t n) const {
+  // Below this many elements per thread, starting threads costs more than it saves.
+  constexpr int64_t kMinElementsPerThread = int64_t{1} << 20;
+  int threads = options_.apply_threads;
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return static_cast<int>(std::clamp<int64_t>(n / kMinElementsPerThread, 1, threads));
+}
+
+template <TensorEncoding E>
+void Optimizer::ApplyRange(int64_t update_index, float lr, float wd, int64_t first, int64_t n,
+                           const char* data, float* w) {
+  switch (options_.kind) {
+    case OptimizerKind::kSgd:
+      ApplyElementwise<E>(first, n, data, w, wd, [&](int64_t i, float gi) { w[i] -= lr * gi; });
+      break;
+    case OptimizerKind::kMomentum: {
+      float* v = slot0_.data();
+      const float mu = options_.momentum;
+      ApplyElementwise<E>(first, n, data, w, wd, [&](int64_t i, float gi) {
+        v[i] = mu * v[i] + gi;
+        w[i] -= lr * v[i];
+      });
+      break;
     }
-  });
+    case OptimizerKind::kAdam: {
+      float* m = slot0_.data();
+      float* v = slot1_.data();
+      const float b1 = options_.beta1;
+      const float b2 = options_.beta2;
+      const double t = static_cast<double>(update_index + 1);
+      // Bias corrections folded into the step size and epsilon (Kingma & Ba, section 2).
+      const float c1 = static_cast<float>(1.0 - std::pow(static_cast<double>(b1), t));
+      const float c2 = static_cast<float>(1.0 - std::pow(static_cast<double>(b2), t));
+      const float step = lr / c1;
+      const float inv_sqrt_c2 = 1.0f / std::sqrt(c2);
+      const float eps = options_.epsilon;
+      ApplyElementwise<E>(first, n, data, w, wd, [&](int64_t i, float gi) {
+        m[i] = b1 * m[i] + (1.0f - b1) * gi;
+        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+        w[i] -= step * m[i] / (std::sqrt(v[i]) * inv_sqrt_c2 + eps);
+      });
+      break;
+    }
+  }
 }
 
 double LinearScaledLr(double lr, int64_t update_batch, int64_t base_batch) {

@@ -35,6 +35,9 @@ struct OptimizerOptions {
   int64_t warmup_updates = 0;  // lr ramps linearly from lr/warmup to lr over the first updates
   LrSchedule schedule = LrSchedule::kConstant;
   int64_t decay_updates = 0;  // kCosine: the update at which lr reaches 0; > warmup_updates
+  // Threads of one update: a slice of n elements is cut into min(n / 2^20, apply_threads)
+  // contiguous blocks updated in parallel. 0: the machine's hardware threads.
+  int apply_threads = 0;
 };
 
 // Fails with INVALID_ARGUMENT naming the field when an option is out of range.
@@ -68,6 +71,12 @@ class Optimizer {
   absl::Status RestoreSlots(std::vector<float> slot0, std::vector<float> slot1);
 
  private:
+  int ApplyThreads(int64_t n) const;
+  // The rule over elements [first, first + n), the gradient read from `data` in encoding E.
+  template <TensorEncoding E>
+  void ApplyRange(int64_t update_index, float lr, float wd, int64_t first, int64_t n,
+                  const char* data, float* w);
+
   OptimizerOptions options_;
   int64_t size_;
   std::vector<float> slot0_;  // momentum buffer, or Adam's first moment

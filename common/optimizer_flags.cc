@@ -20,6 +20,9 @@ ABSL_FLAG(int64_t, effective_batch, 0,
           "Samples behind one update: per-worker batch x accumulation x workers (BSP) or "
           "per-worker batch x accumulation (SSP/ASP, one push per update).");
 ABSL_FLAG(int64_t, warmup_updates, 0, "Linear learning-rate warmup over this many updates.");
+ABSL_FLAG(int32_t, apply_threads, 0,
+          "Threads of one update of a large slice (blocks of at least 2^20 elements); 0: all "
+          "hardware threads.");
 
 namespace ps {
 
@@ -35,6 +38,7 @@ absl::StatusOr<OptimizerOptions> OptimizerOptionsFromFlags() {
   o.epsilon = static_cast<float>(absl::GetFlag(FLAGS_epsilon));
   o.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
   o.warmup_updates = absl::GetFlag(FLAGS_warmup_updates);
+  o.apply_threads = absl::GetFlag(FLAGS_apply_threads);
   const int64_t base_batch = absl::GetFlag(FLAGS_base_batch);
   if (base_batch < 0) return absl::InvalidArgumentError("--base_batch must be >= 0");
   if (base_batch > 0) {

@@ -1,6 +1,7 @@
 #include "common/optimizer.h"
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -140,6 +141,35 @@ TEST(Optimizer, ValidationNamesTheField) {
   EXPECT_TRUE(ValidateOptimizerOptions(o).ok());
   EXPECT_EQ(ParseOptimizerKind("rmsprop").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(*ParseOptimizerKind("adam"), OptimizerKind::kAdam);
+}
+
+// Every element's update is independent, so cutting the slice into blocks for threads must not
+// change a single bit, whatever the rule.
+TEST(Optimizer, ThreadedUpdateIsBitIdenticalToOneThread) {
+  const int64_t n = (int64_t{3} << 20) + 7;  // three blocks of 2^20 and a remainder
+  std::vector<float> g(n), w0(n);
+  for (int64_t i = 0; i < n; ++i) {
+    g[i] = std::sin(0.001f * static_cast<float>(i));
+    w0[i] = std::cos(0.002f * static_cast<float>(i));
+  }
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam}) {
+    OptimizerOptions o;
+    o.kind = kind;
+    o.weight_decay = 0.01f;
+    o.apply_threads = 1;
+    Optimizer one(o, n);
+    o.apply_threads = 3;
+    Optimizer three(o, n);
+    std::vector<float> a = w0, b = w0;
+    for (int step = 0; step < 2; ++step) {
+      one.Apply(step, g, absl::MakeSpan(a));
+      three.Apply(step, g, absl::MakeSpan(b));
+    }
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), n * sizeof(float))) << OptimizerKindName(kind);
+  }
+  OptimizerOptions bad;
+  bad.apply_threads = -1;
+  EXPECT_EQ(ValidateOptimizerOptions(bad).code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
