@@ -23,8 +23,14 @@ PACKAGES=(
 TEST_PACKAGES=(
   openssl clang curl docker-compose iproute2 nftables
 )
+# What only the peer comparison needs (INSTALL_BENCH_PACKAGES=1, as scripts/bench.sh sets):
+# PyTorch for bench/peers/pytorch_mlp.py (ps_bench_train --vs_pytorch).
+BENCH_PACKAGES=(
+  python3-torch python3-numpy
+)
 WANTED=("${PACKAGES[@]}")
 if [[ "${INSTALL_TEST_PACKAGES:-0}" == "1" ]]; then WANTED+=("${TEST_PACKAGES[@]}"); fi
+if [[ "${INSTALL_BENCH_PACKAGES:-0}" == "1" ]]; then WANTED+=("${BENCH_PACKAGES[@]}"); fi
 
 missing=()
 for p in "${WANTED[@]}"; do

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs every benchmark of issue 7 and keeps their JSON lines: transport, apply, train (with the
+# PyTorch peers) and scale. Each prints ratios against references measured in the same run.
+#   scripts/bench.sh [OUT_DIR]     (default: bench-results/<date>)
+# Leave the machine otherwise idle: the figures are only as steady as the machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+INSTALL_BENCH_PACKAGES=1 scripts/setup.sh >/dev/null
+out="${1:-bench-results/$(date +%Y%m%d-%H%M%S)}"
+mkdir -p "$out"
+run() {
+  local name="$1"
+  shift
+  echo "== $name: $*"
+  "$@" | tee "$out/$name.jsonl"
+}
+run transport build/bin/ps_bench_transport --seconds 1 --rounds 3
+run apply build/bin/ps_bench_apply --seconds 1
+run train build/bin/ps_bench_train --vs_pytorch --encodings f32,bf16,topk
+run train_overlap build/bin/ps_bench_train --mode asp --overlap --encodings f32
+run scale build/bin/ps_bench_scale --workers 16,64 --params 262144,1048576 --seconds 5
+echo "results in $out"
