@@ -222,16 +222,22 @@ TEST(Shard, ShutdownFailsTheWaitingPull) {
   EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable);
 }
 
+// Rank 0's pull of the whole test slice for step `clock`.
+Shard::PullArgs PullArgsFor(int64_t clock) {
+  Shard::PullArgs args;
+  args.rank = 0;
+  args.fingerprint = kFp;
+  args.range = KeyRange{0, 4};
+  args.clock = clock;
+  return args;
+}
+
 // PullAsync settles a waiting pull from the thread whose push unblocks it; nothing waits.
 TEST(AsyncPull, SettledByThePushThatUnblocksItWithNoThreadWaiting) {
   auto shard = MakeShard(ConsistencyMode::kBsp, 2);
   InitAndRegister(*shard, 2);
   ASSERT_TRUE(shard->Push(PushOf(0, 0, 0, {1, 1, 1, 1})).ok());
-  Shard::PullArgs args;
-  args.rank = 0;
-  args.fingerprint = kFp;
-  args.range = KeyRange{0, 4};
-  args.clock = 1;
+  const Shard::PullArgs args = PullArgsFor(1);
   std::vector<float> read;
   int done_calls = 0;
   absl::StatusOr<Shard::PullResult> result;
@@ -256,10 +262,7 @@ TEST(AsyncPull, SettledByThePushThatUnblocksItWithNoThreadWaiting) {
 TEST(AsyncPull, ReadyPullSettlesAtOnceAndCancelledOneWithCancelled) {
   auto shard = MakeShard(ConsistencyMode::kBsp, 2);
   InitAndRegister(*shard, 2);
-  Shard::PullArgs args;
-  args.rank = 0;
-  args.fingerprint = kFp;
-  args.range = KeyRange{0, 4};
+  Shard::PullArgs args = PullArgsFor(0);
   absl::StatusCode code = absl::StatusCode::kUnknown;
   auto record = [&](absl::StatusOr<Shard::PullResult> r) { code = r.status().code(); };
   auto ignore = [](absl::Span<const float>) {};
@@ -275,11 +278,7 @@ TEST(AsyncPull, ReadyPullSettlesAtOnceAndCancelledOneWithCancelled) {
 TEST(AsyncPull, DeadlineSettlesAWaitingPullWithoutAnyPush) {
   auto shard = MakeShard(ConsistencyMode::kBsp, 2);
   InitAndRegister(*shard, 2);
-  Shard::PullArgs args;
-  args.rank = 0;
-  args.fingerprint = kFp;
-  args.range = KeyRange{0, 4};
-  args.clock = 1;
+  const Shard::PullArgs args = PullArgsFor(1);
   absl::Notification settled;
   absl::StatusCode code = absl::StatusCode::kUnknown;
   ASSERT_NE(shard->PullAsync(

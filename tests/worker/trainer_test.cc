@@ -91,6 +91,17 @@ std::vector<float> AllWeights(Cluster& c) {
   return all;
 }
 
+// Accuracy of the shards' current weights on `train` (the synthetic task's model).
+double TrainAccuracy(Cluster& c, const Dataset& train) {
+  CpuDevice dev;
+  auto model = MakeMlp(16, {8}, 4, dev, 64);
+  EXPECT_TRUE(model.ok());
+  const std::vector<float> w = AllWeights(c);
+  auto stats = EvaluateDataset(**model, dev, w.data(), train);
+  EXPECT_TRUE(stats.ok()) << stats.status();
+  return stats.ok() ? stats->correct / stats->count : 0.0;
+}
+
 TEST(Trainer, AccumulationMatchesTheLargerBatch) {
   const Dataset train = SyntheticData(256, 1);
   Cluster big = StartCluster(2, 1, ConsistencyMode::kBsp);
@@ -138,12 +149,7 @@ TEST(Trainer, OverlapUnderAspStaysWithinOneUpdateOfStalenessAndLearns) {
   const ShardStatus status = c.servers[0]->shard().GetStatus();
   EXPECT_EQ(status.version, 160);
   EXPECT_LE(status.workers[0].staleness.max(), 1);
-  CpuDevice dev;
-  auto model = MakeMlp(16, {8}, 4, dev, 64);
-  const std::vector<float> w = AllWeights(c);
-  auto stats = EvaluateDataset(**model, dev, w.data(), train);
-  ASSERT_TRUE(stats.ok());
-  EXPECT_GT(stats->correct / stats->count, 0.9);
+  EXPECT_GT(TrainAccuracy(c, train), 0.9);
 }
 
 TEST(Trainer, LearnsTheSyntheticTask) {
@@ -156,12 +162,7 @@ TEST(Trainer, LearnsTheSyntheticTask) {
   t1.join();
   ASSERT_TRUE(s0.ok()) << s0;
   ASSERT_TRUE(s1.ok()) << s1;
-  CpuDevice dev;
-  auto model = MakeMlp(16, {8}, 4, dev, 64);
-  const std::vector<float> w = AllWeights(c);
-  auto stats = EvaluateDataset(**model, dev, w.data(), train);
-  ASSERT_TRUE(stats.ok());
-  EXPECT_GT(stats->correct / stats->count, 0.9);
+  EXPECT_GT(TrainAccuracy(c, train), 0.9);
 }
 
 TEST(Trainer, StopFlagCancels) {
