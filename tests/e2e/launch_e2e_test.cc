@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -107,6 +108,37 @@ TEST_F(LaunchE2e, AspNeverBlocksAPull) {
     ASSERT_EQ(lines.size(), 64u);  // 2048 / (2 x 16)
     for (const std::string& line : lines) EXPECT_EQ(Field(line, "server_wait_ms"), 0) << line;
   }
+}
+
+// Compression and overlap through the binaries: top-k gradients with error feedback, bf16
+// weights and prefetching workers. The bytes on the wire are exactly what the encodings imply,
+// and the model still learns.
+TEST_F(LaunchE2e, CompressedGradientsAndWeightsWithOverlapTrainThroughTheBinaries) {
+  const std::string dir = RunDir("compressed");
+  ASSERT_EQ(RunLaunch(dir, With(Common("2048"), {"--workers=2", "--mode=asp", "--epochs=2",
+                                                 "--batch_size=16", "--optimizer=sgd", "--lr=0.05",
+                                                 "--overlap", "--push_encoding=topk",
+                                                 "--topk_ratio=0.05", "--pull_encoding=bf16"})),
+            0)
+      << ReadAll(dir + "/launch.log");
+  const std::string summary = ReadAll(dir + "/summary.json");
+  const int64_t params = static_cast<int64_t>(Field(summary, "params"));
+  // Shard s holds params / 2 elements (shard 0 one more when odd); top-k sends ceil(5 %) of each
+  // as 8-byte (index, value) pairs; bf16 weights are 2 bytes each.
+  int64_t want_push = 0;
+  for (int s = 0; s < 2; ++s) {
+    const int64_t range = params / 2 + (s < params % 2 ? 1 : 0);
+    want_push += 8 * static_cast<int64_t>(std::ceil(0.05 * static_cast<double>(range)));
+  }
+  for (int r = 0; r < 2; ++r) {
+    const auto lines = StepLines(absl::StrCat(dir, "/worker-", r, ".jsonl"));
+    ASSERT_EQ(lines.size(), 128u);  // 2048 / (2 x 16) x 2 epochs
+    for (const std::string& line : lines) {
+      EXPECT_EQ(Field(line, "push_bytes"), want_push) << line;
+      EXPECT_EQ(Field(line, "pull_bytes"), 2 * params) << line;
+    }
+  }
+  EXPECT_GT(Field(summary, "test_accuracy"), 0.6);
 }
 
 // An ASP run with 4 workers and random delays, replayed on one machine from the shards' update
