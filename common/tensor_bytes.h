@@ -1,8 +1,8 @@
 #ifndef PS_COMMON_TENSOR_BYTES_H_
 #define PS_COMMON_TENSOR_BYTES_H_
 
-// Tensor payloads travel as raw little-endian float32 bytes (see parameter_server.proto). These
-// views reinterpret a byte string in place, without a copy.
+// Init payloads travel as raw little-endian float32 bytes (see parameter_server.proto). This view
+// reinterprets a byte string in place, without a copy.
 
 #include <cstring>
 #include <string>
@@ -24,12 +24,6 @@ inline absl::StatusOr<absl::Span<const float>> FloatView(const std::string& byte
   }
   return absl::MakeConstSpan(reinterpret_cast<const float*>(bytes.data()),
                              bytes.size() / sizeof(float));
-}
-
-// Sizes `bytes` for n floats and returns a writable view of it.
-inline absl::Span<float> ResizeForFloats(std::string* bytes, size_t n) {
-  bytes->resize(n * sizeof(float));
-  return absl::MakeSpan(reinterpret_cast<float*>(bytes->data()), n);
 }
 
 }  // namespace ps

@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
-#include "common/tensor_bytes.h"
 #include "common/tensor_wire.h"
 
 namespace ps {
