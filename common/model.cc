@@ -58,8 +58,24 @@ void Model::InitParams(uint64_t seed, float* params) const {
     layers_[i]->InitParams(rng, params + param_offsets_[i]);
 }
 
+KeyRange Model::LayerParams(size_t layer) const {
+  const int64_t end =
+      layer + 1 < param_offsets_.size() ? param_offsets_[layer + 1] : layout_.total();
+  return KeyRange{param_offsets_[layer], end};
+}
+
+std::vector<KeyRange> Model::LayerParamRanges() const {
+  std::vector<KeyRange> ranges;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const KeyRange r = LayerParams(i);
+    if (r.size() > 0) ranges.push_back(r);
+  }
+  return ranges;
+}
+
 absl::StatusOr<BatchStats> Model::Forward(const float* params, const float* x,
-                                          const int32_t* labels, int batch) {
+                                          const int32_t* labels, int batch,
+                                          const LayerHooks& hooks) {
   if (batch <= 0 || batch > max_batch_) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch of ", batch, " rows; the model was built for 1..", max_batch_));
@@ -67,6 +83,8 @@ absl::StatusOr<BatchStats> Model::Forward(const float* params, const float* x,
   const float* in = x;
   for (size_t i = 0; i < layers_.size(); ++i) {
     float* out = activations_[i].as<float>();
+    const KeyRange own = LayerParams(i);
+    if (hooks.before_forward && own.size() > 0) RETURN_IF_ERROR(hooks.before_forward(own));
     RETURN_IF_ERROR(layers_[i]->Forward(device_, params + param_offsets_[i], in, batch, out));
     in = out;
   }
@@ -81,13 +99,14 @@ absl::StatusOr<BatchStats> Model::Forward(const float* params, const float* x,
 
 absl::StatusOr<BatchStats> Model::Evaluate(const float* params, const float* x,
                                            const int32_t* labels, int batch) {
-  return Forward(params, x, labels, batch);
+  return Forward(params, x, labels, batch, LayerHooks());
 }
 
 absl::StatusOr<BatchStats> Model::ForwardBackward(const float* params, const float* x,
                                                   const int32_t* labels, int batch,
-                                                  float grad_scale, float* grads) {
-  ASSIGN_OR_RETURN(BatchStats stats, Forward(params, x, labels, batch));
+                                                  float grad_scale, float* grads,
+                                                  const LayerHooks& hooks) {
+  ASSIGN_OR_RETURN(BatchStats stats, Forward(params, x, labels, batch, hooks));
   const size_t last = layers_.size() - 1;
   RETURN_IF_ERROR(device_.SoftmaxCrossEntropyBackward(batch, num_classes(), probs_.as<float>(),
                                                       labels, grad_scale / batch,
@@ -98,6 +117,8 @@ absl::StatusOr<BatchStats> Model::ForwardBackward(const float* params, const flo
     RETURN_IF_ERROR(layers_[i]->Backward(device_, params + param_offsets_[i], in,
                                          activations_[i].as<float>(), gradients_[i].as<float>(),
                                          batch, din, grads + param_offsets_[i]));
+    const KeyRange own = LayerParams(i);
+    if (hooks.after_backward && own.size() > 0) RETURN_IF_ERROR(hooks.after_backward(own));
   }
   return stats;
 }

@@ -5,6 +5,7 @@
 // buffers (device memory, sized for `max_batch` rows) but not its parameters or gradients, which
 // live in the caller's flat buffers laid out by layout().
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +24,15 @@ struct BatchStats {
   int64_t count = 0;
 };
 
+// Called around the layers that have parameters, with the layer's key range in the layout: for
+// priority scheduling, the trainer waits in before_forward until that layer's weights have
+// arrived, and sends a layer's gradient from after_backward, while backward goes on with the
+// layers below. An error stops the pass and is returned. Either may be empty.
+struct LayerHooks {
+  std::function<absl::Status(KeyRange params)> before_forward;
+  std::function<absl::Status(KeyRange params)> after_backward;
+};
+
 class Model {
  public:
   // Takes ownership of the layers; their sizes must chain (INVALID_ARGUMENT otherwise).
@@ -35,6 +45,8 @@ class Model {
   int64_t input_size() const { return layers_.front()->input_size(); }
   int64_t num_classes() const { return layers_.back()->output_size(); }
   int max_batch() const { return max_batch_; }
+  // The parameters of each layer that has any, in forward order; they tile the layout.
+  std::vector<KeyRange> LayerParamRanges() const;
 
   // Fills host memory `params` (layout().total() floats) with the initial weights of `seed`.
   void InitParams(uint64_t seed, float* params) const;
@@ -44,7 +56,7 @@ class Model {
   // `grads`; a caller accumulating K micro-batches zeroes grads first and passes 1/K.
   absl::StatusOr<BatchStats> ForwardBackward(const float* params, const float* x,
                                              const int32_t* labels, int batch, float grad_scale,
-                                             float* grads);
+                                             float* grads, const LayerHooks& hooks = {});
   // Forward only: the loss and accuracy sums of the batch.
   absl::StatusOr<BatchStats> Evaluate(const float* params, const float* x, const int32_t* labels,
                                       int batch);
@@ -53,7 +65,8 @@ class Model {
   Model(std::string name, std::vector<std::unique_ptr<Layer>> layers, ParamLayout layout,
         Device& device, int max_batch);
   absl::StatusOr<BatchStats> Forward(const float* params, const float* x, const int32_t* labels,
-                                     int batch);
+                                     int batch, const LayerHooks& hooks);
+  KeyRange LayerParams(size_t layer) const;  // may be empty
 
   std::string name_;
   std::vector<std::unique_ptr<Layer>> layers_;

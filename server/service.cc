@@ -303,6 +303,7 @@ grpc::Status ParameterServerService::HandlePush(const grpc::ByteBuffer& req,
   out.set_staleness(r->staleness);
   out.set_dropped(r->dropped);
   out.set_late(r->late);
+  out.set_staged(r->staged);
   *resp = SerializeToByteBuffer(out);
   return grpc::Status::OK;
 }

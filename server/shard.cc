@@ -51,7 +51,8 @@ Shard::Shard(const ShardOptions& options)
           options.update_rule.rule == UpdateRule::kDcAsgd ? options.consistency.num_workers : 0),
       round_gradients_(options.consistency.num_workers),
       round_base_versions_(options.consistency.num_workers, 0),
-      round_has_gradient_(options.consistency.num_workers, false) {
+      round_has_gradient_(options.consistency.num_workers, false),
+      staged_(options.consistency.num_workers) {
   lease_thread_ = std::thread([this] { LeaseLoop(); });
 }
 
@@ -107,6 +108,7 @@ absl::StatusOr<Shard::RegisterResult> Shard::Register(int rank, uint64_t fingerp
   if (incarnation != 0) incarnations_[rank] = incarnation;
   RegisterResult result;
   result.clock = controller_.Register(rank);
+  staged_[rank].clock = -1;  // a new process pushes its clock afresh
   result.initialized = initialized_;
   RenewLease(rank);
   lease_changed_ = true;
@@ -164,14 +166,16 @@ absl::Status Shard::ValidateAccess(int rank, uint64_t fingerprint, KeyRange rang
     return absl::FailedPreconditionError(absl::StrCat("layout fingerprint ", fingerprint,
                                                       " differs from the shard's ", fingerprint_));
   }
-  if (!(range == range_)) {
+  const bool part = range.begin >= range_.begin && range.end <= range_.end &&
+                    range.begin < range.end;
+  if (!(range == range_) && !part) {
     return absl::FailedPreconditionError(absl::StrCat("shard owns [", range_.begin, ", ",
                                                       range_.end, "), request names [", range.begin,
                                                       ", ", range.end, ")"));
   }
-  if (static_cast<int64_t>(length) != range_.size()) {
+  if (static_cast<int64_t>(length) != range.size()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("payload of ", length, " floats for a range of ", range_.size()));
+        absl::StrCat("payload of ", length, " floats for a range of ", range.size()));
   }
   if (observer) return absl::OkStatus();
   return CheckLive(rank, absl::StatusCode::kFailedPrecondition);
@@ -266,8 +270,18 @@ void Shard::CancelPull(int64_t id) {
 
 absl::StatusOr<Shard::PullResult> Shard::ReadSliceLocked(const PullArgs& args, absl::Time start,
                                                          absl::Time now, const SliceReader& read) {
-  read(values_);
-  if (!args.no_wait && !pulled_values_.empty()) pulled_values_[args.rank] = values_;
+  const int64_t offset = args.range.begin - range_.begin;
+  const absl::Span<const float> part =
+      absl::MakeConstSpan(values_).subspan(offset, args.range.size());
+  read(part);
+  if (!args.no_wait && !pulled_values_.empty()) {
+    std::vector<float>& backup = pulled_values_[args.rank];
+    if (args.range == range_) {
+      backup = values_;
+    } else if (backup.size() == values_.size()) {
+      std::copy(part.begin(), part.end(), backup.begin() + offset);
+    }  // a first pull in pieces: DC-ASGD compensates once the worker has pulled the slice whole
+  }
   PullResult result;
   result.version = version_;
   result.min_clock = controller_.MinClock();
@@ -318,14 +332,15 @@ absl::StatusOr<Shard::PushResult> Shard::Push(const PushArgs& args) {
   absl::StatusOr<PushResult> result;
   {
     absl::MutexLock lock(&mu_);
-    result = PushLocked(args, finite);
+    result = !initialized_ || args.range == range_ ? PushLocked(args, finite)
+                                                   : PushPieceLocked(args, finite);
     if (result.ok()) FinishWaitingPulls(&completions);
   }
   for (auto& complete : completions) complete();  // outside the lock: they reply to callers
   return result;
 }
 
-absl::StatusOr<Shard::PushResult> Shard::PushLocked(const PushArgs& args, bool finite) {
+absl::StatusOr<PushAction> Shard::AdmitPushLocked(const PushArgs& args, bool finite) {
   RETURN_IF_ERROR(ValidateAccess(args.rank, args.fingerprint, args.range,
                                  static_cast<size_t>(args.gradient.size()), /*observer=*/false));
   RETURN_IF_ERROR(CheckIncarnation(args.rank, args.incarnation, args.shard_incarnation));
@@ -338,8 +353,74 @@ absl::StatusOr<Shard::PushResult> Shard::PushLocked(const PushArgs& args, bool f
     return absl::InvalidArgumentError(
         absl::StrCat("base_version ", args.base_version, " is not in [0, ", version_, "]"));
   }
-  ASSIGN_OR_RETURN(PushAction action, controller_.ClassifyPush(args.rank, args.clock));
+  ASSIGN_OR_RETURN(const PushAction action, controller_.ClassifyPush(args.rank, args.clock));
   RenewLease(args.rank);
+  return action;
+}
+
+absl::StatusOr<Shard::PushResult> Shard::PushPieceLocked(const PushArgs& args, bool finite) {
+  ASSIGN_OR_RETURN(const PushAction action, AdmitPushLocked(args, finite));
+  PushResult result;
+  if (action == PushAction::kDuplicate) {  // the whole clock is done already
+    ++pushes_duplicate_;
+    result.duplicate = true;
+    result.version = version_;
+    return result;
+  }
+  StagedPush& staged = staged_[args.rank];
+  if (staged.clock != args.clock) {  // pieces of an older clock were all superseded by it
+    staged.clock = args.clock;
+    staged.base_version = args.base_version;
+    staged.covered = 0;
+    staged.parts.clear();
+    staged.gradient.resize(range_.size());
+  }
+  // The piece starting at or after args.range.begin, and the one before it, are the only ones
+  // that could overlap it.
+  auto next = staged.parts.lower_bound(args.range.begin);
+  if (next != staged.parts.end() && next->first == args.range.begin &&
+      next->second == args.range.end) {
+    ++pushes_duplicate_;
+    result.duplicate = true;
+    result.staged = true;
+    result.version = version_;
+    return result;
+  }
+  const bool overlaps_next = next != staged.parts.end() && next->first < args.range.end;
+  const bool overlaps_previous =
+      next != staged.parts.begin() && std::prev(next)->second > args.range.begin;
+  if (overlaps_next || overlaps_previous) {
+    const auto other = overlaps_next ? *next : *std::prev(next);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "piece [", args.range.begin, ", ", args.range.end, ") of clock ", args.clock,
+        " overlaps the piece [", other.first, ", ", other.second, ") received before"));
+  }
+  args.gradient.DecodeInto(absl::MakeSpan(staged.gradient)
+                               .subspan(args.range.begin - range_.begin, args.range.size()));
+  staged.parts.emplace(args.range.begin, args.range.end);
+  staged.covered += args.range.size();
+  staged.base_version = std::min(staged.base_version, args.base_version);
+  if (staged.covered < range_.size()) {
+    result.staged = true;
+    result.version = version_;
+    return result;
+  }
+  // Complete: the clock goes through the same path as a whole push.
+  PushArgs whole;
+  whole.rank = args.rank;
+  whole.incarnation = args.incarnation;
+  whole.shard_incarnation = args.shard_incarnation;
+  whole.fingerprint = args.fingerprint;
+  whole.range = range_;
+  whole.clock = args.clock;
+  whole.base_version = staged.base_version;
+  whole.gradient = EncodedTensor::OfFloats(staged.gradient);
+  staged.clock = -1;
+  return PushLocked(whole, /*finite=*/true);
+}
+
+absl::StatusOr<Shard::PushResult> Shard::PushLocked(const PushArgs& args, bool finite) {
+  ASSIGN_OR_RETURN(const PushAction action, AdmitPushLocked(args, finite));
   PushResult result;
   ++(action == PushAction::kDuplicate ? pushes_duplicate_ : pushes_accepted_);
   switch (action) {

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -127,6 +128,7 @@ class Shard {
     uint64_t incarnation = 0;
     uint64_t shard_incarnation = 0;
     uint64_t fingerprint = 0;
+    // The shard's whole range, or any non-empty part of it (a worker pulling layer by layer).
     KeyRange range;
     int64_t clock = 0;
     bool no_wait = false;  // observer read: at once, whatever the mode; `rank` is ignored
@@ -137,7 +139,7 @@ class Shard {
     absl::Duration waited;  // zero when the pull did not have to wait
   };
   // Waits until the mode allows step args.clock (or `deadline`: DEADLINE_EXCEEDED), then copies
-  // the slice into `out` (range.size() floats). UNAVAILABLE after Shutdown().
+  // args.range of the slice into `out` (range.size() floats). UNAVAILABLE after Shutdown().
   absl::StatusOr<PullResult> Pull(const PullArgs& args, absl::Time deadline, absl::Span<float> out);
   // The same, handing the slice to `read` under the shard's lock instead (the transport encodes it
   // straight into its send buffers); `read` must not call back into the shard.
@@ -159,9 +161,13 @@ class Shard {
     uint64_t incarnation = 0;
     uint64_t shard_incarnation = 0;
     uint64_t fingerprint = 0;
+    // The shard's whole range, or a piece of it: a worker that pushes layer by layer as backward
+    // produces them (priority scheduling) sends several disjoint pieces of one clock. The shard
+    // stages pieces and acts on the clock only once they cover its range, so exactly-once, BSP
+    // rounds and snapshots see whole pushes only.
     KeyRange range;
     int64_t clock = 0;
-    int64_t base_version = 0;
+    int64_t base_version = 0;  // pieces of one clock may differ; the smallest counts
     // range.size() elements in any encoding, as received (see common/tensor_codec.h).
     EncodedTensor gradient;
   };
@@ -171,11 +177,15 @@ class Shard {
     bool duplicate = false;
     bool dropped = false;  // too stale for the drop rule: acknowledged, counted, not applied
     bool late = false;     // its BSP round was applied without it: counted, not applied
+    bool staged = false;   // a piece held until the clock's other pieces arrive
     int64_t version = 0;
     int64_t staleness = 0;  // of this gradient, when applied
   };
   // Validates everything before touching state: a rejected push changes nothing but the
-  // rejection counter. Codes as documented on the Push rpc.
+  // rejection counter. Codes as documented on the Push rpc. A piece that overlaps another piece
+  // of the same clock without being equal to it is INVALID_ARGUMENT; an equal one is a
+  // duplicate. Staged pieces are not in snapshots: a restarted shard has a new incarnation, so
+  // the worker registers again and pushes the clock whole once more.
   absl::StatusOr<PushResult> Push(const PushArgs& args);
 
   ShardStatus GetStatus() const;
@@ -228,7 +238,14 @@ class Shard {
   bool ApplyStale(int rank, int64_t clock, int64_t base_version, const EncodedTensor& gradient)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LeaseLoop();
+  // The checks every push passes (access, incarnation, finite values, base version, clock), and
+  // what the consistency controller makes of its clock; renews the lease.
+  absl::StatusOr<PushAction> AdmitPushLocked(const PushArgs& args, bool finite)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<PushResult> PushLocked(const PushArgs& args, bool finite)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A push of part of the range: staged, then handed to PushLocked whole once complete.
+  absl::StatusOr<PushResult> PushPieceLocked(const PushArgs& args, bool finite)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<PullResult> ReadSliceLocked(const PullArgs& args, absl::Time start, absl::Time now,
                                              const SliceReader& read)
@@ -281,6 +298,16 @@ class Shard {
   std::vector<int64_t> round_base_versions_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> round_has_gradient_ ABSL_GUARDED_BY(mu_);
   std::vector<float> round_sum_ ABSL_GUARDED_BY(mu_);
+  // Pieces of each worker's current clock received so far (priority scheduling). The buffer is
+  // kept between clocks, so only workers that push in pieces cost a slice each.
+  struct StagedPush {
+    int64_t clock = -1;  // -1: nothing staged
+    int64_t base_version = 0;
+    int64_t covered = 0;               // elements received
+    std::map<int64_t, int64_t> parts;  // begin -> end of the pieces received, absolute keys
+    std::vector<float> gradient;       // the slice's gradient, filled piece by piece
+  };
+  std::vector<StagedPush> staged_ ABSL_GUARDED_BY(mu_);
   bool lease_changed_ ABSL_GUARDED_BY(mu_) = false;  // wakes the lease thread early
   // Pulls waiting for their consistency condition: no thread is held for them. Woken by the
   // push or expiry that satisfies them, by their deadline (the lease thread) or by Shutdown.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -91,30 +92,39 @@ absl::Status GrpcParameterClient::CallAll(const char* method, StartFn<Request, R
                                           std::vector<Response>* responses, absl::Duration timeout,
                                           bool wait_for_ready) {
   return CallEach(
-      method,
+      method, EveryShard(),
       [&](size_t s, grpc::ClientContext* ctx, grpc::CompletionQueue* cq) {
         return (stubs_[s].get()->*start)(ctx, requests[s], cq);
       },
-      responses, timeout, wait_for_ready);
+      responses, timeout, wait_for_ready, nullptr);
 }
 
-absl::Status GrpcParameterClient::CallAll(const char* method, RawMethod raw,
+absl::Status GrpcParameterClient::CallRaw(const char* method, RawMethod raw,
+                                          const std::vector<int>& shards,
                                           const std::vector<grpc::ByteBuffer>& requests,
                                           std::vector<grpc::ByteBuffer>* responses,
-                                          absl::Duration timeout, bool wait_for_ready) {
+                                          absl::Duration timeout,
+                                          const std::function<void(size_t)>& on_ok) {
   return CallEach(
-      method,
-      [&](size_t s, grpc::ClientContext* ctx, grpc::CompletionQueue* cq) {
-        return raw_stubs_[s]->PrepareUnaryCall(ctx, raw.path, requests[s], cq);
+      method, shards,
+      [&](size_t i, grpc::ClientContext* ctx, grpc::CompletionQueue* cq) {
+        return raw_stubs_[shards[i]]->PrepareUnaryCall(ctx, raw.path, requests[i], cq);
       },
-      responses, timeout, wait_for_ready);
+      responses, timeout, /*wait_for_ready=*/false, on_ok);
+}
+
+std::vector<int> GrpcParameterClient::EveryShard() const {
+  std::vector<int> shards(stubs_.size());
+  for (size_t s = 0; s < shards.size(); ++s) shards[s] = static_cast<int>(s);
+  return shards;
 }
 
 template <typename Response, typename Start>
-absl::Status GrpcParameterClient::CallEach(const char* method, Start start,
-                                           std::vector<Response>* responses, absl::Duration timeout,
-                                           bool wait_for_ready) {
-  const size_t n = stubs_.size();
+absl::Status GrpcParameterClient::CallEach(const char* method, const std::vector<int>& shards,
+                                           Start start, std::vector<Response>* responses,
+                                           absl::Duration timeout, bool wait_for_ready,
+                                           const std::function<void(size_t)>& on_ok) {
+  const size_t n = shards.size();
   responses->assign(n, Response());
   std::vector<size_t> pending(n);
   for (size_t i = 0; i < n; ++i) pending[i] = i;
@@ -143,6 +153,8 @@ absl::Status GrpcParameterClient::CallEach(const char* method, Start start,
       void* tag = nullptr;
       bool ok = false;
       cq.Next(&tag, &ok);
+      const size_t i = reinterpret_cast<size_t>(tag);
+      if (on_ok && statuses[i].ok()) on_ok(i);
     }
     {
       absl::MutexLock lock(&mu_);
@@ -168,8 +180,10 @@ absl::Status GrpcParameterClient::CallEach(const char* method, Start start,
         retry.push_back(s);
         continue;
       }
-      return FromGrpcStatus(st, absl::StrCat(method, " to shard ", s, " (", options_.servers[s],
-                                             ")", attempt > 1 ? " after retries" : ""));
+      const int shard = shards[s];
+      return FromGrpcStatus(st, absl::StrCat(method, " to shard ", shard, " (",
+                                             options_.servers[shard], ")",
+                                             attempt > 1 ? " after retries" : ""));
     }
     if (retry.empty()) return absl::OkStatus();
     pending = std::move(retry);
@@ -252,35 +266,81 @@ absl::Status GrpcParameterClient::Init(absl::Span<const float> params) {
                  false);
 }
 
+absl::StatusOr<std::vector<GrpcParameterClient::Piece>> GrpcParameterClient::SplitAtShards(
+    absl::Span<const KeyRange> parts) const {
+  std::vector<Piece> pieces;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    const KeyRange part = parts[p];
+    if (part.begin < 0 || part.end > options_.total_params || part.begin >= part.end) {
+      return absl::InvalidArgumentError(absl::StrCat("part [", part.begin, ", ", part.end,
+                                                     ") is empty or outside the layout of ",
+                                                     options_.total_params));
+    }
+    for (size_t s = 0; s < stubs_.size(); ++s) {
+      const KeyRange r = range(static_cast<int>(s));
+      const KeyRange cut{std::max(r.begin, part.begin), std::min(r.end, part.end)};
+      // A shard with an empty range (more shards than parameters) still gets its clock.
+      const bool empty_inside = r.begin == r.end && part.begin <= r.begin && r.end <= part.end;
+      if (cut.begin < cut.end || empty_inside) {
+        pieces.push_back(Piece{p, static_cast<int>(s), cut.begin < cut.end ? cut : r});
+      }
+    }
+  }
+  return pieces;
+}
+
 absl::StatusOr<PullStats> GrpcParameterClient::Pull(int64_t clock, bool no_wait,
                                                     absl::Span<float> params) {
+  const KeyRange whole{0, options_.total_params};
+  return PullPieces(clock, no_wait, absl::MakeConstSpan(&whole, 1), params, nullptr);
+}
+
+absl::StatusOr<PullStats> GrpcParameterClient::PullParts(
+    int64_t clock, absl::Span<const KeyRange> parts, absl::Span<float> params,
+    const std::function<void(size_t)>& on_part) {
+  return PullPieces(clock, /*no_wait=*/false, parts, params, on_part);
+}
+
+absl::StatusOr<PullStats> GrpcParameterClient::PullPieces(
+    int64_t clock, bool no_wait, absl::Span<const KeyRange> parts, absl::Span<float> params,
+    const std::function<void(size_t)>& on_part) {
   if (static_cast<int64_t>(params.size()) != options_.total_params) {
     return absl::InvalidArgumentError("Pull: buffer size differs from the layout");
   }
-  auto headers = RequestsPerShard<ps::v1::PullRequest>();
+  ASSIGN_OR_RETURN(const std::vector<Piece> pieces, SplitAtShards(parts));
   const std::vector<uint64_t> shard_incarnation = shard_incarnations();
-  std::vector<grpc::ByteBuffer> requests(stubs_.size());
-  for (size_t s = 0; s < requests.size(); ++s) {
-    headers[s].set_rank(options_.rank);
-    headers[s].set_clock(clock);
-    headers[s].set_no_wait(no_wait);
-    headers[s].set_encoding(static_cast<ps::v1::TensorEncoding>(options_.pull_encoding));
+  std::vector<grpc::ByteBuffer> requests(pieces.size());
+  std::vector<int> shards(pieces.size());
+  std::vector<size_t> missing(parts.size(), 0);  // pieces of each part not yet arrived
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& piece = pieces[i];
+    ps::v1::PullRequest header;
+    header.set_layout_fingerprint(options_.fingerprint);
+    header.set_begin(piece.range.begin);
+    header.set_end(piece.range.end);
+    header.set_rank(options_.rank);
+    header.set_clock(clock);
+    header.set_no_wait(no_wait);
+    header.set_encoding(static_cast<ps::v1::TensorEncoding>(options_.pull_encoding));
     if (!no_wait) {
-      headers[s].set_incarnation(options_.incarnation);
-      headers[s].set_shard_incarnation(shard_incarnation[s]);
+      header.set_incarnation(options_.incarnation);
+      header.set_shard_incarnation(shard_incarnation[piece.shard]);
     }
-    requests[s] = SerializeToByteBuffer(headers[s]);
+    requests[i] = SerializeToByteBuffer(header);
+    shards[i] = piece.shard;
+    ++missing[piece.part];
   }
-  std::vector<grpc::ByteBuffer> responses;
-  RETURN_IF_ERROR(CallAll("Pull", RawMethod{"/ps.v1.ParameterServer/Pull"}, requests, &responses,
-                          options_.pull_timeout, false));
   PullStats stats;
-  for (size_t s = 0; s < stubs_.size(); ++s) {
-    const KeyRange r = range(static_cast<int>(s));
+  stats.versions.assign(stubs_.size(), std::numeric_limits<int64_t>::max());
+  absl::Status decoded = absl::OkStatus();
+  // Decodes a piece the moment it arrives, so the caller can use its part while others travel.
+  const auto on_arrival = [&](size_t i, const grpc::ByteBuffer& reply) {
+    const Piece& piece = pieces[i];
+    const KeyRange r = piece.range;
     ps::v1::PullResponse header;
     SplitMessage split;  // the values are decoded from gRPC's buffers into `params`
-    absl::Status ok = SplitPayloadMessage(responses[s], ps::v1::PullResponse::kValuesFieldNumber,
-                                          &header, &split);
+    absl::Status ok =
+        SplitPayloadMessage(reply, ps::v1::PullResponse::kValuesFieldNumber, &header, &split);
     absl::StatusOr<TensorEncoding> encoding = TensorEncodingFromWire(header.encoding());
     if (ok.ok()) ok = encoding.status();
     absl::StatusOr<EncodedTensor> values =
@@ -292,13 +352,26 @@ absl::StatusOr<PullStats> GrpcParameterClient::Pull(int64_t clock, bool no_wait,
                                                        " values for a range of ", r.size()));
     }
     if (!values.ok()) {
-      return absl::DataLossError(absl::StrCat(
-          "Pull: shard ", s, " sent a reply that does not fit: ", values.status().message()));
+      if (decoded.ok()) {
+        decoded = absl::DataLossError(absl::StrCat("Pull: shard ", piece.shard,
+                                                   " sent a reply that does not fit: ",
+                                                   values.status().message()));
+      }
+      return;
     }
     values->DecodeInto(params.subspan(r.begin, r.size()));
     stats.payload_bytes += values->payload_bytes();
-    stats.versions.push_back(header.version());
+    stats.versions[piece.shard] = std::min(stats.versions[piece.shard], header.version());
     stats.server_wait = std::max(stats.server_wait, absl::Microseconds(header.wait_us()));
+    if (--missing[piece.part] == 0 && on_part) on_part(piece.part);
+  };
+  std::vector<grpc::ByteBuffer> replies;
+  RETURN_IF_ERROR(CallRaw("Pull", RawMethod{"/ps.v1.ParameterServer/Pull"}, shards, requests,
+                          &replies, options_.pull_timeout,
+                          [&](size_t i) { on_arrival(i, replies[i]); }));
+  RETURN_IF_ERROR(decoded);
+  for (int64_t& v : stats.versions) {
+    if (v == std::numeric_limits<int64_t>::max()) v = 0;  // a shard none of the parts touched
   }
   return stats;
 }
@@ -307,28 +380,44 @@ absl::StatusOr<PushStats> GrpcParameterClient::Push(int64_t clock,
                                                     const std::vector<int64_t>& base_versions,
                                                     int num_samples,
                                                     absl::Span<const float> gradient) {
+  const KeyRange whole{0, options_.total_params};
+  return PushParts(clock, base_versions, num_samples, gradient, absl::MakeConstSpan(&whole, 1));
+}
+
+absl::StatusOr<PushStats> GrpcParameterClient::PushParts(int64_t clock,
+                                                         const std::vector<int64_t>& base_versions,
+                                                         int num_samples,
+                                                         absl::Span<const float> gradient,
+                                                         absl::Span<const KeyRange> parts) {
   if (static_cast<int64_t>(gradient.size()) != options_.total_params ||
       base_versions.size() != stubs_.size()) {
     return absl::InvalidArgumentError("Push: gradient or base versions do not fit the layout");
   }
+  ASSIGN_OR_RETURN(const std::vector<Piece> pieces, SplitAtShards(parts));
   // Declared first, destroyed last: waits until gRPC has released every borrowed slice, so the
   // caller may reuse `gradient` (and this client its encode buffers) once Push returns.
   BorrowedPayload borrowed;
-  auto headers = RequestsPerShard<ps::v1::PushRequest>();
   const std::vector<uint64_t> shard_incarnation = shard_incarnations();
-  std::vector<grpc::ByteBuffer> requests(stubs_.size());
+  std::vector<grpc::ByteBuffer> requests(pieces.size());
+  std::vector<int> shards(pieces.size());
+  if (encoded_.size() < pieces.size()) encoded_.resize(pieces.size());
   PushStats stats;
-  for (size_t s = 0; s < stubs_.size(); ++s) {
-    const KeyRange r = range(static_cast<int>(s));
-    headers[s].set_rank(options_.rank);
-    headers[s].set_incarnation(options_.incarnation);
-    headers[s].set_shard_incarnation(shard_incarnation[s]);
-    headers[s].set_clock(clock);
-    headers[s].set_base_version(base_versions[s]);
-    headers[s].set_num_samples(num_samples);
-    headers[s].set_encoding(static_cast<ps::v1::TensorEncoding>(options_.push_encoding));
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& piece = pieces[i];
+    const KeyRange r = piece.range;
+    ps::v1::PushRequest header;
+    header.set_layout_fingerprint(options_.fingerprint);
+    header.set_begin(r.begin);
+    header.set_end(r.end);
+    header.set_rank(options_.rank);
+    header.set_incarnation(options_.incarnation);
+    header.set_shard_incarnation(shard_incarnation[piece.shard]);
+    header.set_clock(clock);
+    header.set_base_version(base_versions[piece.shard]);
+    header.set_num_samples(num_samples);
+    header.set_encoding(static_cast<ps::v1::TensorEncoding>(options_.push_encoding));
     const absl::Span<const float> slice = gradient.subspan(r.begin, r.size());
-    std::vector<char>& encoded = encoded_[s];
+    std::vector<char>& encoded = encoded_[i];
     grpc::Slice payload;
     switch (options_.push_encoding) {
       case TensorEncoding::kF32:
@@ -348,32 +437,33 @@ absl::StatusOr<PushStats> GrpcParameterClient::Push(int64_t clock,
     stats.payload_bytes += static_cast<int64_t>(payload.size());
     std::vector<grpc::Slice> payload_slices;
     payload_slices.push_back(std::move(payload));
-    requests[s] = JoinPayloadMessage(headers[s], ps::v1::PushRequest::kGradientFieldNumber,
+    requests[i] = JoinPayloadMessage(header, ps::v1::PushRequest::kGradientFieldNumber,
                                      std::move(payload_slices));
+    shards[i] = piece.shard;
   }
   const RawMethod push{"/ps.v1.ParameterServer/Push"};
   std::vector<grpc::ByteBuffer> replies;
-  RETURN_IF_ERROR(CallAll("Push", push, requests, &replies, options_.call_timeout, false));
+  RETURN_IF_ERROR(CallRaw("Push", push, shards, requests, &replies, options_.call_timeout));
   std::vector<ps::v1::PushResponse> responses(replies.size());
-  for (size_t s = 0; s < replies.size(); ++s) {
-    RETURN_IF_ERROR(ParseFromByteBuffer(replies[s], &responses[s]));
+  for (size_t i = 0; i < replies.size(); ++i) {
+    RETURN_IF_ERROR(ParseFromByteBuffer(replies[i], &responses[i]));
   }
   if (options_.duplicate_pushes) {
     std::vector<grpc::ByteBuffer> again;
-    RETURN_IF_ERROR(CallAll("Push", push, requests, &again, options_.call_timeout, false));
-    for (size_t s = 0; s < again.size(); ++s) {
+    RETURN_IF_ERROR(CallRaw("Push", push, shards, requests, &again, options_.call_timeout));
+    for (size_t i = 0; i < again.size(); ++i) {
       ps::v1::PushResponse r;
-      RETURN_IF_ERROR(ParseFromByteBuffer(again[s], &r));
+      RETURN_IF_ERROR(ParseFromByteBuffer(again[i], &r));
       if (!r.duplicate()) {
-        return absl::InternalError(absl::StrCat("shard ", s, " accepted push of clock ", clock,
-                                                " twice: exactly-once is broken"));
+        return absl::InternalError(absl::StrCat("shard ", shards[i], " accepted push of clock ",
+                                                clock, " twice: exactly-once is broken"));
       }
     }
   }
   for (const auto& r : responses) {
     stats.applied += r.applied();
     stats.buffered += r.buffered();
-    stats.duplicates += r.duplicate();
+    stats.duplicates += r.duplicate() && !r.staged();
     stats.dropped += r.dropped();
     stats.late += r.late();
     if (r.applied()) stats.max_staleness = std::max(stats.max_staleness, r.staleness());

@@ -1,8 +1,9 @@
 #ifndef PS_WORKER_GRPC_PARAMETER_CLIENT_H_
 #define PS_WORKER_GRPC_PARAMETER_CLIENT_H_
 
-// ParameterClient over gRPC: one channel per shard; every operation issues its S calls at once
-// on a completion queue and waits for all of them. Push and Pull are raw calls: a float32
+// ParameterClient over gRPC: one channel per shard; every operation issues its calls (one per
+// shard, or one per piece of a part for PullParts/PushParts) at once on a completion queue and
+// waits for all of them. Push and Pull are raw calls: a float32
 // gradient is sent straight from the caller's buffer (gRPC borrows it; Push returns only once gRPC
 // has released it) and pulled values are decoded straight from gRPC's receive buffers into the
 // caller's (common/tensor_wire.h). Every call has a deadline. UNAVAILABLE answers
@@ -13,6 +14,7 @@
 // shard process it registered with, so a shard that restarted answers ABORTED and the trainer
 // registers again.
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -62,6 +64,12 @@ class GrpcParameterClient final : public ParameterClient {
   absl::StatusOr<PullStats> Pull(int64_t clock, bool no_wait, absl::Span<float> params) override;
   absl::StatusOr<PushStats> Push(int64_t clock, const std::vector<int64_t>& base_versions,
                                  int num_samples, absl::Span<const float> gradient) override;
+  absl::StatusOr<PullStats> PullParts(int64_t clock, absl::Span<const KeyRange> parts,
+                                      absl::Span<float> params,
+                                      const std::function<void(size_t)>& on_part) override;
+  absl::StatusOr<PushStats> PushParts(int64_t clock, const std::vector<int64_t>& base_versions,
+                                      int num_samples, absl::Span<const float> gradient,
+                                      absl::Span<const KeyRange> parts) override;
   absl::StatusOr<std::vector<ShardReport>> Status() override;
   void Cancel() override;
   uint64_t incarnation() const { return options_.incarnation; }
@@ -76,8 +84,23 @@ class GrpcParameterClient final : public ParameterClient {
     const char* path;
   };
 
+  // One call's share of a part: the part's keys within one shard's range.
+  struct Piece {
+    size_t part = 0;
+    int shard = 0;
+    KeyRange range;
+  };
+
   explicit GrpcParameterClient(const GrpcClientOptions& options);
   KeyRange range(int shard) const;
+  // `parts` cut at the shards' boundaries, in order. INVALID_ARGUMENT for an empty part or one
+  // outside the layout.
+  absl::StatusOr<std::vector<Piece>> SplitAtShards(absl::Span<const KeyRange> parts) const;
+  // Pull and PullParts: one raw call per piece; each piece is decoded into `params` as it
+  // arrives, and on_part(i) runs once part i's pieces have all arrived.
+  absl::StatusOr<PullStats> PullPieces(int64_t clock, bool no_wait,
+                                       absl::Span<const KeyRange> parts, absl::Span<float> params,
+                                       const std::function<void(size_t)>& on_part);
   // One request per shard with the layout fingerprint and the shard's key range filled in.
   template <typename Request>
   std::vector<Request> RequestsPerShard() const;
@@ -87,19 +110,24 @@ class GrpcParameterClient final : public ParameterClient {
   absl::Status CallAll(const char* method, StartFn<Request, Response> start,
                        const std::vector<Request>& requests, std::vector<Response>* responses,
                        absl::Duration timeout, bool wait_for_ready);
-  absl::Status CallAll(const char* method, RawMethod raw,
+  // Raw calls, call i to shard shards[i] (several may go to one shard), all in flight together;
+  // on_ok(i), if given, runs on this thread as soon as call i has succeeded.
+  absl::Status CallRaw(const char* method, RawMethod raw, const std::vector<int>& shards,
                        const std::vector<grpc::ByteBuffer>& requests,
                        std::vector<grpc::ByteBuffer>* responses, absl::Duration timeout,
-                       bool wait_for_ready);
-  // The loop behind both: `start(shard, ctx, cq)` starts shard's call and returns its reader.
+                       const std::function<void(size_t)>& on_ok = nullptr);
+  // The loop behind both: `start(i, ctx, cq)` starts call i (to shard shards[i]) and returns its
+  // reader.
   template <typename Response, typename Start>
-  absl::Status CallEach(const char* method, Start start, std::vector<Response>* responses,
-                        absl::Duration timeout, bool wait_for_ready);
+  absl::Status CallEach(const char* method, const std::vector<int>& shards, Start start,
+                        std::vector<Response>* responses, absl::Duration timeout,
+                        bool wait_for_ready, const std::function<void(size_t)>& on_ok);
+  std::vector<int> EveryShard() const;  // {0, 1, ..., S-1}
 
   GrpcClientOptions options_;
   std::vector<std::unique_ptr<Stub>> stubs_;
   std::vector<std::unique_ptr<grpc::GenericStub>> raw_stubs_;  // the same channels
-  std::vector<std::vector<char>> encoded_;                     // compressed gradients, per shard
+  std::vector<std::vector<char>> encoded_;  // compressed gradients, per piece of a push
   std::unique_ptr<TopKCompressor> topk_;                       // error feedback state
   // Per-shard call settings: deadline, wait-for-ready and the token.
   void Prepare(grpc::ClientContext* ctx, absl::Duration timeout, bool wait_for_ready) const;

@@ -6,6 +6,7 @@
 // interface, so tests can run it against an in-process fake.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,25 @@ class ParameterClient {
   // Sends each shard its range of the mean gradient of step `clock`.
   virtual absl::StatusOr<PushStats> Push(int64_t clock, const std::vector<int64_t>& base_versions,
                                          int num_samples, absl::Span<const float> gradient) = 0;
+
+  // Priority scheduling (P3, BytePS): the step's weights and gradients travel in parts, key
+  // ranges of the flat buffer (one per layer, say), so that the first layers' weights can be used
+  // before the rest has arrived and the last layers' gradients can leave while backward still
+  // runs. Each part is cut at the shards' boundaries into one call per piece.
+  //
+  // Pulls `parts` of step `clock` into `params`, all calls in flight at once and issued in the
+  // order given (the forward pass's); `on_part(i)` runs on the caller's thread as soon as part
+  // i has arrived whole. The versions are per shard, the oldest of its pieces.
+  virtual absl::StatusOr<PullStats> PullParts(int64_t clock, absl::Span<const KeyRange> parts,
+                                              absl::Span<float> params,
+                                              const std::function<void(size_t)>& on_part) = 0;
+  // Pushes `parts` (disjoint) of the gradient of step `clock`. A shard acts on the clock once
+  // the pieces it received cover its range, so a step is pushed whole over one or more calls;
+  // the stats count the shards whose range this call completed.
+  virtual absl::StatusOr<PushStats> PushParts(int64_t clock,
+                                              const std::vector<int64_t>& base_versions,
+                                              int num_samples, absl::Span<const float> gradient,
+                                              absl::Span<const KeyRange> parts) = 0;
   virtual absl::StatusOr<std::vector<ShardReport>> Status() = 0;
   // Cancels calls in flight and fails later ones with CANCELLED; thread-safe.
   virtual void Cancel() = 0;

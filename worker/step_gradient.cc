@@ -30,11 +30,46 @@ absl::StatusOr<std::unique_ptr<StepGradient>> StepGradient::Create(
 
 absl::StatusOr<BatchStats> StepGradient::Compute(int64_t step, absl::Span<const float> params,
                                                  absl::Span<float> grads) {
+  RETURN_IF_ERROR(device_.CopyToDevice(params.data(), model_.layout().total() * sizeof(float),
+                                       params_dev_.as<float>()));
+  return Run(step, nullptr, grads);
+}
+
+absl::StatusOr<BatchStats> StepGradient::ComputeByLayer(int64_t step,
+                                                        absl::Span<const float> params,
+                                                        absl::Span<float> grads,
+                                                        const LayerCallbacks& callbacks) {
+  float* params_dev = params_dev_.as<float>();
+  float* grads_dev = grads_dev_.as<float>();
+  const int last = accumulate_ - 1;
+  const std::function<LayerHooks(int)> hooks_for = [&](int micro) {
+    LayerHooks hooks;
+    if (micro == 0) {
+      hooks.before_forward = [&](KeyRange r) -> absl::Status {
+        if (callbacks.weights_ready) RETURN_IF_ERROR(callbacks.weights_ready(r));
+        return device_.CopyToDevice(params.data() + r.begin, r.size() * sizeof(float),
+                                    params_dev + r.begin);
+      };
+    }
+    if (micro == last) {
+      hooks.after_backward = [&](KeyRange r) -> absl::Status {
+        RETURN_IF_ERROR(device_.CopyToHost(grads_dev + r.begin, r.size() * sizeof(float),
+                                           grads.data() + r.begin));
+        return callbacks.gradient_ready ? callbacks.gradient_ready(r) : absl::OkStatus();
+      };
+    }
+    return hooks;
+  };
+  return Run(step, &hooks_for, grads);
+}
+
+absl::StatusOr<BatchStats> StepGradient::Run(int64_t step,
+                                             const std::function<LayerHooks(int)>* hooks_for,
+                                             absl::Span<float> grads) {
   const int64_t n = model_.layout().total();
   const int64_t features = train_.features();
   float* x = x_host_.as<float>();
   int32_t* y = y_host_.as<int32_t>();
-  RETURN_IF_ERROR(device_.CopyToDevice(params.data(), n * sizeof(float), params_dev_.as<float>()));
   RETURN_IF_ERROR(device_.Fill(0.0f, n, grads_dev_.as<float>()));
   BatchStats stats;
   for (int micro = 0; micro < accumulate_; ++micro) {
@@ -42,15 +77,18 @@ absl::StatusOr<BatchStats> StepGradient::Compute(int64_t step, absl::Span<const 
     train_.Gather(indices_.data(), batch_, x, y);
     RETURN_IF_ERROR(device_.CopyToDevice(x, sizeof(float) * batch_ * features, x_dev_.as<float>()));
     RETURN_IF_ERROR(device_.CopyToDevice(y, sizeof(int32_t) * batch_, y_dev_.as<int32_t>()));
-    ASSIGN_OR_RETURN(
-        BatchStats s,
-        model_.ForwardBackward(params_dev_.as<float>(), x_dev_.as<float>(), y_dev_.as<int32_t>(),
-                               batch_, 1.0f / accumulate_, grads_dev_.as<float>()));
+    const LayerHooks hooks = hooks_for != nullptr ? (*hooks_for)(micro) : LayerHooks();
+    ASSIGN_OR_RETURN(BatchStats s, model_.ForwardBackward(
+                                       params_dev_.as<float>(), x_dev_.as<float>(),
+                                       y_dev_.as<int32_t>(), batch_, 1.0f / accumulate_,
+                                       grads_dev_.as<float>(), hooks));
     stats.loss_sum += s.loss_sum;
     stats.correct += s.correct;
     stats.count += s.count;
   }
-  RETURN_IF_ERROR(device_.CopyToHost(grads_dev_.as<float>(), n * sizeof(float), grads.data()));
+  if (hooks_for == nullptr) {
+    RETURN_IF_ERROR(device_.CopyToHost(grads_dev_.as<float>(), n * sizeof(float), grads.data()));
+  }
   return stats;
 }
 

@@ -5,6 +5,7 @@
 // global batch `step` (see BatchPlan), at given weights. The trainer and ps_replay both compute
 // gradients through this one class, so a replay reproduces a run's gradients bit for bit.
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -31,6 +32,19 @@ class StepGradient {
   absl::StatusOr<BatchStats> Compute(int64_t step, absl::Span<const float> params,
                                      absl::Span<float> grads);
 
+  // Priority scheduling: the same, layer by layer. `weights_ready(range)` is called before a
+  // layer's weights are first read from `params` (it may wait for them to arrive); each layer's
+  // weights are copied to the device just then. `gradient_ready(range)` is called once a layer's
+  // gradient of the whole step is in `grads` (after the last micro-batch's backward of that
+  // layer), last layer first.
+  struct LayerCallbacks {
+    std::function<absl::Status(KeyRange)> weights_ready;
+    std::function<absl::Status(KeyRange)> gradient_ready;
+  };
+  absl::StatusOr<BatchStats> ComputeByLayer(int64_t step, absl::Span<const float> params,
+                                            absl::Span<float> grads,
+                                            const LayerCallbacks& callbacks);
+
   const BatchPlan& plan() const { return plan_; }
 
  private:
@@ -49,6 +63,10 @@ class StepGradient {
   BatchPlan plan_;
   int batch_;
   int accumulate_;
+  // Both entry points: `hooks_for(micro)` gives the model's hooks of micro-batch `micro` (none:
+  // the whole buffers are copied before and after).
+  absl::StatusOr<BatchStats> Run(int64_t step, const std::function<LayerHooks(int)>* hooks_for,
+                                 absl::Span<float> grads);
   DeviceBuffer params_dev_, grads_dev_, x_dev_, y_dev_;
   DeviceBuffer x_host_, y_host_;  // the device's preferred host memory (pinned for CUDA)
   std::vector<int32_t> indices_;

@@ -92,6 +92,18 @@ Trainer::Trainer(const TrainerOptions& options, Model& model, Device& device,
 
 absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   RETURN_IF_ERROR(ValidateDelayOptions(options_.delays));
+  if (options_.priority) {
+    const DelayOptions& d = options_.delays;
+    if (options_.overlap) {
+      return absl::InvalidArgumentError(
+          "priority scheduling and overlap are alternatives: choose one");
+    }
+    if (d.slowdown != 1.0 || d.jitter_probability > 0.0 || d.pause_step >= 0) {
+      return absl::InvalidArgumentError(
+          "priority scheduling sends gradients while backward runs, so injected delays (which "
+          "stand for slower computation before the push) cannot apply: drop one or the other");
+    }
+  }
   DelayOptions delay_options = options_.delays;
   delay_options.seed = options_.seed;
   delay_options.rank = options_.rank;
@@ -168,53 +180,73 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
       break;
     }
     const absl::Time t0 = absl::Now();
-    absl::StatusOr<PullStats> pull;
-    if (prefetch.valid() && prefetch_step == step) {
-      pull = prefetch.get();  // only what is left of it is waited for
-      std::swap(params, prefetch_params);
+    PullStats pulled;
+    PushStats pushed;
+    BatchStats step_stats;
+    absl::Time t1, t2, t2s, t3;  // computing starts, stops, pushing starts, the step ends
+    if (options_.priority) {
+      StepTimes times;
+      const absl::Status s =
+          PriorityStep(step, *gradient, params, grads, options_.batch_size * options_.accumulate,
+                       &pulled, &pushed, &step_stats, &times);
+      if (s.code() == absl::StatusCode::kAborted) {
+        ASSIGN_OR_RETURN(cluster, Rejoin(s, params));
+        step = cluster.resume_clock - 1;
+        continue;
+      }
+      RETURN_IF_ERROR(s);
+      t1 = t0 + times.pull;
+      t2 = t2s = t1 + times.compute;
+      t3 = t2 + times.push;
     } else {
-      drain_prefetch();
-      pull = client_.Pull(step, /*no_wait=*/false, params);
+      absl::StatusOr<PullStats> pull;
+      if (prefetch.valid() && prefetch_step == step) {
+        pull = prefetch.get();  // only what is left of it is waited for
+        std::swap(params, prefetch_params);
+      } else {
+        drain_prefetch();
+        pull = client_.Pull(step, /*no_wait=*/false, params);
+      }
+      if (overlap && pull.ok() && step + 1 < total_steps) {
+        prefetch_step = step + 1;
+        prefetch = std::async(std::launch::async, [this, next = step + 1, out = prefetch_params] {
+          return client_.Pull(next, /*no_wait=*/false, out);
+        });
+      }
+      if (pull.status().code() == absl::StatusCode::kAborted) {
+        drain_prefetch();
+        ASSIGN_OR_RETURN(cluster, Rejoin(pull.status(), params));
+        step = cluster.resume_clock - 1;  // the loop's ++step resumes at the shards' clock
+        continue;
+      }
+      if (!pull.ok()) {
+        drain_prefetch();
+        return pull.status();
+      }
+      pulled = *std::move(pull);
+      t1 = absl::Now();
+      ASSIGN_OR_RETURN(step_stats, gradient->Compute(step, params, grads));
+      t2 = absl::Now();
+      // The injected delay stands for slower computation: it comes before the push, so the
+      // gradient arrives late and staler, as a slow worker's would.
+      const absl::Duration delay = delays.DelayFor(step, (t2 - t0) + last_push);
+      if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
+      t2s = absl::Now();
+      absl::StatusOr<PushStats> push =
+          client_.Push(step, pulled.versions, static_cast<int>(step_stats.count), grads);
+      if (push.status().code() == absl::StatusCode::kAborted) {
+        drain_prefetch();
+        ASSIGN_OR_RETURN(cluster, Rejoin(push.status(), params));
+        step = cluster.resume_clock - 1;
+        continue;
+      }
+      if (!push.ok()) {
+        drain_prefetch();
+        return push.status();
+      }
+      pushed = *push;
+      t3 = absl::Now();
     }
-    if (overlap && pull.ok() && step + 1 < total_steps) {
-      prefetch_step = step + 1;
-      prefetch = std::async(std::launch::async, [this, next = step + 1, out = prefetch_params] {
-        return client_.Pull(next, /*no_wait=*/false, out);
-      });
-    }
-    if (pull.status().code() == absl::StatusCode::kAborted) {
-      drain_prefetch();
-      ASSIGN_OR_RETURN(cluster, Rejoin(pull.status(), params));
-      step = cluster.resume_clock - 1;  // the loop's ++step resumes at the shards' clock
-      continue;
-    }
-    if (!pull.ok()) {
-      drain_prefetch();
-      return pull.status();
-    }
-    const PullStats& pulled = *pull;
-    const absl::Time t1 = absl::Now();
-    ASSIGN_OR_RETURN(BatchStats step_stats, gradient->Compute(step, params, grads));
-    const absl::Time t2 = absl::Now();
-    // The injected delay stands for slower computation: it comes before the push, so the
-    // gradient arrives late and staler, as a slow worker's would.
-    const absl::Duration delay = delays.DelayFor(step, (t2 - t0) + last_push);
-    if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
-    const absl::Time t2s = absl::Now();
-    absl::StatusOr<PushStats> push =
-        client_.Push(step, pulled.versions, static_cast<int>(step_stats.count), grads);
-    if (push.status().code() == absl::StatusCode::kAborted) {
-      drain_prefetch();
-      ASSIGN_OR_RETURN(cluster, Rejoin(push.status(), params));
-      step = cluster.resume_clock - 1;
-      continue;
-    }
-    if (!push.ok()) {
-      drain_prefetch();
-      return push.status();
-    }
-    const PushStats& pushed = *push;
-    const absl::Time t3 = absl::Now();
 
     const auto us = [](absl::Duration d) { return absl::ToInt64Microseconds(d); };
     live_.steps.fetch_add(1);
@@ -325,6 +357,104 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   drain_prefetch();  // a prefetch is never started past the last step; this is for `break`
   spdlog::info("rank {} finished {} steps in {:.1f}s", options_.rank, total_steps,
                absl::ToDoubleSeconds(absl::Now() - start));
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::PriorityStep(int64_t step, StepGradient& gradient, absl::Span<float> params,
+                                  absl::Span<float> grads, int num_samples, PullStats* pulled,
+                                  PushStats* pushed, BatchStats* batch, StepTimes* times) {
+  const std::vector<KeyRange> parts = model_.LayerParamRanges();
+  // Shared by the three threads of the step.
+  std::mutex mu;
+  std::condition_variable changed;
+  std::vector<bool> arrived(parts.size(), false);
+  bool pull_done = false;
+  absl::StatusOr<PullStats> pull_result;
+  std::vector<KeyRange> to_push;  // gradients backward has produced, not yet handed to a push
+  bool compute_done = false;
+
+  // All layers' pulls go out at once, first layer first; each arrival wakes the forward pass.
+  std::future<void> puller = std::async(std::launch::async, [&] {
+    absl::StatusOr<PullStats> r = client_.PullParts(step, parts, params, [&](size_t i) {
+      const std::lock_guard<std::mutex> lock(mu);
+      arrived[i] = true;
+      changed.notify_all();
+    });
+    const std::lock_guard<std::mutex> lock(mu);
+    pull_result = std::move(r);
+    pull_done = true;
+    changed.notify_all();
+  });
+  // Pushes whatever backward has produced since the last push went out (one call for those
+  // layers, their pieces in flight together), with the pull's versions as base versions.
+  std::future<absl::StatusOr<PushStats>> pusher =
+      std::async(std::launch::async, [&]() -> absl::StatusOr<PushStats> {
+        std::vector<int64_t> base_versions;
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          changed.wait(lock, [&] { return pull_done; });
+          if (!pull_result.ok()) return pull_result.status();
+          base_versions = pull_result->versions;
+        }
+        PushStats total;
+        for (;;) {
+          std::vector<KeyRange> ready;
+          {
+            std::unique_lock<std::mutex> lock(mu);
+            changed.wait(lock, [&] { return !to_push.empty() || compute_done; });
+            ready.swap(to_push);
+          }
+          if (ready.empty()) return total;  // backward is done and everything went out
+          ASSIGN_OR_RETURN(const PushStats s,
+                           client_.PushParts(step, base_versions, num_samples, grads, ready));
+          total.applied += s.applied;
+          total.buffered += s.buffered;
+          total.duplicates += s.duplicates;
+          total.dropped += s.dropped;
+          total.late += s.late;
+          total.max_staleness = std::max(total.max_staleness, s.max_staleness);
+          total.payload_bytes += s.payload_bytes;
+        }
+      });
+
+  absl::Duration waited;
+  StepGradient::LayerCallbacks callbacks;
+  callbacks.weights_ready = [&](KeyRange range) -> absl::Status {
+    const size_t i = std::find(parts.begin(), parts.end(), range) - parts.begin();
+    const absl::Time t = absl::Now();
+    std::unique_lock<std::mutex> lock(mu);
+    changed.wait(lock, [&] { return arrived[i] || pull_done; });
+    waited += absl::Now() - t;
+    if (arrived[i]) return absl::OkStatus();
+    return pull_result.ok() ? absl::InternalError("a pulled layer never arrived")
+                            : pull_result.status();
+  };
+  callbacks.gradient_ready = [&](KeyRange range) {
+    const std::lock_guard<std::mutex> lock(mu);
+    to_push.push_back(range);
+    changed.notify_all();
+    return absl::OkStatus();
+  };
+  const absl::Time start = absl::Now();
+  absl::StatusOr<BatchStats> computed = gradient.ComputeByLayer(step, params, grads, callbacks);
+  const absl::Time computed_at = absl::Now();
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    compute_done = true;
+    changed.notify_all();
+  }
+  puller.wait();
+  absl::StatusOr<PushStats> push_result = pusher.get();
+  times->pull = waited;
+  times->compute = computed_at - start - waited;
+  times->push = absl::Now() - computed_at;
+  // The pull's error explains the others (they stopped because of it).
+  RETURN_IF_ERROR(pull_result.status());
+  RETURN_IF_ERROR(computed.status());
+  RETURN_IF_ERROR(push_result.status());
+  *pulled = *std::move(pull_result);
+  *pushed = *push_result;
+  *batch = *computed;
   return absl::OkStatus();
 }
 

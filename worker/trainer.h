@@ -20,6 +20,7 @@
 #include "common/model.h"
 #include "worker/delay_injector.h"
 #include "worker/parameter_client.h"
+#include "worker/step_gradient.h"
 
 namespace ps {
 
@@ -41,6 +42,12 @@ struct TrainerOptions {
   // step c is then computed from weights that may lack this worker's own gradient of step c-1
   // (one more update of staleness, still within the SSP bound the shards enforce on every pull).
   bool overlap = false;
+  // Priority scheduling (P3, BytePS), any mode: weights are pulled one layer per call, first layer
+  // first, and each layer's forward starts as soon as its weights have arrived; each layer's
+  // gradient is pushed as soon as backward has produced it, last layer first, while backward
+  // goes on below. The shards apply a step only once all its pieces are in, so the results are
+  // those of whole pushes (BSP: bit for bit). Not with `overlap` or injected delays.
+  bool priority = false;
   // Stop (successfully) after this much training time, whatever step was reached.
   absl::Duration max_duration = absl::InfiniteDuration();
 };
@@ -105,6 +112,17 @@ class Trainer {
   // then onto the device); `updates` receives the largest shard version read.
   absl::StatusOr<BatchStats> EvaluateFresh(int64_t step, absl::Span<float> params,
                                            float* params_dev, int64_t* updates);
+  // Where a priority-scheduled step spent its time on the training thread.
+  struct StepTimes {
+    absl::Duration pull;     // waiting for layers' weights
+    absl::Duration compute;  // forward and backward, without those waits
+    absl::Duration push;     // after backward, waiting for the last gradients to be acknowledged
+  };
+  // One step of priority scheduling (see TrainerOptions::priority): pulls on one helper thread,
+  // pushes on another, computes on this one. The first error of the three is returned.
+  absl::Status PriorityStep(int64_t step, StepGradient& gradient, absl::Span<float> params,
+                            absl::Span<float> grads, int num_samples, PullStats* pulled,
+                            PushStats* pushed, BatchStats* batch, StepTimes* times);
   // Registers again after `why` (an ABORTED answer) and returns where to resume; offers `params`
   // to shards that lost theirs.
   absl::StatusOr<ClusterInfo> Rejoin(const absl::Status& why, absl::Span<const float> params);

@@ -573,5 +573,117 @@ TEST(Snapshot, BspSnapshotsAtEveryNthRoundAtTheExactVersion) {
   EXPECT_EQ(versions, (std::vector<int64_t>{2, 4}));
 }
 
+// Priority scheduling: a worker pushes its clock in pieces as backward produces them.
+Shard::PushArgs PieceOf(int rank, int64_t clock, int64_t base, KeyRange range,
+                        const std::vector<float>& g) {
+  Shard::PushArgs a = PushOf(rank, clock, base, g);
+  a.range = range;
+  return a;
+}
+
+TEST(Pieces, ABspRoundOfPiecesEqualsOneOfWholePushesBitForBit) {
+  auto whole = MakeShard(ConsistencyMode::kBsp, 2);
+  auto pieces = MakeShard(ConsistencyMode::kBsp, 2);
+  InitAndRegister(*whole, 2);
+  InitAndRegister(*pieces, 2);
+  const std::vector<float> g0 = {0.5f, 4, -2, 1}, g1 = {2, 2, 2, 0.25f};
+  ASSERT_TRUE(whole->Push(PushOf(0, 0, 0, g0)).ok());
+  ASSERT_TRUE(whole->Push(PushOf(1, 0, 0, g1)).ok());
+  // Last layer first: [3, 4), then [0, 3); worker 1 pushes whole.
+  const std::vector<float> tail = {g0[3]}, head = {g0[0], g0[1], g0[2]};
+  auto first = pieces->Push(PieceOf(0, 0, 0, KeyRange{3, 4}, tail));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->staged);
+  EXPECT_FALSE(first->buffered || first->applied || first->duplicate);
+  auto completing = pieces->Push(PieceOf(0, 0, 0, KeyRange{0, 3}, head));
+  ASSERT_TRUE(completing.ok()) << completing.status();
+  EXPECT_FALSE(completing->staged);
+  EXPECT_TRUE(completing->buffered);  // the whole clock went on, into the BSP round
+  EXPECT_EQ(pieces->GetStatus().version, 0);
+  auto other = pieces->Push(PushOf(1, 0, 0, g1));
+  ASSERT_TRUE(other.ok());
+  EXPECT_TRUE(other->applied);
+  EXPECT_EQ(pieces->Values(), whole->Values());
+  EXPECT_EQ(pieces->GetStatus().pushes_accepted, 2);
+}
+
+TEST(Pieces, RepeatedPieceIsADuplicateOverlappingOneIsRefusedAndLateOnesAfterTheClockToo) {
+  auto shard = MakeShard(ConsistencyMode::kAsp, 1);
+  InitAndRegister(*shard, 1);
+  const std::vector<float> two = {1, 1}, three = {1, 1, 1};
+  ASSERT_TRUE(shard->Push(PieceOf(0, 0, 0, KeyRange{0, 2}, two)).ok());
+  auto again = shard->Push(PieceOf(0, 0, 0, KeyRange{0, 2}, two));
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->duplicate && again->staged);
+  EXPECT_EQ(shard->Push(PieceOf(0, 0, 0, KeyRange{1, 4}, three)).status().code(),
+            absl::StatusCode::kInvalidArgument);  // overlaps [0, 2)
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> bad = {1, nan};
+  EXPECT_EQ(shard->Push(PieceOf(0, 0, 0, KeyRange{2, 4}, bad)).status().code(),
+            absl::StatusCode::kInvalidArgument);  // refused before it is staged
+  EXPECT_EQ(shard->Values(), (std::vector<float>{1, 2, 3, 4}));
+  const std::vector<float> rest = {2, 2};
+  auto done = shard->Push(PieceOf(0, 0, 0, KeyRange{2, 4}, rest));
+  ASSERT_TRUE(done.ok());
+  EXPECT_TRUE(done->applied);
+  EXPECT_EQ(shard->Values(), (std::vector<float>{0, 1, 1, 2}));
+  // Once the clock is applied, any piece of it (a retry whose reply was lost) is a duplicate.
+  auto late = shard->Push(PieceOf(0, 0, 0, KeyRange{2, 4}, rest));
+  ASSERT_TRUE(late.ok());
+  EXPECT_TRUE(late->duplicate);
+  EXPECT_FALSE(late->staged);
+  EXPECT_EQ(shard->Values(), (std::vector<float>{0, 1, 1, 2}));
+  const ShardStatus st = shard->GetStatus();
+  EXPECT_EQ(st.version, 1);
+  EXPECT_EQ(st.pushes_accepted, 1);
+  EXPECT_EQ(st.pushes_duplicate, 2);
+  EXPECT_EQ(st.rejected_nonfinite, 1);
+}
+
+TEST(Pieces, StalenessCountsFromTheOldestPieceAndAPartialPullReadsItsRange) {
+  auto shard = MakeShard(ConsistencyMode::kAsp, 2);
+  InitAndRegister(*shard, 2);
+  const std::vector<float> ones = {1, 1, 1, 1}, two = {1, 1};
+  ASSERT_TRUE(shard->Push(PushOf(1, 0, 0, ones)).ok());  // version 1
+  ASSERT_TRUE(shard->Push(PieceOf(0, 0, 0, KeyRange{0, 2}, two)).ok());
+  auto done = shard->Push(PieceOf(0, 0, 1, KeyRange{2, 4}, two));
+  ASSERT_TRUE(done.ok());
+  EXPECT_TRUE(done->applied);
+  EXPECT_EQ(done->staleness, 1);  // version 1 at apply, oldest piece based on version 0
+  Shard::PullArgs a;
+  a.rank = 0;
+  a.fingerprint = kFp;
+  a.range = KeyRange{1, 3};
+  a.clock = 1;
+  std::vector<float> out(2);
+  auto r = shard->Pull(a, absl::InfiniteFuture(), absl::MakeSpan(out));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->version, 2);
+  EXPECT_EQ(out, (std::vector<float>{0, 1}));  // [-1, 0, 1, 2] at keys 1 and 2
+  a.range = KeyRange{3, 5};  // beyond the slice
+  EXPECT_EQ(shard->Pull(a, absl::InfiniteFuture(), absl::MakeSpan(out)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(Pieces, ARegisteringProcessDiscardsThePiecesOfTheOneItReplaces) {
+  auto shard = MakeShard(ConsistencyMode::kAsp, 1);
+  const std::vector<float> init = {1, 2, 3, 4};
+  ASSERT_TRUE(shard->Init(kFp, 4, KeyRange{0, 4}, init).ok());
+  ASSERT_TRUE(shard->Register(0, kFp, /*incarnation=*/11).ok());
+  const std::vector<float> old_piece = {100, 100}, new_piece = {1, 1};
+  Shard::PushArgs stale = PieceOf(0, 0, 0, KeyRange{0, 2}, old_piece);
+  stale.incarnation = 11;
+  ASSERT_TRUE(shard->Push(stale).ok());
+  ASSERT_TRUE(shard->Register(0, kFp, /*incarnation=*/22).ok());
+  for (const KeyRange range : {KeyRange{0, 2}, KeyRange{2, 4}}) {
+    Shard::PushArgs fresh = PieceOf(0, 0, 0, range, new_piece);
+    fresh.incarnation = 22;
+    auto r = shard->Push(fresh);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_FALSE(r->duplicate);
+  }
+  EXPECT_EQ(shard->Values(), (std::vector<float>{0, 1, 2, 3}));
+}
+
 }  // namespace
 }  // namespace ps
