@@ -9,12 +9,14 @@
 // W processes for W workers), run by Debian's python3.
 //
 //   ps_bench_train [--models mlp,cnn] [--configs 1x1,2x1,2x2,4x2] [--encodings f32,bf16]
-//                  [--mode bsp] [--overlap] [--steps 200] [--cnn_steps 40] [--vs_pytorch]
+//                  [--mode bsp] [--overlap] [--schedules whole,priority] [--steps 200]
+//                  [--cnn_steps 40] [--vs_pytorch]
 
 #include <atomic>
 #include <cstdio>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -49,6 +51,10 @@ ABSL_FLAG(double, topk_ratio, 0.01, "Share of elements sent per step with topk."
 ABSL_FLAG(std::string, mode, "bsp", "Consistency mode of the shards: bsp, ssp or asp.");
 ABSL_FLAG(int32_t, staleness, 1, "SSP bound.");
 ABSL_FLAG(bool, overlap, false, "SSP/ASP workers prefetch the next step's weights.");
+ABSL_FLAG(std::vector<std::string>, schedules, std::vector<std::string>({"whole"}),
+          "How each step's tensors travel: whole (one call per shard after backward) and/or "
+          "priority (layer by layer: first layer's weights first, last layer's gradient as soon "
+          "as backward produced it). With both, priority lines carry ratio_vs_whole.");
 ABSL_FLAG(int32_t, steps, 200, "MLP training steps per worker per measurement.");
 ABSL_FLAG(int32_t, cnn_steps, 40, "CNN training steps per worker per measurement.");
 ABSL_FLAG(int32_t, batch_size, 32, "Samples per worker per step.");
@@ -102,7 +108,7 @@ struct RunResult {
 // W trainer threads against S fresh shards; every worker runs `steps` steps of one epoch.
 absl::StatusOr<RunResult> RunCluster(const ps::ModelSpec& spec, const ps::Dataset& train,
                                      int workers, int shards, int steps, int batch,
-                                     ps::TensorEncoding encoding) {
+                                     ps::TensorEncoding encoding, bool priority) {
   ps::Dataset data = train;
   data.Truncate(int64_t{steps} * batch * workers);
   ASSIGN_OR_RETURN(ps::ConsistencyMode mode, ps::ParseConsistencyMode(absl::GetFlag(FLAGS_mode)));
@@ -150,6 +156,7 @@ absl::StatusOr<RunResult> RunCluster(const ps::ModelSpec& spec, const ps::Datase
       to.batch_size = batch;
       to.epochs = 1;
       to.overlap = absl::GetFlag(FLAGS_overlap);
+      to.priority = priority;
       ps::Trainer trainer(to, **model, dev, **client, data, nullptr, nullptr, nullptr);
       std::atomic<bool> stop{false};
       status[w] = trainer.Run(stop);
@@ -250,49 +257,67 @@ int main(int argc, char** argv) {
         return Fail(absl::InvalidArgumentError(
             absl::StrCat("--configs: '", config, "' is not WORKERSxSHARDS")));
       }
+      std::optional<double> theirs;  // PyTorch on this configuration, measured once
       for (const std::string& encoding_name : absl::GetFlag(FLAGS_encodings)) {
         auto encoding = ps::ParseTensorEncoding(encoding_name);
         if (!encoding.ok()) return Fail(encoding.status());
-        auto r = RunCluster(spec, *train, workers, shards, steps, batch, *encoding);
-        if (!r.ok()) return Fail(r.status());
-        ps::JsonObject line;
-        line.Add("bench", "train")
-            .Add("model", model_name)
-            .Add("params", (*model)->layout().total())
-            .Add("workers", workers)
-            .Add("shards", shards)
-            .Add("mode", absl::GetFlag(FLAGS_mode))
-            .Add("overlap", absl::GetFlag(FLAGS_overlap))
-            .Add("push_encoding", encoding_name)
-            .Add("batch_size", batch)
-            .Add("steps", steps)
-            .Add("samples_per_sec", r->samples_per_sec)
-            .Add("comm_wait_share", r->comm_share)
-            .Add("pull_share", r->pull_share)
-            .Add("compute_share", r->compute_share)
-            .Add("push_share", r->push_share)
-            .Add("step_ms", r->step_ms)
-            .Add("push_bytes_per_step", r->push_bytes_per_step)
-            .Add("pull_bytes_per_step", r->pull_bytes_per_step)
-            .Add("local_samples_per_sec", *local)
-            .Add("ratio_vs_local", r->samples_per_sec / *local);
-        std::printf("%s\n", line.str().c_str());
-        std::fflush(stdout);
-        if (absl::GetFlag(FLAGS_vs_pytorch) && model_name == "mlp" &&
-            *encoding == ps::TensorEncoding::kF32) {
-          auto theirs = PytorchSamplesPerSec(workers, steps, batch);
-          if (!theirs.ok()) return Fail(theirs.status());
-          ps::JsonObject vs;
-          vs.Add("bench", "train_vs_pytorch")
+        std::optional<double> whole_rate;
+        for (const std::string& schedule : absl::GetFlag(FLAGS_schedules)) {
+          if (schedule != "whole" && schedule != "priority") {
+            return Fail(absl::InvalidArgumentError(
+                absl::StrCat("--schedules: '", schedule, "' is neither whole nor priority")));
+          }
+          auto r = RunCluster(spec, *train, workers, shards, steps, batch, *encoding,
+                              schedule == "priority");
+          if (!r.ok()) return Fail(r.status());
+          ps::JsonObject line;
+          line.Add("bench", "train")
               .Add("model", model_name)
+              .Add("params", (*model)->layout().total())
               .Add("workers", workers)
               .Add("shards", shards)
+              .Add("mode", absl::GetFlag(FLAGS_mode))
+              .Add("overlap", absl::GetFlag(FLAGS_overlap))
+              .Add("schedule", schedule)
+              .Add("push_encoding", encoding_name)
+              .Add("batch_size", batch)
+              .Add("steps", steps)
               .Add("samples_per_sec", r->samples_per_sec)
-              .Add("pytorch_mode", workers == 1 ? "single" : "ddp_gloo")
-              .Add("pytorch_samples_per_sec", *theirs)
-              .Add("ratio_vs_pytorch", r->samples_per_sec / *theirs);
-          std::printf("%s\n", vs.str().c_str());
+              .Add("comm_wait_share", r->comm_share)
+              .Add("pull_share", r->pull_share)
+              .Add("compute_share", r->compute_share)
+              .Add("push_share", r->push_share)
+              .Add("step_ms", r->step_ms)
+              .Add("push_bytes_per_step", r->push_bytes_per_step)
+              .Add("pull_bytes_per_step", r->pull_bytes_per_step)
+              .Add("local_samples_per_sec", *local)
+              .Add("ratio_vs_local", r->samples_per_sec / *local);
+          if (schedule == "whole") whole_rate = r->samples_per_sec;
+          if (schedule == "priority" && whole_rate.has_value()) {
+            line.Add("ratio_vs_whole", r->samples_per_sec / *whole_rate);
+          }
+          std::printf("%s\n", line.str().c_str());
           std::fflush(stdout);
+          if (absl::GetFlag(FLAGS_vs_pytorch) && model_name == "mlp" &&
+              *encoding == ps::TensorEncoding::kF32) {
+            if (!theirs.has_value()) {
+              auto rate = PytorchSamplesPerSec(workers, steps, batch);
+              if (!rate.ok()) return Fail(rate.status());
+              theirs = *rate;
+            }
+            ps::JsonObject vs;
+            vs.Add("bench", "train_vs_pytorch")
+                .Add("model", model_name)
+                .Add("workers", workers)
+                .Add("shards", shards)
+                .Add("schedule", schedule)
+                .Add("samples_per_sec", r->samples_per_sec)
+                .Add("pytorch_mode", workers == 1 ? "single" : "ddp_gloo")
+                .Add("pytorch_samples_per_sec", *theirs)
+                .Add("ratio_vs_pytorch", r->samples_per_sec / *theirs);
+            std::printf("%s\n", vs.str().c_str());
+            std::fflush(stdout);
+          }
         }
       }
     }

@@ -328,6 +328,7 @@ grpc::Status ParameterServerService::HandleGetStatus(ps::v1::GetStatusResponse* 
   resp->set_checkpoint_version(checkpoint_version_.load());
   resp->set_pushes_accepted(s.pushes_accepted);
   resp->set_pushes_duplicate(s.pushes_duplicate);
+  resp->set_pieces_received(s.pieces_received);
   resp->set_rejected_unauthenticated(rejected_unauthenticated_.load());
   for (const WorkerStatusInfo& w : s.workers) {
     ps::v1::WorkerStatus* out = resp->add_workers();

@@ -398,6 +398,7 @@ absl::StatusOr<Shard::PushResult> Shard::PushPieceLocked(const PushArgs& args, b
   args.gradient.DecodeInto(absl::MakeSpan(staged.gradient)
                                .subspan(args.range.begin - range_.begin, args.range.size()));
   staged.parts.emplace(args.range.begin, args.range.end);
+  ++pieces_received_;
   staged.covered += args.range.size();
   staged.base_version = std::min(staged.base_version, args.base_version);
   if (staged.covered < range_.size()) {
@@ -587,6 +588,7 @@ ShardStatus Shard::GetStatus() const {
   s.rejected_nonfinite = rejected_nonfinite_;
   s.pushes_accepted = pushes_accepted_;
   s.pushes_duplicate = pushes_duplicate_;
+  s.pieces_received = pieces_received_;
   s.restored_version = restored_version_;
   for (int r = 0; r < options_.consistency.num_workers; ++r) {
     WorkerStatusInfo w;

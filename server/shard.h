@@ -85,6 +85,7 @@ struct ShardStatus {
   int64_t rejected_nonfinite = 0;
   int64_t pushes_accepted = 0;    // acknowledged as applied, buffered, dropped or late
   int64_t pushes_duplicate = 0;   // acknowledged as duplicates
+  int64_t pieces_received = 0;    // pushes of part of the range, staged (priority scheduling)
   int64_t restored_version = -1;  // the checkpoint's version this shard restored, -1: none
   std::vector<WorkerStatusInfo> workers;
 };
@@ -277,6 +278,7 @@ class Shard {
   int64_t rejected_nonfinite_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t pushes_accepted_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t pushes_duplicate_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t pieces_received_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t restored_version_ ABSL_GUARDED_BY(mu_) = -1;
   bool used_ ABSL_GUARDED_BY(mu_) = false;  // a Register or Init happened: no restore any more
   // The incarnation each rank registered with (0: none yet). Exactly-once bookkeeping is this

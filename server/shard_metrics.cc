@@ -20,6 +20,9 @@ std::string ShardMetricsText(ShardServer& server) {
                shard)
       .Counter("ps_shard_pushes_duplicate_total", "Pushes acknowledged as duplicates (retries).",
                s.pushes_duplicate, shard)
+      .Counter("ps_shard_push_pieces_total",
+               "Pushes of part of the shard's range (priority scheduling), staged.",
+               s.pieces_received, shard)
       .Counter("ps_shard_pushes_rejected_nonfinite_total", "Pushes refused for NaN/Inf values.",
                s.rejected_nonfinite, shard)
       .Counter("ps_shard_calls_unauthenticated_total",

@@ -494,6 +494,7 @@ absl::StatusOr<std::vector<ShardReport>> GrpcParameterClient::Status() {
     rep.checkpoint_version = r.checkpoint_version();
     rep.pushes_accepted = r.pushes_accepted();
     rep.pushes_duplicate = r.pushes_duplicate();
+    rep.pieces_received = r.pieces_received();
     rep.rejected_unauthenticated = r.rejected_unauthenticated();
     for (const auto& w : r.workers()) {
       ShardReport::Worker out;

@@ -59,6 +59,7 @@ struct ShardReport {
   int64_t checkpoint_version = -1;  // of the newest checkpoint written; -1: none
   int64_t pushes_accepted = 0;
   int64_t pushes_duplicate = 0;
+  int64_t pieces_received = 0;  // pushes of part of a range (priority scheduling)
   int64_t rejected_unauthenticated = 0;
   struct Worker {
     int rank = 0;

@@ -360,6 +360,21 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The stats of pushes that together delivered one step.
+void AddPushStats(const PushStats& add, PushStats* total) {
+  total->applied += add.applied;
+  total->buffered += add.buffered;
+  total->duplicates += add.duplicates;
+  total->dropped += add.dropped;
+  total->late += add.late;
+  total->max_staleness = std::max(total->max_staleness, add.max_staleness);
+  total->payload_bytes += add.payload_bytes;
+}
+
+}  // namespace
+
 absl::Status Trainer::PriorityStep(int64_t step, StepGradient& gradient, absl::Span<float> params,
                                   absl::Span<float> grads, int num_samples, PullStats* pulled,
                                   PushStats* pushed, BatchStats* batch, StepTimes* times) {
@@ -385,10 +400,11 @@ absl::Status Trainer::PriorityStep(int64_t step, StepGradient& gradient, absl::S
     pull_done = true;
     changed.notify_all();
   });
-  // Pushes whatever backward has produced since the last push went out (one call for those
-  // layers, their pieces in flight together), with the pull's versions as base versions.
-  std::future<absl::StatusOr<PushStats>> pusher =
-      std::async(std::launch::async, [&]() -> absl::StatusOr<PushStats> {
+  // Each pusher sends whatever backward has produced since a push last went out (one call for
+  // those layers, their pieces in flight together), with the pull's versions as base versions.
+  // Two of them, so that a layer produced while a push is in flight leaves at once instead of
+  // after that push's round trip.
+  const auto push_loop = [&]() -> absl::StatusOr<PushStats> {
         std::vector<int64_t> base_versions;
         {
           std::unique_lock<std::mutex> lock(mu);
@@ -407,15 +423,11 @@ absl::Status Trainer::PriorityStep(int64_t step, StepGradient& gradient, absl::S
           if (ready.empty()) return total;  // backward is done and everything went out
           ASSIGN_OR_RETURN(const PushStats s,
                            client_.PushParts(step, base_versions, num_samples, grads, ready));
-          total.applied += s.applied;
-          total.buffered += s.buffered;
-          total.duplicates += s.duplicates;
-          total.dropped += s.dropped;
-          total.late += s.late;
-          total.max_staleness = std::max(total.max_staleness, s.max_staleness);
-          total.payload_bytes += s.payload_bytes;
+          AddPushStats(s, &total);
         }
-      });
+  };
+  std::future<absl::StatusOr<PushStats>> pushers[] = {std::async(std::launch::async, push_loop),
+                                                      std::async(std::launch::async, push_loop)};
 
   absl::Duration waited;
   StepGradient::LayerCallbacks callbacks;
@@ -444,7 +456,13 @@ absl::Status Trainer::PriorityStep(int64_t step, StepGradient& gradient, absl::S
     changed.notify_all();
   }
   puller.wait();
-  absl::StatusOr<PushStats> push_result = pusher.get();
+  absl::StatusOr<PushStats> push_result = pushers[0].get();
+  absl::StatusOr<PushStats> second = pushers[1].get();
+  if (push_result.ok() && second.ok()) {
+    AddPushStats(*second, &*push_result);
+  } else if (push_result.ok()) {
+    push_result = second.status();
+  }
   times->pull = waited;
   times->compute = computed_at - start - waited;
   times->push = absl::Now() - computed_at;

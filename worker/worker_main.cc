@@ -83,6 +83,11 @@ ABSL_FLAG(std::string, pull_encoding, "f32", "How weights travel: f32, bf16 or f
 ABSL_FLAG(bool, overlap, false,
           "SSP/ASP: pull the next step's weights while this step computes and pushes (hides "
           "communication; adds up to one update of staleness). Ignored under BSP.");
+ABSL_FLAG(bool, priority, false,
+          "Priority scheduling, any mode: pull weights layer by layer, first layer first, and "
+          "start each layer's forward as soon as its weights arrived; push each layer's gradient "
+          "as soon as backward produced it, last layer first. Not with --overlap or injected "
+          "delays.");
 ABSL_FLAG(bool, fault_duplicate_pushes, false,
           "Fault injection for tests: send every push twice and fail unless the second comes "
           "back as a duplicate from every shard.");
@@ -325,6 +330,7 @@ int main(int argc, char** argv) {
   options.epochs = absl::GetFlag(FLAGS_epochs);
   options.seed = absl::GetFlag(FLAGS_seed);
   options.overlap = absl::GetFlag(FLAGS_overlap);
+  options.priority = absl::GetFlag(FLAGS_priority);
   options.delays.slowdown = absl::GetFlag(FLAGS_slowdown);
   {
     const std::string jitter = absl::GetFlag(FLAGS_jitter);

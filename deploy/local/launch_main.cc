@@ -110,6 +110,9 @@ ABSL_FLAG(double, topk_ratio, 0.01, "--push_encoding topk: share of elements sen
 ABSL_FLAG(std::string, pull_encoding, "f32", "Weights on the wire: f32, bf16 or fp16.");
 ABSL_FLAG(bool, overlap, false,
           "SSP/ASP workers pull the next step's weights while they compute (passed on).");
+ABSL_FLAG(bool, priority, false,
+          "Workers pull and push layer by layer, in the order forward and backward need them "
+          "(passed on).");
 ABSL_FLAG(bool, serve_metrics, false,
           "Every shard and worker serves Prometheus metrics on a free port, written to "
           "<metrics_dir>/<name>.metrics_port.");
@@ -456,6 +459,7 @@ int main(int argc, char** argv) {
         absl::StrCat("--topk_ratio=", absl::GetFlag(FLAGS_topk_ratio)),
         absl::StrCat("--pull_encoding=", absl::GetFlag(FLAGS_pull_encoding)),
         absl::StrCat("--overlap=", absl::GetFlag(FLAGS_overlap)),
+        absl::StrCat("--priority=", absl::GetFlag(FLAGS_priority)),
         absl::StrCat("--max_seconds=", absl::GetFlag(FLAGS_max_seconds))};
     args.insert(args.end(), model_args.begin(), model_args.end());
     const std::vector<std::string> metrics = MetricsArgs(metrics_dir, absl::StrCat("worker-", r));

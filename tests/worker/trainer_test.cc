@@ -59,7 +59,8 @@ Cluster StartCluster(int shards, int workers, ConsistencyMode mode, int stalenes
 
 // Trains `rank` for `epochs` on the cluster; returns the status of Run().
 absl::Status TrainWorker(const Cluster& cluster, const Dataset& train, int rank, int batch,
-                         int accumulate, int epochs, bool overlap = false) {
+                         int accumulate, int epochs, bool overlap = false,
+                         bool priority = false) {
   CpuDevice dev;
   auto model = MakeMlp(16, {8}, 4, dev, 64);
   EXPECT_TRUE(model.ok());
@@ -77,6 +78,7 @@ absl::Status TrainWorker(const Cluster& cluster, const Dataset& train, int rank,
   o.epochs = epochs;
   o.seed = 5;
   o.overlap = overlap;
+  o.priority = priority;
   Trainer trainer(o, **model, dev, **client, train, nullptr, nullptr, nullptr);
   std::atomic<bool> stop{false};
   return trainer.Run(stop);
@@ -150,6 +152,57 @@ TEST(Trainer, OverlapUnderAspStaysWithinOneUpdateOfStalenessAndLearns) {
   EXPECT_EQ(status.version, 160);
   EXPECT_LE(status.workers[0].staleness.max(), 1);
   EXPECT_GT(TrainAccuracy(c, train), 0.9);
+}
+
+// Both workers under priority scheduling: every step's weights arrive layer by layer and its
+// gradients leave layer by layer, each layer cut at the shards' boundary (fc1 spans both
+// shards). The shards apply whole clocks only, so the BSP result is the same to the bit, with
+// accumulation's micro-batches in between.
+TEST(Trainer, PriorityUnderBspGivesTheSameWeightsBitForBit) {
+  const Dataset train = SyntheticData(256, 6);
+  // fc1 (136 parameters) and fc2 (36) over shards [0, 86) and [86, 172): shard 0 gets fc1's
+  // first piece, its whole range; shard 1 gets the rest of fc1 and all of fc2, in two pieces.
+  const auto run = [&](bool priority) {
+    Cluster c = StartCluster(2, 2, ConsistencyMode::kBsp);
+    absl::Status s0, s1;
+    std::thread t0([&] { s0 = TrainWorker(c, train, 0, 8, 2, 2, false, priority); });
+    std::thread t1([&] { s1 = TrainWorker(c, train, 1, 8, 2, 2, false, priority); });
+    t0.join();
+    t1.join();
+    EXPECT_TRUE(s0.ok()) << s0;
+    EXPECT_TRUE(s1.ok()) << s1;
+    for (const auto& server : c.servers) {
+      const ShardStatus st = server->shard().GetStatus();
+      EXPECT_EQ(st.version, 16);  // 256 / (2 x 8 x 2) = 8 steps x 2 epochs
+      EXPECT_EQ(st.pushes_accepted, 32);  // whole clocks, not pieces
+      EXPECT_EQ(st.pushes_duplicate, 0);
+    }
+    EXPECT_EQ(c.servers[0]->shard().GetStatus().pieces_received, 0);
+    EXPECT_EQ(c.servers[1]->shard().GetStatus().pieces_received, priority ? 64 : 0);
+    return AllWeights(c);
+  };
+  const std::vector<float> plain = run(false);
+  EXPECT_EQ(run(true), plain);
+}
+
+// One ASP worker: its next pull starts after the last piece of its push was acknowledged, so
+// priority scheduling changes the timing only.
+TEST(Trainer, PriorityUnderAspWithOneWorkerGivesTheSameWeights) {
+  const Dataset train = SyntheticData(256, 7);
+  Cluster plain = StartCluster(1, 1, ConsistencyMode::kAsp);
+  ASSERT_TRUE(TrainWorker(plain, train, 0, 16, 1, 2).ok());
+  Cluster prioritised = StartCluster(1, 1, ConsistencyMode::kAsp);
+  ASSERT_TRUE(TrainWorker(prioritised, train, 0, 16, 1, 2, false, /*priority=*/true).ok());
+  EXPECT_EQ(prioritised.servers[0]->shard().GetStatus().version, 32);
+  EXPECT_EQ(AllWeights(prioritised), AllWeights(plain));
+}
+
+TEST(Trainer, PriorityAndOverlapAreRefusedTogether) {
+  const Dataset train = SyntheticData(64, 8);
+  Cluster c = StartCluster(1, 1, ConsistencyMode::kAsp);
+  const absl::Status s = TrainWorker(c, train, 0, 16, 1, 1, /*overlap=*/true, /*priority=*/true);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(c.servers[0]->shard().GetStatus().version, 0);
 }
 
 TEST(Trainer, LearnsTheSyntheticTask) {

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# ps_bench_link: priority scheduling where communication is waiting on a link, not CPU work.
+# On loopback the transfer itself is CPU time (copies and syscalls on the same two cores that
+# compute), so overlapping it with compute gains nothing there; on a real network the bytes
+# travel while the CPU is free. This bench builds that network: one shard and one worker, each in
+# its own Linux network namespace, joined by a veth pair shaped by a token bucket (tbf) to
+# --rate_mbit in each direction. For each model it trains the same steps with the step's tensors
+# sent whole (after backward; pulled before forward) and with priority scheduling (ps_worker
+# --priority), and prints one JSON line per run; the priority line carries ratio_vs_whole,
+# measured in the same run. Needs root (exit 77 otherwise); leaves no process or namespace.
+#
+#   bench/link_bench.sh [--rate_mbit 1000] [--models mlp,cnn] [--mode bsp] [--steps 150]
+#                       [--cnn_steps 60] [--batch_size 32] [--bin_dir build/bin] [--data_dir DIR]
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+BIN="$ROOT/build/bin"
+DATA=/usr/share/datasets/fashion-mnist
+RATE=1000
+MODELS=mlp,cnn
+MODE=bsp
+STEPS=150
+CNN_STEPS=60
+BATCH=32
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --rate_mbit) RATE="$2"; shift 2 ;;
+    --models) MODELS="$2"; shift 2 ;;
+    --mode) MODE="$2"; shift 2 ;;
+    --steps) STEPS="$2"; shift 2 ;;
+    --cnn_steps) CNN_STEPS="$2"; shift 2 ;;
+    --batch_size) BATCH="$2"; shift 2 ;;
+    --bin_dir) BIN="$2"; shift 2 ;;
+    --data_dir) DATA="$2"; shift 2 ;;
+    *) echo "link_bench: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+[[ "$RATE" =~ ^[0-9]+$ && "$RATE" -gt 0 ]] || { echo "--rate_mbit must be a positive integer" >&2; exit 2; }
+[[ -x "$BIN/ps_server" && -x "$BIN/ps_worker" ]] || { echo "no ps_server/ps_worker in $BIN: build first" >&2; exit 1; }
+
+TAG="lb$$"
+NS_SERVER="${TAG}srv"
+NS_WORKER="${TAG}wrk"
+NET=10.213.9
+WORK="$(mktemp -d)"
+PIDS=()
+cleanup() {
+  set +e
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null; done
+  ip netns del "$NS_SERVER" 2>/dev/null
+  ip netns del "$NS_WORKER" 2>/dev/null
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+if [[ $(id -u) -ne 0 ]] || ! ip netns add "$NS_SERVER" 2>/dev/null; then
+  echo "SKIP: network namespaces cannot be made here (needs root and iproute2)"
+  exit 77
+fi
+ip netns add "$NS_WORKER"
+ip link add "${TAG}a" netns "$NS_SERVER" type veth peer name "${TAG}b" netns "$NS_WORKER"
+for pair in "$NS_SERVER ${TAG}a 1" "$NS_WORKER ${TAG}b 2"; do
+  read -r ns dev host <<<"$pair"
+  ip -n "$ns" link set lo up
+  ip -n "$ns" addr add "$NET.$host/24" dev "$dev"
+  ip -n "$ns" link set "$dev" up
+  # Egress shaping on both ends: RATE Mbit/s each way, a burst of 64 KiB, at most 100 ms queued.
+  ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "${RATE}mbit" burst 64kb latency 100ms
+done
+
+# Trains `steps` steps of `model` with `schedule`; prints the JSON line.
+run_one() {
+  local model="$1" steps="$2" schedule="$3"
+  local dir="$WORK/$model-$schedule"
+  mkdir -p "$dir"
+  ip netns exec "$NS_SERVER" "$BIN/ps_server" --shard_id 0 --num_shards 1 --num_workers 1 \
+    --host 0.0.0.0 --port 0 --port_file "$dir/port" --mode "$MODE" --optimizer sgd --lr 0.01 \
+    >"$dir/server.log" 2>&1 &
+  local server=$!
+  PIDS+=("$server")
+  for _ in $(seq 100); do [[ -s "$dir/port" ]] && break; sleep 0.1; done
+  [[ -s "$dir/port" ]] || { cat "$dir/server.log" >&2; return 1; }
+  local priority=false
+  [[ "$schedule" == priority ]] && priority=true
+  ip netns exec "$NS_WORKER" "$BIN/ps_worker" --rank 0 --num_workers 1 \
+    --servers "$NET.1:$(cat "$dir/port")" --model "$model" --batch_size "$BATCH" --epochs 1 \
+    --train_limit $((steps * BATCH)) --test_limit 100 --data_dir "$DATA" \
+    --metrics_file "$dir/worker.jsonl" --priority="$priority" >"$dir/worker.log" 2>&1 ||
+    { cat "$dir/worker.log" >&2; return 1; }
+  kill -TERM "$server"
+  wait "$server" || true
+  python3 - "$dir/worker.jsonl" "$model" "$schedule" "$RATE" "$MODE" "$BATCH" <<'EOF'
+import json, sys
+path, model, schedule, rate, mode, batch = sys.argv[1:]
+steps = [json.loads(l) for l in open(path) if '"kind":"step"' in l]
+steps = steps[5:]  # the first steps warm up connections and caches
+total = sum(s["step_ms"] for s in steps)
+out = {
+    "bench": "link", "model": model, "schedule": schedule, "rate_mbit": int(rate), "mode": mode,
+    "workers": 1, "shards": 1, "batch_size": int(batch), "steps": len(steps),
+    "step_ms": total / len(steps),
+    "samples_per_sec": 1000.0 * sum(s["samples"] for s in steps) / total,
+    "comm_wait_share": sum(s["pull_ms"] + s["push_ms"] for s in steps) / total,
+    "pull_share": sum(s["pull_ms"] for s in steps) / total,
+    "push_share": sum(s["push_ms"] for s in steps) / total,
+    "compute_share": sum(s["compute_ms"] for s in steps) / total,
+    "push_bytes_per_step": steps[-1]["push_bytes"],
+}
+print(json.dumps(out))
+EOF
+}
+
+IFS=, read -r -a models <<<"$MODELS"
+for model in "${models[@]}"; do
+  steps="$STEPS"
+  [[ "$model" == cnn ]] && steps="$CNN_STEPS"
+  whole="$(run_one "$model" "$steps" whole)"
+  echo "$whole"
+  priority="$(run_one "$model" "$steps" priority)"
+  python3 -c '
+import json, sys
+whole, prio = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+prio["ratio_vs_whole"] = prio["samples_per_sec"] / whole["samples_per_sec"]
+print(json.dumps(prio))' "$whole" "$priority"
+done
