@@ -90,11 +90,11 @@ Trainer::Trainer(const TrainerOptions& options, Model& model, Device& device,
       metrics_(metrics),
       on_epoch_(std::move(on_epoch)) {}
 
-absl::Status Trainer::Run(const std::atomic<bool>& stop) {
-  RETURN_IF_ERROR(ValidateDelayOptions(options_.delays));
-  if (options_.priority) {
-    const DelayOptions& d = options_.delays;
-    if (options_.overlap) {
+absl::Status ValidateTrainerOptions(const TrainerOptions& options) {
+  RETURN_IF_ERROR(ValidateDelayOptions(options.delays));
+  if (options.priority) {
+    const DelayOptions& d = options.delays;
+    if (options.overlap) {
       return absl::InvalidArgumentError(
           "priority scheduling and overlap are alternatives: choose one");
     }
@@ -104,6 +104,11 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
           "stand for slower computation before the push) cannot apply: drop one or the other");
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Run(const std::atomic<bool>& stop) {
+  RETURN_IF_ERROR(ValidateTrainerOptions(options_));
   DelayOptions delay_options = options_.delays;
   delay_options.seed = options_.seed;
   delay_options.rank = options_.rank;

@@ -140,6 +140,10 @@ class Trainer {
   TrainStats stats_;
 };
 
+// INVALID_ARGUMENT naming the options that cannot go together or are out of range (also
+// checked by Trainer::Run before anything else).
+absl::Status ValidateTrainerOptions(const TrainerOptions& options);
+
 // Loss and accuracy of `params` (device memory, the model's layout) over all of `data`.
 absl::StatusOr<BatchStats> EvaluateDataset(Model& model, Device& device, const float* params,
                                            const Dataset& data);

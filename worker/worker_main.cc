@@ -175,12 +175,14 @@ absl::Status Evaluate(ps::Model& model, ps::Device& device, ps::ParameterClient&
   int64_t late = 0;
   int64_t pushes_accepted = 0;
   int64_t pushes_duplicate = 0;
+  int64_t pieces_received = 0;
   std::vector<int64_t> restored_versions;
   for (const ps::ShardReport& r : *reports) {
     versions.push_back(r.version);
     rejected += r.rejected_nonfinite;
     pushes_accepted += r.pushes_accepted;
     pushes_duplicate += r.pushes_duplicate;
+    pieces_received += r.pieces_received;
     restored_versions.push_back(r.restored_version);
     for (const auto& w : r.workers) {
       max_staleness = std::max(max_staleness, w.max_staleness);
@@ -207,6 +209,7 @@ absl::Status Evaluate(ps::Model& model, ps::Device& device, ps::ParameterClient&
       .Add("late_pushes", late)
       .Add("pushes_accepted", pushes_accepted)
       .Add("pushes_duplicate", pushes_duplicate)
+      .Add("pieces_received", pieces_received)
       .Add("restored_versions", restored_versions);
   const std::string summary_out = absl::GetFlag(FLAGS_summary_out);
   if (!summary_out.empty()) {
@@ -366,6 +369,7 @@ int main(int argc, char** argv) {
   if (options.accumulate < 1 || options.epochs < 1) {
     return fail(absl::InvalidArgumentError("--accumulate and --epochs must be >= 1"));
   }
+  if (absl::Status s = ps::ValidateTrainerOptions(options); !s.ok()) return fail(s);
 
   std::unique_ptr<ps::JsonLinesWriter> metrics;
   const std::string metrics_file = absl::GetFlag(FLAGS_metrics_file);

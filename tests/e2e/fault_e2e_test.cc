@@ -171,7 +171,8 @@ TEST_F(FaultE2e, SigtermedShardRestoresTheVersionItStoppedAt) {
 }
 
 // Replies lost after the shard applied the push (every third one) and every push sent twice:
-// exactly-once makes the final BSP weights equal those of a fault-free run, bit for bit.
+// exactly-once makes the final BSP weights equal those of a fault-free run, bit for bit, whether
+// steps are pushed whole or in pieces.
 TEST_F(FaultE2e, LostRepliesAndDuplicatedPushesLeaveTheWeightsBitForBit) {
   const std::vector<std::string> args =
       With(Common("4000"), {"--workers=2", "--mode=bsp", "--epochs=1", "--save_weights"});
@@ -193,6 +194,20 @@ TEST_F(FaultE2e, LostRepliesAndDuplicatedPushesLeaveTheWeightsBitForBit) {
   ASSERT_EQ(a.size(), b.size());
   ASSERT_GT(a.size(), 0u);
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+
+  // The same faults under priority scheduling: every step travels as pieces (each layer cut at
+  // the shards' boundary), each piece's reply may be lost and each piece is sent twice; the
+  // shards still apply every clock exactly once, and the weights are those of the clean run.
+  const std::string pieces = RunDir("faulty_pieces");
+  ASSERT_EQ(RunLaunch(pieces, With(args, {"--fault_drop_push_reply_every=3",
+                                          "--fault_duplicate_pushes", "--priority"})),
+            0);
+  const std::string pieces_summary = ReadAll(pieces + "/summary.json");
+  EXPECT_EQ(Field(pieces_summary, "pushes_accepted"), 62 * 2 * 2);
+  EXPECT_GT(Field(pieces_summary, "pieces_received"), 0);
+  const auto c = ReadWeights(pieces + "/weights.f32");
+  ASSERT_EQ(a.size(), c.size());
+  EXPECT_EQ(std::memcmp(a.data(), c.data(), a.size() * sizeof(float)), 0);
 }
 
 // Mutual TLS and a cluster token: training works; ps_ctl without the token, with a wrong one,
