@@ -55,6 +55,8 @@ ABSL_FLAG(std::vector<std::string>, schedules, std::vector<std::string>({"whole"
           "How each step's tensors travel: whole (one call per shard after backward) and/or "
           "priority (layer by layer: first layer's weights first, last layer's gradient as soon "
           "as backward produced it). With both, priority lines carry ratio_vs_whole.");
+ABSL_FLAG(int64_t, priority_min_part, 16384,
+          "Priority schedule: smallest part, in parameters, that travels on its own.");
 ABSL_FLAG(int32_t, steps, 200, "MLP training steps per worker per measurement.");
 ABSL_FLAG(int32_t, cnn_steps, 40, "CNN training steps per worker per measurement.");
 ABSL_FLAG(int32_t, batch_size, 32, "Samples per worker per step.");
@@ -157,6 +159,7 @@ absl::StatusOr<RunResult> RunCluster(const ps::ModelSpec& spec, const ps::Datase
       to.epochs = 1;
       to.overlap = absl::GetFlag(FLAGS_overlap);
       to.priority = priority;
+      to.priority_min_part = absl::GetFlag(FLAGS_priority_min_part);
       ps::Trainer trainer(to, **model, dev, **client, data, nullptr, nullptr, nullptr);
       std::atomic<bool> stop{false};
       status[w] = trainer.Run(stop);

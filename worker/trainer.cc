@@ -90,7 +90,26 @@ Trainer::Trainer(const TrainerOptions& options, Model& model, Device& device,
       metrics_(metrics),
       on_epoch_(std::move(on_epoch)) {}
 
+std::vector<KeyRange> MergeParts(const std::vector<KeyRange>& layers, int64_t min_part) {
+  std::vector<KeyRange> parts;
+  for (const KeyRange& layer : layers) {
+    if (!parts.empty() && parts.back().size() < min_part) {
+      parts.back().end = layer.end;
+    } else {
+      parts.push_back(layer);
+    }
+  }
+  if (parts.size() > 1 && parts.back().size() < min_part) {
+    parts[parts.size() - 2].end = parts.back().end;
+    parts.pop_back();
+  }
+  return parts;
+}
+
 absl::Status ValidateTrainerOptions(const TrainerOptions& options) {
+  if (options.priority_min_part < 0) {
+    return absl::InvalidArgumentError("the smallest priority part must be >= 0 parameters");
+  }
   RETURN_IF_ERROR(ValidateDelayOptions(options.delays));
   if (options.priority) {
     const DelayOptions& d = options.delays;
@@ -383,7 +402,8 @@ void AddPushStats(const PushStats& add, PushStats* total) {
 absl::Status Trainer::PriorityStep(int64_t step, StepGradient& gradient, absl::Span<float> params,
                                   absl::Span<float> grads, int num_samples, PullStats* pulled,
                                   PushStats* pushed, BatchStats* batch, StepTimes* times) {
-  const std::vector<KeyRange> parts = model_.LayerParamRanges();
+  const std::vector<KeyRange> parts =
+      MergeParts(model_.LayerParamRanges(), options_.priority_min_part);
   // Shared by the three threads of the step.
   std::mutex mu;
   std::condition_variable changed;
@@ -394,7 +414,8 @@ absl::Status Trainer::PriorityStep(int64_t step, StepGradient& gradient, absl::S
   bool compute_done = false;
 
   // All layers' pulls go out at once, first layer first; each arrival wakes the forward pass.
-  std::future<void> puller = std::async(std::launch::async, [&] {
+  if (step_threads_ == nullptr) step_threads_ = std::make_unique<TaskPool>(3);
+  std::future<void> puller = step_threads_->Submit([&] {
     absl::StatusOr<PullStats> r = client_.PullParts(step, parts, params, [&](size_t i) {
       const std::lock_guard<std::mutex> lock(mu);
       arrived[i] = true;
@@ -431,13 +452,19 @@ absl::Status Trainer::PriorityStep(int64_t step, StepGradient& gradient, absl::S
           AddPushStats(s, &total);
         }
   };
-  std::future<absl::StatusOr<PushStats>> pushers[] = {std::async(std::launch::async, push_loop),
-                                                      std::async(std::launch::async, push_loop)};
+  std::future<absl::StatusOr<PushStats>> pushers[] = {step_threads_->Submit(push_loop),
+                                                      step_threads_->Submit(push_loop)};
 
   absl::Duration waited;
   StepGradient::LayerCallbacks callbacks;
-  callbacks.weights_ready = [&](KeyRange range) -> absl::Status {
-    const size_t i = std::find(parts.begin(), parts.end(), range) - parts.begin();
+  // The part that holds a layer.
+  const auto part_of = [&](KeyRange layer) {
+    size_t i = 0;
+    while (i + 1 < parts.size() && parts[i].end <= layer.begin) ++i;
+    return i;
+  };
+  callbacks.weights_ready = [&](KeyRange layer) -> absl::Status {
+    const size_t i = part_of(layer);
     const absl::Time t = absl::Now();
     std::unique_lock<std::mutex> lock(mu);
     changed.wait(lock, [&] { return arrived[i] || pull_done; });
@@ -446,9 +473,12 @@ absl::Status Trainer::PriorityStep(int64_t step, StepGradient& gradient, absl::S
     return pull_result.ok() ? absl::InternalError("a pulled layer never arrived")
                             : pull_result.status();
   };
-  callbacks.gradient_ready = [&](KeyRange range) {
+  // Backward runs last layer first, so a part is complete once its first layer is.
+  callbacks.gradient_ready = [&](KeyRange layer) {
+    const KeyRange part = parts[part_of(layer)];
+    if (layer.begin != part.begin) return absl::OkStatus();
     const std::lock_guard<std::mutex> lock(mu);
-    to_push.push_back(range);
+    to_push.push_back(part);
     changed.notify_all();
     return absl::OkStatus();
   };

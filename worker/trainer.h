@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -21,6 +22,7 @@
 #include "worker/delay_injector.h"
 #include "worker/parameter_client.h"
 #include "worker/step_gradient.h"
+#include "worker/task_pool.h"
 
 namespace ps {
 
@@ -48,6 +50,9 @@ struct TrainerOptions {
   // goes on below. The shards apply a step only once all its pieces are in, so the results are
   // those of whole pushes (BSP: bit for bit). Not with `overlap` or injected delays.
   bool priority = false;
+  // Priority scheduling: adjacent layers are sent as one part until it holds at least this many
+  // parameters (a small layer costs a call's overhead and gains nothing); 0: one part per layer.
+  int64_t priority_min_part = 16384;
   // Stop (successfully) after this much training time, whatever step was reached.
   absl::Duration max_duration = absl::InfiniteDuration();
 };
@@ -138,11 +143,17 @@ class Trainer {
   LiveCounters live_;
   std::function<void(const EpochReport&)> on_epoch_;
   TrainStats stats_;
+  // Priority scheduling's puller and two pushers, kept from step to step.
+  std::unique_ptr<TaskPool> step_threads_;
 };
 
 // INVALID_ARGUMENT naming the options that cannot go together or are out of range (also
 // checked by Trainer::Run before anything else).
 absl::Status ValidateTrainerOptions(const TrainerOptions& options);
+
+// The parts priority scheduling sends: `layers` (contiguous key ranges in order) joined with their
+// neighbours until each part holds at least `min_part` keys; a short tail joins the part before.
+std::vector<KeyRange> MergeParts(const std::vector<KeyRange>& layers, int64_t min_part);
 
 // Loss and accuracy of `params` (device memory, the model's layout) over all of `data`.
 absl::StatusOr<BatchStats> EvaluateDataset(Model& model, Device& device, const float* params,

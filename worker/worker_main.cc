@@ -88,6 +88,9 @@ ABSL_FLAG(bool, priority, false,
           "start each layer's forward as soon as its weights arrived; push each layer's gradient "
           "as soon as backward produced it, last layer first. Not with --overlap or injected "
           "delays.");
+ABSL_FLAG(int64_t, priority_min_part, 16384,
+          "--priority: adjacent layers travel as one part until it holds at least this many "
+          "parameters (0: one part per layer).");
 ABSL_FLAG(bool, fault_duplicate_pushes, false,
           "Fault injection for tests: send every push twice and fail unless the second comes "
           "back as a duplicate from every shard.");
@@ -334,6 +337,7 @@ int main(int argc, char** argv) {
   options.seed = absl::GetFlag(FLAGS_seed);
   options.overlap = absl::GetFlag(FLAGS_overlap);
   options.priority = absl::GetFlag(FLAGS_priority);
+  options.priority_min_part = absl::GetFlag(FLAGS_priority_min_part);
   options.delays.slowdown = absl::GetFlag(FLAGS_slowdown);
   {
     const std::string jitter = absl::GetFlag(FLAGS_jitter);

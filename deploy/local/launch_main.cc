@@ -113,6 +113,8 @@ ABSL_FLAG(bool, overlap, false,
 ABSL_FLAG(bool, priority, false,
           "Workers pull and push layer by layer, in the order forward and backward need them "
           "(passed on).");
+ABSL_FLAG(int64_t, priority_min_part, 16384,
+          "--priority: smallest part, in parameters, that travels on its own (passed on).");
 ABSL_FLAG(bool, serve_metrics, false,
           "Every shard and worker serves Prometheus metrics on a free port, written to "
           "<metrics_dir>/<name>.metrics_port.");
@@ -460,6 +462,7 @@ int main(int argc, char** argv) {
         absl::StrCat("--pull_encoding=", absl::GetFlag(FLAGS_pull_encoding)),
         absl::StrCat("--overlap=", absl::GetFlag(FLAGS_overlap)),
         absl::StrCat("--priority=", absl::GetFlag(FLAGS_priority)),
+        absl::StrCat("--priority_min_part=", absl::GetFlag(FLAGS_priority_min_part)),
         absl::StrCat("--max_seconds=", absl::GetFlag(FLAGS_max_seconds))};
     args.insert(args.end(), model_args.begin(), model_args.end());
     const std::vector<std::string> metrics = MetricsArgs(metrics_dir, absl::StrCat("worker-", r));

@@ -79,6 +79,7 @@ absl::Status TrainWorker(const Cluster& cluster, const Dataset& train, int rank,
   o.seed = 5;
   o.overlap = overlap;
   o.priority = priority;
+  o.priority_min_part = 0;  // one part per layer, however small: these tests are about pieces
   Trainer trainer(o, **model, dev, **client, train, nullptr, nullptr, nullptr);
   std::atomic<bool> stop{false};
   return trainer.Run(stop);
@@ -195,6 +196,15 @@ TEST(Trainer, PriorityUnderAspWithOneWorkerGivesTheSameWeights) {
   ASSERT_TRUE(TrainWorker(prioritised, train, 0, 16, 1, 2, false, /*priority=*/true).ok());
   EXPECT_EQ(prioritised.servers[0]->shard().GetStatus().version, 32);
   EXPECT_EQ(AllWeights(prioritised), AllWeights(plain));
+}
+
+TEST(MergeParts, SmallLayersJoinTheirNeighboursAndAShortTailJoinsThePartBefore) {
+  const std::vector<KeyRange> layers = {{0, 5}, {5, 100}, {100, 103}, {103, 300}, {300, 302}};
+  EXPECT_EQ(MergeParts(layers, 0), layers);
+  EXPECT_EQ(MergeParts(layers, 50),
+            (std::vector<KeyRange>{{0, 100}, {100, 302}}));  // 5 + 95; 3 + 197 + the tail of 2
+  EXPECT_EQ(MergeParts(layers, 1000), (std::vector<KeyRange>{{0, 302}}));
+  EXPECT_EQ(MergeParts({{0, 7}}, 50), (std::vector<KeyRange>{{0, 7}}));
 }
 
 TEST(Trainer, PriorityAndOverlapAreRefusedTogether) {
