@@ -56,7 +56,7 @@ ABSL_FLAG(std::vector<std::string>, schedules, std::vector<std::string>({"whole"
           "priority (layer by layer: first layer's weights first, last layer's gradient as soon "
           "as backward produced it). With both, priority lines carry ratio_vs_whole.");
 ABSL_FLAG(int64_t, priority_min_part, 16384,
-          "Priority schedule: smallest part, in parameters, that travels on its own.");
+          "Priority schedule: a layer with fewer parameters travels with the layer before it.");
 ABSL_FLAG(int32_t, steps, 200, "MLP training steps per worker per measurement.");
 ABSL_FLAG(int32_t, cnn_steps, 40, "CNN training steps per worker per measurement.");
 ABSL_FLAG(int32_t, batch_size, 32, "Samples per worker per step.");

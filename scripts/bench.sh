@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every benchmark of issue 7 and keeps their JSON lines: transport, apply, train (with the
-# PyTorch peers) and scale. Each prints ratios against references measured in the same run.
+# PyTorch peers, overlap and priority scheduling), a shaped link (as root) and scale. Each prints ratios against references measured in the same run.
 #   scripts/bench.sh [OUT_DIR]     (default: bench-results/<date>)
 # Leave the machine otherwise idle: the figures are only as steady as the machine.
 set -euo pipefail
@@ -18,5 +18,10 @@ run transport build/bin/ps_bench_transport --seconds 1 --rounds 3
 run apply build/bin/ps_bench_apply --seconds 1
 run train build/bin/ps_bench_train --vs_pytorch --encodings f32,bf16,topk
 run train_overlap build/bin/ps_bench_train --mode asp --overlap --encodings f32
+run train_priority build/bin/ps_bench_train --configs 1x1,2x2 --encodings f32 \
+  --schedules whole,priority
+if [[ $(id -u) -eq 0 ]]; then  # network namespaces need root
+  run link bench/link_bench.sh --rate_mbit 1000
+fi
 run scale build/bin/ps_bench_scale --workers 16,64 --params 262144,1048576 --seconds 5
 echo "results in $out"

@@ -93,15 +93,11 @@ Trainer::Trainer(const TrainerOptions& options, Model& model, Device& device,
 std::vector<KeyRange> MergeParts(const std::vector<KeyRange>& layers, int64_t min_part) {
   std::vector<KeyRange> parts;
   for (const KeyRange& layer : layers) {
-    if (!parts.empty() && parts.back().size() < min_part) {
+    if (parts.size() >= 2 && layer.size() < min_part) {  // never into the first layer's part
       parts.back().end = layer.end;
     } else {
       parts.push_back(layer);
     }
-  }
-  if (parts.size() > 1 && parts.back().size() < min_part) {
-    parts[parts.size() - 2].end = parts.back().end;
-    parts.pop_back();
   }
   return parts;
 }

@@ -50,8 +50,8 @@ struct TrainerOptions {
   // goes on below. The shards apply a step only once all its pieces are in, so the results are
   // those of whole pushes (BSP: bit for bit). Not with `overlap` or injected delays.
   bool priority = false;
-  // Priority scheduling: adjacent layers are sent as one part until it holds at least this many
-  // parameters (a small layer costs a call's overhead and gains nothing); 0: one part per layer.
+  // Priority scheduling: a layer with fewer parameters than this travels with the layer before
+  // it (a call per tiny layer costs more than it hides); 0: one part per layer.
   int64_t priority_min_part = 16384;
   // Stop (successfully) after this much training time, whatever step was reached.
   absl::Duration max_duration = absl::InfiniteDuration();
@@ -151,8 +151,10 @@ class Trainer {
 // checked by Trainer::Run before anything else).
 absl::Status ValidateTrainerOptions(const TrainerOptions& options);
 
-// The parts priority scheduling sends: `layers` (contiguous key ranges in order) joined with their
-// neighbours until each part holds at least `min_part` keys; a short tail joins the part before.
+// The parts priority scheduling sends: `layers` (contiguous key ranges in forward order), each
+// layer of fewer than `min_part` keys joined to the part before it. The first layer always
+// starts a part of its own: pulled first and pushed last, it is best small (forward starts
+// sooner, the last push after backward is shorter).
 std::vector<KeyRange> MergeParts(const std::vector<KeyRange>& layers, int64_t min_part);
 
 // Loss and accuracy of `params` (device memory, the model's layout) over all of `data`.

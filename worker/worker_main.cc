@@ -89,8 +89,8 @@ ABSL_FLAG(bool, priority, false,
           "as soon as backward produced it, last layer first. Not with --overlap or injected "
           "delays.");
 ABSL_FLAG(int64_t, priority_min_part, 16384,
-          "--priority: adjacent layers travel as one part until it holds at least this many "
-          "parameters (0: one part per layer).");
+          "--priority: a layer with fewer parameters travels with the layer before it (0: one "
+          "part per layer; the first layer always travels alone).");
 ABSL_FLAG(bool, fault_duplicate_pushes, false,
           "Fault injection for tests: send every push twice and fail unless the second comes "
           "back as a duplicate from every shard.");

@@ -114,7 +114,8 @@ ABSL_FLAG(bool, priority, false,
           "Workers pull and push layer by layer, in the order forward and backward need them "
           "(passed on).");
 ABSL_FLAG(int64_t, priority_min_part, 16384,
-          "--priority: smallest part, in parameters, that travels on its own (passed on).");
+          "--priority: a layer with fewer parameters travels with the layer before it (passed "
+          "on).");
 ABSL_FLAG(bool, serve_metrics, false,
           "Every shard and worker serves Prometheus metrics on a free port, written to "
           "<metrics_dir>/<name>.metrics_port.");

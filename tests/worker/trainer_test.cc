@@ -198,12 +198,11 @@ TEST(Trainer, PriorityUnderAspWithOneWorkerGivesTheSameWeights) {
   EXPECT_EQ(AllWeights(prioritised), AllWeights(plain));
 }
 
-TEST(MergeParts, SmallLayersJoinTheirNeighboursAndAShortTailJoinsThePartBefore) {
+TEST(MergeParts, SmallLayersJoinThePartBeforeThemAndTheFirstLayerStaysAlone) {
   const std::vector<KeyRange> layers = {{0, 5}, {5, 100}, {100, 103}, {103, 300}, {300, 302}};
   EXPECT_EQ(MergeParts(layers, 0), layers);
-  EXPECT_EQ(MergeParts(layers, 50),
-            (std::vector<KeyRange>{{0, 100}, {100, 302}}));  // 5 + 95; 3 + 197 + the tail of 2
-  EXPECT_EQ(MergeParts(layers, 1000), (std::vector<KeyRange>{{0, 302}}));
+  EXPECT_EQ(MergeParts(layers, 50), (std::vector<KeyRange>{{0, 5}, {5, 103}, {103, 302}}));
+  EXPECT_EQ(MergeParts(layers, 1000), (std::vector<KeyRange>{{0, 5}, {5, 302}}));
   EXPECT_EQ(MergeParts({{0, 7}}, 50), (std::vector<KeyRange>{{0, 7}}));
 }
 
