@@ -45,6 +45,10 @@ ABSL_FLAG(std::vector<std::string>, configs, std::vector<std::string>({"1x1", "2
 ABSL_FLAG(double, seconds, 1.5, "Time per measurement.");
 ABSL_FLAG(std::vector<std::string>, ops, std::vector<std::string>({"push", "pull"}),
           "Which operations to measure (for profiling one of them).");
+ABSL_FLAG(double, chunk_mib, 0,
+          "Our client: each shard's range travels in calls of at most this many MiB, all in "
+          "flight together (0: one call per shard).");
+ABSL_FLAG(int32_t, connections, 1, "Our client: TCP connections per shard for the chunks.");
 ABSL_FLAG(int32_t, rounds, 3, "Measurements of each kind; the best is reported (noisy machine).");
 
 namespace {
@@ -209,6 +213,8 @@ Cluster StartCluster(int workers, int shards, int64_t total) {
     o.fingerprint = fingerprint;
     o.total_params = total;
     o.max_message_bytes = kMaxMessage;
+    o.chunk_bytes = static_cast<int64_t>(absl::GetFlag(FLAGS_chunk_mib) * (1 << 20));
+    o.connections = absl::GetFlag(FLAGS_connections);
     auto client = ps::GrpcParameterClient::Create(o);
     absl::Status s = client.status();
     if (s.ok()) s = (*client)->Register(w, absl::Seconds(30)).status();
@@ -319,6 +325,8 @@ int main(int argc, char** argv) {
                                 .Add("mib", mib)
                                 .Add("workers", workers)
                                 .Add("shards", shards)
+                                .Add("chunk_mib", absl::GetFlag(FLAGS_chunk_mib))
+                                .Add("connections", absl::GetFlag(FLAGS_connections))
                                 .Add("gbps", ours)
                                 .Add("grpc_gbps", grpc)
                                 .Add("memcpy_gbps", memcpy_gbps)

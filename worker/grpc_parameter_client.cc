@@ -26,6 +26,9 @@ absl::StatusOr<std::unique_ptr<GrpcParameterClient>> GrpcParameterClient::Create
   if (!IsDenseEncoding(options.pull_encoding)) {
     return absl::InvalidArgumentError("weights are pulled as f32, bf16 or fp16, not top-k");
   }
+  if (options.chunk_bytes < 0 || options.connections < 1) {
+    return absl::InvalidArgumentError("chunk_bytes must be >= 0 and connections >= 1");
+  }
   if (options.push_encoding == TensorEncoding::kTopK &&
       !(options.topk_ratio > 0.0 && options.topk_ratio <= 1.0)) {
     return absl::InvalidArgumentError(
@@ -45,9 +48,16 @@ GrpcParameterClient::GrpcParameterClient(const GrpcClientOptions& options) : opt
   const grpc::ChannelArguments args =
       ClientChannelArguments(options.max_message_bytes, options_.security);
   for (const std::string& server : options.servers) {
+    // Each channel has its own connection: the client's channel arguments give every channel a
+    // local subchannel pool.
     auto channel = grpc::CreateCustomChannel(server, options_.security.credentials, args);
     stubs_.push_back(ps::v1::ParameterServer::NewStub(channel));
-    raw_stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
+    raw_stubs_.emplace_back();
+    raw_stubs_.back().push_back(std::make_unique<grpc::GenericStub>(channel));
+    for (int c = 1; c < options_.connections; ++c) {
+      raw_stubs_.back().push_back(std::make_unique<grpc::GenericStub>(
+          grpc::CreateCustomChannel(server, options_.security.credentials, args)));
+    }
   }
   shard_incarnations_.assign(stubs_.size(), 0);
   encoded_.resize(stubs_.size());
@@ -100,15 +110,19 @@ absl::Status GrpcParameterClient::CallAll(const char* method, StartFn<Request, R
 }
 
 absl::Status GrpcParameterClient::CallRaw(const char* method, RawMethod raw,
-                                          const std::vector<int>& shards,
+                                          const std::vector<Piece>& pieces,
                                           const std::vector<grpc::ByteBuffer>& requests,
                                           std::vector<grpc::ByteBuffer>* responses,
                                           absl::Duration timeout,
                                           const std::function<void(size_t)>& on_ok) {
+  std::vector<int> shards(pieces.size());
+  for (size_t i = 0; i < pieces.size(); ++i) shards[i] = pieces[i].shard;
   return CallEach(
       method, shards,
       [&](size_t i, grpc::ClientContext* ctx, grpc::CompletionQueue* cq) {
-        return raw_stubs_[shards[i]]->PrepareUnaryCall(ctx, raw.path, requests[i], cq);
+        const Piece& piece = pieces[i];
+        return raw_stubs_[piece.shard][piece.connection]->PrepareUnaryCall(ctx, raw.path,
+                                                                           requests[i], cq);
       },
       responses, timeout, /*wait_for_ready=*/false, on_ok);
 }
@@ -269,6 +283,7 @@ absl::Status GrpcParameterClient::Init(absl::Span<const float> params) {
 absl::StatusOr<std::vector<GrpcParameterClient::Piece>> GrpcParameterClient::SplitAtShards(
     absl::Span<const KeyRange> parts) const {
   std::vector<Piece> pieces;
+  std::vector<int64_t> next_connection(stubs_.size(), 0);
   for (size_t p = 0; p < parts.size(); ++p) {
     const KeyRange part = parts[p];
     if (part.begin < 0 || part.end > options_.total_params || part.begin >= part.end) {
@@ -281,8 +296,20 @@ absl::StatusOr<std::vector<GrpcParameterClient::Piece>> GrpcParameterClient::Spl
       const KeyRange cut{std::max(r.begin, part.begin), std::min(r.end, part.end)};
       // A shard with an empty range (more shards than parameters) still gets its clock.
       const bool empty_inside = r.begin == r.end && part.begin <= r.begin && r.end <= part.end;
-      if (cut.begin < cut.end || empty_inside) {
-        pieces.push_back(Piece{p, static_cast<int>(s), cut.begin < cut.end ? cut : r});
+      if (!(cut.begin < cut.end || empty_inside)) continue;
+      if (cut.begin >= cut.end) {
+        pieces.push_back(Piece{p, static_cast<int>(s), 0, r});
+        continue;
+      }
+      // Equal chunks of at most chunk_bytes, spread over the shard's connections.
+      const int64_t max_chunk = options_.chunk_bytes / static_cast<int64_t>(sizeof(float));
+      const int64_t n = cut.size();
+      const int64_t chunks = max_chunk > 0 ? (n + max_chunk - 1) / max_chunk : 1;
+      for (int64_t c = 0; c < chunks; ++c) {
+        const KeyRange chunk{cut.begin + n * c / chunks, cut.begin + n * (c + 1) / chunks};
+        pieces.push_back(Piece{p, static_cast<int>(s),
+                               static_cast<int>(next_connection[s]++ % options_.connections),
+                               chunk});
       }
     }
   }
@@ -310,7 +337,6 @@ absl::StatusOr<PullStats> GrpcParameterClient::PullPieces(
   ASSIGN_OR_RETURN(const std::vector<Piece> pieces, SplitAtShards(parts));
   const std::vector<uint64_t> shard_incarnation = shard_incarnations();
   std::vector<grpc::ByteBuffer> requests(pieces.size());
-  std::vector<int> shards(pieces.size());
   std::vector<size_t> missing(parts.size(), 0);  // pieces of each part not yet arrived
   for (size_t i = 0; i < pieces.size(); ++i) {
     const Piece& piece = pieces[i];
@@ -327,7 +353,6 @@ absl::StatusOr<PullStats> GrpcParameterClient::PullPieces(
       header.set_shard_incarnation(shard_incarnation[piece.shard]);
     }
     requests[i] = SerializeToByteBuffer(header);
-    shards[i] = piece.shard;
     ++missing[piece.part];
   }
   PullStats stats;
@@ -366,7 +391,7 @@ absl::StatusOr<PullStats> GrpcParameterClient::PullPieces(
     if (--missing[piece.part] == 0 && on_part) on_part(piece.part);
   };
   std::vector<grpc::ByteBuffer> replies;
-  RETURN_IF_ERROR(CallRaw("Pull", RawMethod{"/ps.v1.ParameterServer/Pull"}, shards, requests,
+  RETURN_IF_ERROR(CallRaw("Pull", RawMethod{"/ps.v1.ParameterServer/Pull"}, pieces, requests,
                           &replies, options_.pull_timeout,
                           [&](size_t i) { on_arrival(i, replies[i]); }));
   RETURN_IF_ERROR(decoded);
@@ -399,7 +424,6 @@ absl::StatusOr<PushStats> GrpcParameterClient::PushParts(int64_t clock,
   BorrowedPayload borrowed;
   const std::vector<uint64_t> shard_incarnation = shard_incarnations();
   std::vector<grpc::ByteBuffer> requests(pieces.size());
-  std::vector<int> shards(pieces.size());
   if (encoded_.size() < pieces.size()) encoded_.resize(pieces.size());
   PushStats stats;
   for (size_t i = 0; i < pieces.size(); ++i) {
@@ -439,23 +463,22 @@ absl::StatusOr<PushStats> GrpcParameterClient::PushParts(int64_t clock,
     payload_slices.push_back(std::move(payload));
     requests[i] = JoinPayloadMessage(header, ps::v1::PushRequest::kGradientFieldNumber,
                                      std::move(payload_slices));
-    shards[i] = piece.shard;
   }
   const RawMethod push{"/ps.v1.ParameterServer/Push"};
   std::vector<grpc::ByteBuffer> replies;
-  RETURN_IF_ERROR(CallRaw("Push", push, shards, requests, &replies, options_.call_timeout));
+  RETURN_IF_ERROR(CallRaw("Push", push, pieces, requests, &replies, options_.call_timeout));
   std::vector<ps::v1::PushResponse> responses(replies.size());
   for (size_t i = 0; i < replies.size(); ++i) {
     RETURN_IF_ERROR(ParseFromByteBuffer(replies[i], &responses[i]));
   }
   if (options_.duplicate_pushes) {
     std::vector<grpc::ByteBuffer> again;
-    RETURN_IF_ERROR(CallRaw("Push", push, shards, requests, &again, options_.call_timeout));
+    RETURN_IF_ERROR(CallRaw("Push", push, pieces, requests, &again, options_.call_timeout));
     for (size_t i = 0; i < again.size(); ++i) {
       ps::v1::PushResponse r;
       RETURN_IF_ERROR(ParseFromByteBuffer(again[i], &r));
       if (!r.duplicate()) {
-        return absl::InternalError(absl::StrCat("shard ", shards[i], " accepted push of clock ",
+        return absl::InternalError(absl::StrCat("shard ", pieces[i].shard, " accepted push of clock ",
                                                 clock, " twice: exactly-once is broken"));
       }
     }

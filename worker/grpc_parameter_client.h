@@ -50,6 +50,12 @@ struct GrpcClientOptions {
   TensorEncoding push_encoding = TensorEncoding::kF32;
   double topk_ratio = 0.01;
   TensorEncoding pull_encoding = TensorEncoding::kF32;
+  // Large transfers: a shard's range (or part of it) travels in calls of at most this many
+  // float32 bytes, all in flight together (0: one call per shard and part). The shard takes the
+  // chunks of a push as pieces of one step.
+  int64_t chunk_bytes = 0;
+  // TCP connections per shard; a transfer's chunks are spread over them round-robin.
+  int connections = 1;
 };
 
 class GrpcParameterClient final : public ParameterClient {
@@ -88,13 +94,14 @@ class GrpcParameterClient final : public ParameterClient {
   struct Piece {
     size_t part = 0;
     int shard = 0;
+    int connection = 0;  // which of the shard's connections carries it
     KeyRange range;
   };
 
   explicit GrpcParameterClient(const GrpcClientOptions& options);
   KeyRange range(int shard) const;
-  // `parts` cut at the shards' boundaries, in order. INVALID_ARGUMENT for an empty part or one
-  // outside the layout.
+  // `parts` cut at the shards' boundaries and into chunks of at most chunk_bytes, in order.
+  // INVALID_ARGUMENT for an empty part or one outside the layout.
   absl::StatusOr<std::vector<Piece>> SplitAtShards(absl::Span<const KeyRange> parts) const;
   // Pull and PullParts: one raw call per piece; each piece is decoded into `params` as it
   // arrives, and on_part(i) runs once part i's pieces have all arrived.
@@ -110,9 +117,9 @@ class GrpcParameterClient final : public ParameterClient {
   absl::Status CallAll(const char* method, StartFn<Request, Response> start,
                        const std::vector<Request>& requests, std::vector<Response>* responses,
                        absl::Duration timeout, bool wait_for_ready);
-  // Raw calls, call i to shard shards[i] (several may go to one shard), all in flight together;
+  // Raw calls, call i to pieces[i]'s shard over its connection, all in flight together;
   // on_ok(i), if given, runs on this thread as soon as call i has succeeded.
-  absl::Status CallRaw(const char* method, RawMethod raw, const std::vector<int>& shards,
+  absl::Status CallRaw(const char* method, RawMethod raw, const std::vector<Piece>& pieces,
                        const std::vector<grpc::ByteBuffer>& requests,
                        std::vector<grpc::ByteBuffer>* responses, absl::Duration timeout,
                        const std::function<void(size_t)>& on_ok = nullptr);
@@ -126,7 +133,8 @@ class GrpcParameterClient final : public ParameterClient {
 
   GrpcClientOptions options_;
   std::vector<std::unique_ptr<Stub>> stubs_;
-  std::vector<std::unique_ptr<grpc::GenericStub>> raw_stubs_;  // the same channels
+  // [shard][connection]; connection 0 is the typed stub's channel.
+  std::vector<std::vector<std::unique_ptr<grpc::GenericStub>>> raw_stubs_;
   std::vector<std::vector<char>> encoded_;  // compressed gradients, per piece of a push
   std::unique_ptr<TopKCompressor> topk_;                       // error feedback state
   // Per-shard call settings: deadline, wait-for-ready and the token.

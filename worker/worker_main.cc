@@ -88,6 +88,11 @@ ABSL_FLAG(bool, priority, false,
           "start each layer's forward as soon as its weights arrived; push each layer's gradient "
           "as soon as backward produced it, last layer first. Not with --overlap or injected "
           "delays.");
+ABSL_FLAG(double, chunk_mib, 0,
+          "Large slices: each shard's range travels in calls of at most this many MiB, all in "
+          "flight together (0: one call per shard). 4 doubled 64 MiB pulls here. The shard stages "
+          "the chunks of a push, a slice per worker that sends them.");
+ABSL_FLAG(int32_t, connections, 1, "TCP connections per shard over which the chunks spread.");
 ABSL_FLAG(int64_t, priority_min_part, 16384,
           "--priority: a layer with fewer parameters travels with the layer before it (0: one "
           "part per layer; the first layer always travels alone).");
@@ -304,6 +309,11 @@ int main(int argc, char** argv) {
     client_options.pull_encoding = *pull_encoding;
     client_options.topk_ratio = absl::GetFlag(FLAGS_topk_ratio);
   }
+  if (absl::GetFlag(FLAGS_chunk_mib) < 0 || absl::GetFlag(FLAGS_connections) < 1) {
+    return fail(absl::InvalidArgumentError("--chunk_mib must be >= 0 and --connections >= 1"));
+  }
+  client_options.chunk_bytes = static_cast<int64_t>(absl::GetFlag(FLAGS_chunk_mib) * (1 << 20));
+  client_options.connections = absl::GetFlag(FLAGS_connections);
   {
     auto security = ps::MakeClientSecurity(ps::SecurityOptionsFromFlags());
     if (!security.ok()) return fail(security.status());

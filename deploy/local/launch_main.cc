@@ -113,6 +113,9 @@ ABSL_FLAG(bool, overlap, false,
 ABSL_FLAG(bool, priority, false,
           "Workers pull and push layer by layer, in the order forward and backward need them "
           "(passed on).");
+ABSL_FLAG(double, chunk_mib, 0,
+          "Workers send each shard's range in calls of at most this many MiB (passed on).");
+ABSL_FLAG(int32_t, connections, 1, "Workers' TCP connections per shard (passed on).");
 ABSL_FLAG(int64_t, priority_min_part, 16384,
           "--priority: a layer with fewer parameters travels with the layer before it (passed "
           "on).");
@@ -464,6 +467,8 @@ int main(int argc, char** argv) {
         absl::StrCat("--overlap=", absl::GetFlag(FLAGS_overlap)),
         absl::StrCat("--priority=", absl::GetFlag(FLAGS_priority)),
         absl::StrCat("--priority_min_part=", absl::GetFlag(FLAGS_priority_min_part)),
+        absl::StrCat("--chunk_mib=", absl::GetFlag(FLAGS_chunk_mib)),
+        absl::StrCat("--connections=", absl::GetFlag(FLAGS_connections)),
         absl::StrCat("--max_seconds=", absl::GetFlag(FLAGS_max_seconds))};
     args.insert(args.end(), model_args.begin(), model_args.end());
     const std::vector<std::string> metrics = MetricsArgs(metrics_dir, absl::StrCat("worker-", r));
