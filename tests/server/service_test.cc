@@ -154,6 +154,46 @@ TEST_F(ServiceTest, GoodPushIsAppliedAndItsRetryIsADuplicate) {
   EXPECT_EQ(Weights(), (std::vector<float>{0, 1, 2}));
 }
 
+// Pieces on the wire, from a plain protobuf client: a push of part of the range is `staged`, the
+// one completing the step is applied, and an overlapping one is refused; a pull may read a part.
+TEST_F(ServiceTest, PiecesOfAPushAreStagedThenAppliedAndAPartCanBePulled) {
+  auto head = GoodPush();
+  head.set_end(1);
+  head.set_gradient(Bytes({1}));
+  ps::v1::PushResponse resp;
+  ASSERT_TRUE(Call(&ps::v1::ParameterServer::Stub::Push, head, &resp).ok());
+  EXPECT_TRUE(resp.staged());
+  EXPECT_FALSE(resp.applied());
+  auto overlapping = GoodPush();
+  overlapping.set_end(2);
+  overlapping.set_gradient(Bytes({1, 1}));
+  EXPECT_EQ(PushCode(overlapping), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Weights(), (std::vector<float>{1, 2, 3}));
+  auto tail = GoodPush();
+  tail.set_begin(1);
+  tail.set_gradient(Bytes({2, 3}));
+  ASSERT_TRUE(Call(&ps::v1::ParameterServer::Stub::Push, tail, &resp).ok());
+  EXPECT_FALSE(resp.staged());
+  EXPECT_TRUE(resp.applied());
+  EXPECT_EQ(resp.version(), 1);
+  EXPECT_EQ(Weights(), (std::vector<float>{0, 0, 0}));
+
+  ps::v1::PullRequest part;
+  part.set_layout_fingerprint(kFp);
+  part.set_begin(2);
+  part.set_end(3);
+  part.set_no_wait(true);
+  ps::v1::PullResponse values;
+  ASSERT_TRUE(Call(&ps::v1::ParameterServer::Stub::Pull, part, &values).ok());
+  EXPECT_EQ(values.values().size(), sizeof(float));
+  EXPECT_EQ(values.version(), 1);
+  ps::v1::GetStatusResponse status;
+  ASSERT_TRUE(
+      Call(&ps::v1::ParameterServer::Stub::GetStatus, ps::v1::GetStatusRequest(), &status).ok());
+  EXPECT_EQ(status.pieces_received(), 2);
+  EXPECT_EQ(status.pushes_accepted(), 1);
+}
+
 TEST_F(ServiceTest, ClientRegistersPullsAndPushesThroughAllShards) {
   GrpcClientOptions o;
   o.servers = {"127.0.0.1:" + std::to_string(server_->port())};
