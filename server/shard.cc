@@ -166,8 +166,8 @@ absl::Status Shard::ValidateAccess(int rank, uint64_t fingerprint, KeyRange rang
     return absl::FailedPreconditionError(absl::StrCat("layout fingerprint ", fingerprint,
                                                       " differs from the shard's ", fingerprint_));
   }
-  const bool part = range.begin >= range_.begin && range.end <= range_.end &&
-                    range.begin < range.end;
+  const bool part =
+      range.begin >= range_.begin && range.end <= range_.end && range.begin < range.end;
   if (!(range == range_) && !part) {
     return absl::FailedPreconditionError(absl::StrCat("shard owns [", range_.begin, ", ",
                                                       range_.end, "), request names [", range.begin,
@@ -395,8 +395,8 @@ absl::StatusOr<Shard::PushResult> Shard::PushPieceLocked(const PushArgs& args, b
         "piece [", args.range.begin, ", ", args.range.end, ") of clock ", args.clock,
         " overlaps the piece [", other.first, ", ", other.second, ") received before"));
   }
-  args.gradient.DecodeInto(absl::MakeSpan(staged.gradient)
-                               .subspan(args.range.begin - range_.begin, args.range.size()));
+  args.gradient.DecodeInto(
+      absl::MakeSpan(staged.gradient).subspan(args.range.begin - range_.begin, args.range.size()));
   staged.parts.emplace(args.range.begin, args.range.end);
   ++pieces_received_;
   staged.covered += args.range.size();

@@ -195,9 +195,9 @@ absl::Status GrpcParameterClient::CallEach(const char* method, const std::vector
         continue;
       }
       const int shard = shards[s];
-      return FromGrpcStatus(st, absl::StrCat(method, " to shard ", shard, " (",
-                                             options_.servers[shard], ")",
-                                             attempt > 1 ? " after retries" : ""));
+      return FromGrpcStatus(
+          st, absl::StrCat(method, " to shard ", shard, " (", options_.servers[shard], ")",
+                           attempt > 1 ? " after retries" : ""));
     }
     if (retry.empty()) return absl::OkStatus();
     pending = std::move(retry);
@@ -378,9 +378,9 @@ absl::StatusOr<PullStats> GrpcParameterClient::PullPieces(
     }
     if (!values.ok()) {
       if (decoded.ok()) {
-        decoded = absl::DataLossError(absl::StrCat("Pull: shard ", piece.shard,
-                                                   " sent a reply that does not fit: ",
-                                                   values.status().message()));
+        decoded = absl::DataLossError(
+            absl::StrCat("Pull: shard ", piece.shard,
+                         " sent a reply that does not fit: ", values.status().message()));
       }
       return;
     }
@@ -478,8 +478,9 @@ absl::StatusOr<PushStats> GrpcParameterClient::PushParts(int64_t clock,
       ps::v1::PushResponse r;
       RETURN_IF_ERROR(ParseFromByteBuffer(again[i], &r));
       if (!r.duplicate()) {
-        return absl::InternalError(absl::StrCat("shard ", pieces[i].shard, " accepted push of clock ",
-                                                clock, " twice: exactly-once is broken"));
+        return absl::InternalError(absl::StrCat("shard ", pieces[i].shard,
+                                                " accepted push of clock ", clock,
+                                                " twice: exactly-once is broken"));
       }
     }
   }

@@ -136,7 +136,7 @@ class GrpcParameterClient final : public ParameterClient {
   // [shard][connection]; connection 0 is the typed stub's channel.
   std::vector<std::vector<std::unique_ptr<grpc::GenericStub>>> raw_stubs_;
   std::vector<std::vector<char>> encoded_;  // compressed gradients, per piece of a push
-  std::unique_ptr<TopKCompressor> topk_;                       // error feedback state
+  std::unique_ptr<TopKCompressor> topk_;    // error feedback state
   // Per-shard call settings: deadline, wait-for-ready and the token.
   void Prepare(grpc::ClientContext* ctx, absl::Duration timeout, bool wait_for_ready) const;
   std::vector<uint64_t> shard_incarnations() const;

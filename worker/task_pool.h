@@ -37,7 +37,8 @@ class TaskPool {
   // Queues `task`; its result (or exception) comes through the future.
   template <typename F>
   std::future<std::invoke_result_t<F>> Submit(F task) {
-    auto packaged = std::make_shared<std::packaged_task<std::invoke_result_t<F>()>>(std::move(task));
+    auto packaged =
+        std::make_shared<std::packaged_task<std::invoke_result_t<F>()>>(std::move(task));
     std::future<std::invoke_result_t<F>> result = packaged->get_future();
     {
       const std::lock_guard<std::mutex> lock(mu_);

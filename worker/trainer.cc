@@ -396,8 +396,8 @@ void AddPushStats(const PushStats& add, PushStats* total) {
 }  // namespace
 
 absl::Status Trainer::PriorityStep(int64_t step, StepGradient& gradient, absl::Span<float> params,
-                                  absl::Span<float> grads, int num_samples, PullStats* pulled,
-                                  PushStats* pushed, BatchStats* batch, StepTimes* times) {
+                                   absl::Span<float> grads, int num_samples, PullStats* pulled,
+                                   PushStats* pushed, BatchStats* batch, StepTimes* times) {
   const std::vector<KeyRange> parts =
       MergeParts(model_.LayerParamRanges(), options_.priority_min_part);
   // Shared by the three threads of the step.
@@ -427,26 +427,26 @@ absl::Status Trainer::PriorityStep(int64_t step, StepGradient& gradient, absl::S
   // Two of them, so that a layer produced while a push is in flight leaves at once instead of
   // after that push's round trip.
   const auto push_loop = [&]() -> absl::StatusOr<PushStats> {
-        std::vector<int64_t> base_versions;
-        {
-          std::unique_lock<std::mutex> lock(mu);
-          changed.wait(lock, [&] { return pull_done; });
-          if (!pull_result.ok()) return pull_result.status();
-          base_versions = pull_result->versions;
-        }
-        PushStats total;
-        for (;;) {
-          std::vector<KeyRange> ready;
-          {
-            std::unique_lock<std::mutex> lock(mu);
-            changed.wait(lock, [&] { return !to_push.empty() || compute_done; });
-            ready.swap(to_push);
-          }
-          if (ready.empty()) return total;  // backward is done and everything went out
-          ASSIGN_OR_RETURN(const PushStats s,
-                           client_.PushParts(step, base_versions, num_samples, grads, ready));
-          AddPushStats(s, &total);
-        }
+    std::vector<int64_t> base_versions;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      changed.wait(lock, [&] { return pull_done; });
+      if (!pull_result.ok()) return pull_result.status();
+      base_versions = pull_result->versions;
+    }
+    PushStats total;
+    for (;;) {
+      std::vector<KeyRange> ready;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        changed.wait(lock, [&] { return !to_push.empty() || compute_done; });
+        ready.swap(to_push);
+      }
+      if (ready.empty()) return total;  // backward is done and everything went out
+      ASSIGN_OR_RETURN(const PushStats s,
+                       client_.PushParts(step, base_versions, num_samples, grads, ready));
+      AddPushStats(s, &total);
+    }
   };
   std::future<absl::StatusOr<PushStats>> pushers[] = {step_threads_->Submit(push_loop),
                                                       step_threads_->Submit(push_loop)};

@@ -199,10 +199,10 @@ TEST_F(FaultE2e, LostRepliesAndDuplicatedPushesLeaveTheWeightsBitForBit) {
   // the shards' boundary), each piece's reply may be lost and each piece is sent twice; the
   // shards still apply every clock exactly once, and the weights are those of the clean run.
   const std::string pieces = RunDir("faulty_pieces");
-  ASSERT_EQ(RunLaunch(pieces, With(args, {"--fault_drop_push_reply_every=3",
-                                          "--fault_duplicate_pushes", "--priority",
-                                          "--priority_min_part=0"})),
-            0);
+  ASSERT_EQ(
+      RunLaunch(pieces, With(args, {"--fault_drop_push_reply_every=3", "--fault_duplicate_pushes",
+                                    "--priority", "--priority_min_part=0"})),
+      0);
   const std::string pieces_summary = ReadAll(pieces + "/summary.json");
   EXPECT_EQ(Field(pieces_summary, "pushes_accepted"), 62 * 2 * 2);
   EXPECT_GT(Field(pieces_summary, "pieces_received"), 0);

@@ -660,7 +660,7 @@ TEST(Pieces, StalenessCountsFromTheOldestPieceAndAPartialPullReadsItsRange) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->version, 2);
   EXPECT_EQ(out, (std::vector<float>{0, 1}));  // [-1, 0, 1, 2] at keys 1 and 2
-  a.range = KeyRange{3, 5};  // beyond the slice
+  a.range = KeyRange{3, 5};                    // beyond the slice
   EXPECT_EQ(shard->Pull(a, absl::InfiniteFuture(), absl::MakeSpan(out)).status().code(),
             absl::StatusCode::kFailedPrecondition);
 }

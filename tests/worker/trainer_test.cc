@@ -59,8 +59,8 @@ Cluster StartCluster(int shards, int workers, ConsistencyMode mode, int stalenes
 
 // Trains `rank` for `epochs` on the cluster; returns the status of Run().
 absl::Status TrainWorker(const Cluster& cluster, const Dataset& train, int rank, int batch,
-                         int accumulate, int epochs, bool overlap = false,
-                         bool priority = false, int64_t chunk_bytes = 0, int connections = 1) {
+                         int accumulate, int epochs, bool overlap = false, bool priority = false,
+                         int64_t chunk_bytes = 0, int connections = 1) {
   CpuDevice dev;
   auto model = MakeMlp(16, {8}, 4, dev, 64);
   EXPECT_TRUE(model.ok());
@@ -176,7 +176,7 @@ TEST(Trainer, PriorityUnderBspGivesTheSameWeightsBitForBit) {
     EXPECT_TRUE(s1.ok()) << s1;
     for (const auto& server : c.servers) {
       const ShardStatus st = server->shard().GetStatus();
-      EXPECT_EQ(st.version, 16);  // 256 / (2 x 8 x 2) = 8 steps x 2 epochs
+      EXPECT_EQ(st.version, 16);          // 256 / (2 x 8 x 2) = 8 steps x 2 epochs
       EXPECT_EQ(st.pushes_accepted, 32);  // whole clocks, not pieces
       EXPECT_EQ(st.pushes_duplicate, 0);
     }
