@@ -193,81 +193,11 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   double epoch_loss = 0.0;
   int64_t epoch_samples = 0;
   int64_t reported_epochs = 0;
-  for (int64_t step = cluster.resume_clock; step < total_steps; ++step) {
-    if (stop.load()) return absl::CancelledError("stopped by signal");
-    if (absl::Now() - start >= options_.max_duration) {
-      spdlog::info("rank {} reached its time budget at step {}", options_.rank, step);
-      break;
-    }
-    const absl::Time t0 = absl::Now();
-    PullStats pulled;
-    PushStats pushed;
-    BatchStats step_stats;
-    absl::Time t1, t2, t2s, t3;  // computing starts, stops, pushing starts, the step ends
-    if (options_.priority) {
-      StepTimes times;
-      const absl::Status s =
-          PriorityStep(step, *gradient, params, grads, options_.batch_size * options_.accumulate,
-                       &pulled, &pushed, &step_stats, &times);
-      if (s.code() == absl::StatusCode::kAborted) {
-        ASSIGN_OR_RETURN(cluster, Rejoin(s, params));
-        step = cluster.resume_clock - 1;
-        continue;
-      }
-      RETURN_IF_ERROR(s);
-      t1 = t0 + times.pull;
-      t2 = t2s = t1 + times.compute;
-      t3 = t2 + times.push;
-    } else {
-      absl::StatusOr<PullStats> pull;
-      if (prefetch.valid() && prefetch_step == step) {
-        pull = prefetch.get();  // only what is left of it is waited for
-        std::swap(params, prefetch_params);
-      } else {
-        drain_prefetch();
-        pull = client_.Pull(step, /*no_wait=*/false, params);
-      }
-      if (overlap && pull.ok() && step + 1 < total_steps) {
-        prefetch_step = step + 1;
-        prefetch = std::async(std::launch::async, [this, next = step + 1, out = prefetch_params] {
-          return client_.Pull(next, /*no_wait=*/false, out);
-        });
-      }
-      if (pull.status().code() == absl::StatusCode::kAborted) {
-        drain_prefetch();
-        ASSIGN_OR_RETURN(cluster, Rejoin(pull.status(), params));
-        step = cluster.resume_clock - 1;  // the loop's ++step resumes at the shards' clock
-        continue;
-      }
-      if (!pull.ok()) {
-        drain_prefetch();
-        return pull.status();
-      }
-      pulled = *std::move(pull);
-      t1 = absl::Now();
-      ASSIGN_OR_RETURN(step_stats, gradient->Compute(step, params, grads));
-      t2 = absl::Now();
-      // The injected delay stands for slower computation: it comes before the push, so the
-      // gradient arrives late and staler, as a slow worker's would.
-      const absl::Duration delay = delays.DelayFor(step, (t2 - t0) + last_push);
-      if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
-      t2s = absl::Now();
-      absl::StatusOr<PushStats> push =
-          client_.Push(step, pulled.versions, static_cast<int>(step_stats.count), grads);
-      if (push.status().code() == absl::StatusCode::kAborted) {
-        drain_prefetch();
-        ASSIGN_OR_RETURN(cluster, Rejoin(push.status(), params));
-        step = cluster.resume_clock - 1;
-        continue;
-      }
-      if (!push.ok()) {
-        drain_prefetch();
-        return push.status();
-      }
-      pushed = *push;
-      t3 = absl::Now();
-    }
-
+  // Accounts for a step whose push has been acknowledged: counters, its metrics line, and the
+  // evaluations and epoch report due after it.
+  const auto finish_step = [&](int64_t step, const PullStats& pulled, const PushStats& pushed,
+                               const BatchStats& step_stats, absl::Time t0, absl::Time t1,
+                               absl::Time t2, absl::Time t2s, absl::Time t3) -> absl::Status {
     const auto us = [](absl::Duration d) { return absl::ToInt64Microseconds(d); };
     live_.steps.fetch_add(1);
     live_.samples.fetch_add(step_stats.count);
@@ -373,6 +303,85 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
       epoch_loss = 0.0;
       epoch_samples = 0;
     }
+    return absl::OkStatus();
+  };
+
+  for (int64_t step = cluster.resume_clock; step < total_steps; ++step) {
+    if (stop.load()) return absl::CancelledError("stopped by signal");
+    if (absl::Now() - start >= options_.max_duration) {
+      spdlog::info("rank {} reached its time budget at step {}", options_.rank, step);
+      break;
+    }
+    const absl::Time t0 = absl::Now();
+    PullStats pulled;
+    PushStats pushed;
+    BatchStats step_stats;
+    absl::Time t1, t2, t2s, t3;  // computing starts, stops, pushing starts, the step ends
+    if (options_.priority) {
+      StepTimes times;
+      const absl::Status s =
+          PriorityStep(step, *gradient, params, grads, options_.batch_size * options_.accumulate,
+                       &pulled, &pushed, &step_stats, &times);
+      if (s.code() == absl::StatusCode::kAborted) {
+        ASSIGN_OR_RETURN(cluster, Rejoin(s, params));
+        step = cluster.resume_clock - 1;
+        continue;
+      }
+      RETURN_IF_ERROR(s);
+      t1 = t0 + times.pull;
+      t2 = t2s = t1 + times.compute;
+      t3 = t2 + times.push;
+    } else {
+      absl::StatusOr<PullStats> pull;
+      if (prefetch.valid() && prefetch_step == step) {
+        pull = prefetch.get();  // only what is left of it is waited for
+        std::swap(params, prefetch_params);
+      } else {
+        drain_prefetch();
+        pull = client_.Pull(step, /*no_wait=*/false, params);
+      }
+      if (overlap && pull.ok() && step + 1 < total_steps) {
+        prefetch_step = step + 1;
+        prefetch = std::async(std::launch::async, [this, next = step + 1, out = prefetch_params] {
+          return client_.Pull(next, /*no_wait=*/false, out);
+        });
+      }
+      if (pull.status().code() == absl::StatusCode::kAborted) {
+        drain_prefetch();
+        ASSIGN_OR_RETURN(cluster, Rejoin(pull.status(), params));
+        step = cluster.resume_clock - 1;  // the loop's ++step resumes at the shards' clock
+        continue;
+      }
+      if (!pull.ok()) {
+        drain_prefetch();
+        return pull.status();
+      }
+      pulled = *std::move(pull);
+      t1 = absl::Now();
+      ASSIGN_OR_RETURN(step_stats, gradient->Compute(step, params, grads));
+      t2 = absl::Now();
+      // The injected delay stands for slower computation: it comes before the push, so the
+      // gradient arrives late and staler, as a slow worker's would.
+      const absl::Duration delay = delays.DelayFor(step, (t2 - t0) + last_push);
+      if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
+      t2s = absl::Now();
+      absl::StatusOr<PushStats> push =
+          client_.Push(step, pulled.versions, static_cast<int>(step_stats.count), grads);
+      if (push.status().code() == absl::StatusCode::kAborted) {
+        drain_prefetch();
+        ASSIGN_OR_RETURN(cluster, Rejoin(push.status(), params));
+        step = cluster.resume_clock - 1;
+        continue;
+      }
+      if (!push.ok()) {
+        drain_prefetch();
+        return push.status();
+      }
+      pushed = *push;
+      t3 = absl::Now();
+    }
+
+    RETURN_IF_ERROR(finish_step(step, pulled, pushed, step_stats, t0, t1, t2, t2s, t3));
   }
   drain_prefetch();  // a prefetch is never started past the last step; this is for `break`
   spdlog::info("rank {} finished {} steps in {:.1f}s", options_.rank, total_steps,
