@@ -9,7 +9,8 @@
 // W processes for W workers), run by Debian's python3.
 //
 //   ps_bench_train [--models mlp,cnn] [--configs 1x1,2x1,2x2,4x2] [--encodings f32,bf16]
-//                  [--mode bsp] [--overlap] [--schedules whole,priority] [--steps 200]
+//                  [--mode bsp] [--overlap] [--async_push] [--schedules whole,priority] [--steps
+//                  200]
 //                  [--cnn_steps 40] [--vs_pytorch]
 
 #include <atomic>
@@ -51,6 +52,8 @@ ABSL_FLAG(double, topk_ratio, 0.01, "Share of elements sent per step with topk."
 ABSL_FLAG(std::string, mode, "bsp", "Consistency mode of the shards: bsp, ssp or asp.");
 ABSL_FLAG(int32_t, staleness, 1, "SSP bound.");
 ABSL_FLAG(bool, overlap, false, "SSP/ASP workers prefetch the next step's weights.");
+ABSL_FLAG(bool, async_push, false,
+          "SSP/ASP workers push each step while the next one pulls and computes.");
 ABSL_FLAG(std::vector<std::string>, schedules, std::vector<std::string>({"whole"}),
           "How each step's tensors travel: whole (one call per shard after backward) and/or "
           "priority (layer by layer: first layer's weights first, last layer's gradient as soon "
@@ -159,6 +162,7 @@ absl::StatusOr<RunResult> RunCluster(const ps::ModelSpec& spec, const ps::Datase
       to.epochs = 1;
       to.overlap = absl::GetFlag(FLAGS_overlap);
       to.priority = priority;
+      to.async_push = absl::GetFlag(FLAGS_async_push);
       to.priority_min_part = absl::GetFlag(FLAGS_priority_min_part);
       ps::Trainer trainer(to, **model, dev, **client, data, nullptr, nullptr, nullptr);
       std::atomic<bool> stop{false};
@@ -281,6 +285,7 @@ int main(int argc, char** argv) {
               .Add("shards", shards)
               .Add("mode", absl::GetFlag(FLAGS_mode))
               .Add("overlap", absl::GetFlag(FLAGS_overlap))
+              .Add("async_push", absl::GetFlag(FLAGS_async_push))
               .Add("schedule", schedule)
               .Add("push_encoding", encoding_name)
               .Add("batch_size", batch)

@@ -5,6 +5,7 @@
 #include <future>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -109,9 +110,9 @@ absl::Status ValidateTrainerOptions(const TrainerOptions& options) {
   RETURN_IF_ERROR(ValidateDelayOptions(options.delays));
   if (options.priority) {
     const DelayOptions& d = options.delays;
-    if (options.overlap) {
+    if (options.overlap || options.async_push) {
       return absl::InvalidArgumentError(
-          "priority scheduling and overlap are alternatives: choose one");
+          "priority scheduling and overlap or asynchronous pushes are alternatives: choose one");
     }
     if (d.slowdown != 1.0 || d.jitter_probability > 0.0 || d.pause_step >= 0) {
       return absl::InvalidArgumentError(
@@ -148,7 +149,7 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   ASSIGN_OR_RETURN(DeviceBuffer params_host, device_.AllocateHost(n * sizeof(float)));
   ASSIGN_OR_RETURN(DeviceBuffer grads_host, device_.AllocateHost(n * sizeof(float)));
   absl::Span<float> params(params_host.as<float>(), n);
-  const absl::Span<float> grads(grads_host.as<float>(), n);
+  absl::Span<float> grads(grads_host.as<float>(), n);
   // Overlap (SSP and ASP only): the pull of step c+1 runs on another thread into a second buffer
   // while step c computes and pushes. BSP's pull of c+1 needs this worker's push of c, so there
   // is nothing to gain there.
@@ -159,12 +160,47 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
     ASSIGN_OR_RETURN(prefetch_host, device_.AllocateHost(n * sizeof(float)));
     prefetch_params = absl::Span<float>(prefetch_host.as<float>(), n);
   }
+  // Asynchronous pushes (SSP and ASP only): step c's push travels while step c+1 pulls and
+  // computes into a second gradient buffer; it is settled (and step c accounted for) after that
+  // compute, before step c+1's push, so a worker's pushes still reach the shards in clock order.
+  const bool async_push = options_.async_push && cluster.mode != "bsp";
+  DeviceBuffer spare_grads_host;
+  absl::Span<float> spare_grads;
+  if (async_push) {
+    ASSIGN_OR_RETURN(spare_grads_host, device_.AllocateHost(n * sizeof(float)));
+    spare_grads = absl::Span<float>(spare_grads_host.as<float>(), n);
+  }
+  struct InFlightPush {
+    int64_t step = 0;
+    PullStats pulled;
+    BatchStats step_stats;
+    absl::Time t0, t1, t2, t2s;
+    std::future<absl::StatusOr<PushStats>> result;
+  };
+  std::optional<InFlightPush> in_flight;
+  // Declared after the buffers a push reads, so destroyed before them: whatever way Run returns,
+  // no push is left reading freed memory.
+  struct WaitForPush {
+    std::optional<InFlightPush>& push;
+    ~WaitForPush() {
+      if (push.has_value() && push->result.valid()) push->result.wait();
+    }
+  } wait_for_push{in_flight};
   std::future<absl::StatusOr<PullStats>> prefetch;
   int64_t prefetch_step = -1;
-  // Settles a prefetch in flight before anything else talks to the shards (rejoin, errors).
+  // Settles the calls in flight (a prefetch, an asynchronous push) before anything else talks to
+  // the shards (rejoin, errors). A push settled here is not accounted for: the worker resumes at
+  // the clock the shards report, which counts it if it landed.
   auto drain_prefetch = [&] {
     if (prefetch.valid()) prefetch.get().IgnoreError();
     prefetch_step = -1;
+  };
+  auto drain_calls = [&] {
+    drain_prefetch();
+    if (in_flight.has_value()) {
+      in_flight->result.get().IgnoreError();
+      in_flight.reset();
+    }
   };
   if (!cluster.initialized) {
     model_.InitParams(options_.seed, params.data());
@@ -244,7 +280,7 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
           .Add("late", pushed.late)
           .Add("push_bytes", pushed.payload_bytes)
           .Add("pull_bytes", pulled.payload_bytes)
-          .Add("wall_s", absl::ToDoubleSeconds(t3 - start));
+          .Add("wall_s", absl::ToDoubleSeconds(absl::Now() - start));
       RETURN_IF_ERROR(metrics_->Write(line));
     }
 
@@ -306,84 +342,139 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
     return absl::OkStatus();
   };
 
-  for (int64_t step = cluster.resume_clock; step < total_steps; ++step) {
-    if (stop.load()) return absl::CancelledError("stopped by signal");
-    if (absl::Now() - start >= options_.max_duration) {
-      spdlog::info("rank {} reached its time budget at step {}", options_.rank, step);
-      break;
-    }
-    const absl::Time t0 = absl::Now();
-    PullStats pulled;
-    PushStats pushed;
-    BatchStats step_stats;
-    absl::Time t1, t2, t2s, t3;  // computing starts, stops, pushing starts, the step ends
-    if (options_.priority) {
-      StepTimes times;
-      const absl::Status s =
-          PriorityStep(step, *gradient, params, grads, options_.batch_size * options_.accumulate,
-                       &pulled, &pushed, &step_stats, &times);
-      if (s.code() == absl::StatusCode::kAborted) {
-        ASSIGN_OR_RETURN(cluster, Rejoin(s, params));
-        step = cluster.resume_clock - 1;
-        continue;
-      }
-      RETURN_IF_ERROR(s);
-      t1 = t0 + times.pull;
-      t2 = t2s = t1 + times.compute;
-      t3 = t2 + times.push;
-    } else {
-      absl::StatusOr<PullStats> pull;
-      if (prefetch.valid() && prefetch_step == step) {
-        pull = prefetch.get();  // only what is left of it is waited for
-        std::swap(params, prefetch_params);
-      } else {
-        drain_prefetch();
-        pull = client_.Pull(step, /*no_wait=*/false, params);
-      }
-      if (overlap && pull.ok() && step + 1 < total_steps) {
-        prefetch_step = step + 1;
-        prefetch = std::async(std::launch::async, [this, next = step + 1, out = prefetch_params] {
-          return client_.Pull(next, /*no_wait=*/false, out);
-        });
-      }
-      if (pull.status().code() == absl::StatusCode::kAborted) {
-        drain_prefetch();
-        ASSIGN_OR_RETURN(cluster, Rejoin(pull.status(), params));
-        step = cluster.resume_clock - 1;  // the loop's ++step resumes at the shards' clock
-        continue;
-      }
-      if (!pull.ok()) {
-        drain_prefetch();
-        return pull.status();
-      }
-      pulled = *std::move(pull);
-      t1 = absl::Now();
-      ASSIGN_OR_RETURN(step_stats, gradient->Compute(step, params, grads));
-      t2 = absl::Now();
-      // The injected delay stands for slower computation: it comes before the push, so the
-      // gradient arrives late and staler, as a slow worker's would.
-      const absl::Duration delay = delays.DelayFor(step, (t2 - t0) + last_push);
-      if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
-      t2s = absl::Now();
-      absl::StatusOr<PushStats> push =
-          client_.Push(step, pulled.versions, static_cast<int>(step_stats.count), grads);
-      if (push.status().code() == absl::StatusCode::kAborted) {
-        drain_prefetch();
-        ASSIGN_OR_RETURN(cluster, Rejoin(push.status(), params));
-        step = cluster.resume_clock - 1;
-        continue;
-      }
-      if (!push.ok()) {
-        drain_prefetch();
-        return push.status();
-      }
-      pushed = *push;
-      t3 = absl::Now();
-    }
+  // Waits for the push in flight, if any, and accounts for its step; the time waited is that
+  // step's push time. An error (ABORTED: register again) is the push's.
+  const auto settle_push = [&]() -> absl::Status {
+    if (!in_flight.has_value()) return absl::OkStatus();
+    const absl::Time wait_start = absl::Now();
+    absl::StatusOr<PushStats> pushed = in_flight->result.get();
+    const InFlightPush done = std::move(*in_flight);
+    in_flight.reset();
+    RETURN_IF_ERROR(pushed.status());
+    last_push = absl::Now() - wait_start;
+    return finish_step(done.step, done.pulled, *pushed, done.step_stats, done.t0, done.t1, done.t2,
+                       done.t2s, done.t2s + last_push);
+  };
+  std::unique_ptr<TaskPool> push_thread;
+  if (async_push) push_thread = std::make_unique<TaskPool>(1);
 
-    RETURN_IF_ERROR(finish_step(step, pulled, pushed, step_stats, t0, t1, t2, t2s, t3));
+  // The outer loop only runs again when the last step's push, settled after the inner loop, was
+  // answered ABORTED: the worker registers again and resumes where the shards are.
+  for (;;) {
+    for (int64_t step = cluster.resume_clock; step < total_steps; ++step) {
+      if (stop.load()) return absl::CancelledError("stopped by signal");
+      if (absl::Now() - start >= options_.max_duration) {
+        spdlog::info("rank {} reached its time budget at step {}", options_.rank, step);
+        break;
+      }
+      const absl::Time t0 = absl::Now();
+      PullStats pulled;
+      PushStats pushed;
+      BatchStats step_stats;
+      absl::Time t1, t2, t2s, t3;  // computing starts, stops, pushing starts, the step ends
+      if (options_.priority) {
+        StepTimes times;
+        const absl::Status s =
+            PriorityStep(step, *gradient, params, grads, options_.batch_size * options_.accumulate,
+                         &pulled, &pushed, &step_stats, &times);
+        if (s.code() == absl::StatusCode::kAborted) {
+          ASSIGN_OR_RETURN(cluster, Rejoin(s, params));
+          step = cluster.resume_clock - 1;
+          continue;
+        }
+        RETURN_IF_ERROR(s);
+        t1 = t0 + times.pull;
+        t2 = t2s = t1 + times.compute;
+        t3 = t2 + times.push;
+      } else {
+        absl::StatusOr<PullStats> pull;
+        if (prefetch.valid() && prefetch_step == step) {
+          pull = prefetch.get();  // only what is left of it is waited for
+          std::swap(params, prefetch_params);
+        } else {
+          drain_prefetch();  // a prefetch of another step (after a rejoin); not the push
+          pull = client_.Pull(step, /*no_wait=*/false, params);
+        }
+        if (overlap && pull.ok() && step + 1 < total_steps) {
+          prefetch_step = step + 1;
+          prefetch = std::async(std::launch::async, [this, next = step + 1, out = prefetch_params] {
+            return client_.Pull(next, /*no_wait=*/false, out);
+          });
+        }
+        if (pull.status().code() == absl::StatusCode::kAborted) {
+          drain_calls();
+          ASSIGN_OR_RETURN(cluster, Rejoin(pull.status(), params));
+          step = cluster.resume_clock - 1;  // the loop's ++step resumes at the shards' clock
+          continue;
+        }
+        if (!pull.ok()) {
+          drain_calls();
+          return pull.status();
+        }
+        pulled = *std::move(pull);
+        t1 = absl::Now();
+        ASSIGN_OR_RETURN(step_stats, gradient->Compute(step, params, grads));
+        t2 = absl::Now();
+        // The injected delay stands for slower computation: it comes before the push, so the
+        // gradient arrives late and staler, as a slow worker's would.
+        const absl::Duration delay = delays.DelayFor(step, (t2 - t0) + last_push);
+        if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
+        t2s = absl::Now();
+        if (async_push) {
+          const absl::Status settled = settle_push();
+          if (settled.code() == absl::StatusCode::kAborted) {
+            drain_calls();
+            ASSIGN_OR_RETURN(cluster, Rejoin(settled, params));
+            step = cluster.resume_clock - 1;  // this step's gradient is dropped with the rest
+            continue;
+          }
+          if (!settled.ok()) {
+            drain_calls();
+            return settled;
+          }
+          const int count = static_cast<int>(step_stats.count);
+          in_flight = InFlightPush{
+              step,
+              pulled,
+              step_stats,
+              t0,
+              t1,
+              t2,
+              t2s,
+              push_thread->Submit([this, step, count, g = grads, versions = pulled.versions] {
+                return client_.Push(step, versions, count, g);
+              })};
+          std::swap(grads, spare_grads);  // the next step computes while this one is pushed
+          continue;                       // accounted for when its push is settled
+        }
+        absl::StatusOr<PushStats> push =
+            client_.Push(step, pulled.versions, static_cast<int>(step_stats.count), grads);
+        if (push.status().code() == absl::StatusCode::kAborted) {
+          drain_calls();
+          ASSIGN_OR_RETURN(cluster, Rejoin(push.status(), params));
+          step = cluster.resume_clock - 1;
+          continue;
+        }
+        if (!push.ok()) {
+          drain_calls();
+          return push.status();
+        }
+        pushed = *push;
+        t3 = absl::Now();
+      }
+
+      RETURN_IF_ERROR(finish_step(step, pulled, pushed, step_stats, t0, t1, t2, t2s, t3));
+    }
+    const absl::Status settled = settle_push();
+    if (settled.code() == absl::StatusCode::kAborted) {
+      drain_calls();
+      ASSIGN_OR_RETURN(cluster, Rejoin(settled, params));
+      continue;
+    }
+    RETURN_IF_ERROR(settled);
+    break;
   }
-  drain_prefetch();  // a prefetch is never started past the last step; this is for `break`
+  drain_calls();  // a prefetch is never started past the last step; this is for `break`
   spdlog::info("rank {} finished {} steps in {:.1f}s", options_.rank, total_steps,
                absl::ToDoubleSeconds(absl::Now() - start));
   return absl::OkStatus();

@@ -44,6 +44,12 @@ struct TrainerOptions {
   // step c is then computed from weights that may lack this worker's own gradient of step c-1
   // (one more update of staleness, still within the SSP bound the shards enforce on every pull).
   bool overlap = false;
+  // SSP and ASP: push step c's gradient on another thread while step c+1 pulls and computes; it
+  // is waited for after that compute, before step c+1's push. The gradient of step c+1 may then
+  // miss this worker's own gradient of step c (one more update of staleness, within the SSP bound
+  // the shards enforce). A step's push time is what the worker waited for it. With `overlap` the
+  // pull, the compute and the push of three consecutive steps run at once.
+  bool async_push = false;
   // Priority scheduling (P3, BytePS), any mode: weights are pulled one layer per call, first layer
   // first, and each layer's forward starts as soon as its weights have arrived; each layer's
   // gradient is pushed as soon as backward has produced it, last layer first, while backward

@@ -83,6 +83,9 @@ ABSL_FLAG(std::string, pull_encoding, "f32", "How weights travel: f32, bf16 or f
 ABSL_FLAG(bool, overlap, false,
           "SSP/ASP: pull the next step's weights while this step computes and pushes (hides "
           "communication; adds up to one update of staleness). Ignored under BSP.");
+ABSL_FLAG(bool, async_push, false,
+          "SSP/ASP: push each step's gradient on another thread while the next step pulls and "
+          "computes (adds up to one update of staleness). Ignored under BSP.");
 ABSL_FLAG(bool, priority, false,
           "Priority scheduling, any mode: pull weights layer by layer, first layer first, and "
           "start each layer's forward as soon as its weights arrived; push each layer's gradient "
@@ -347,6 +350,7 @@ int main(int argc, char** argv) {
   options.seed = absl::GetFlag(FLAGS_seed);
   options.overlap = absl::GetFlag(FLAGS_overlap);
   options.priority = absl::GetFlag(FLAGS_priority);
+  options.async_push = absl::GetFlag(FLAGS_async_push);
   options.priority_min_part = absl::GetFlag(FLAGS_priority_min_part);
   options.delays.slowdown = absl::GetFlag(FLAGS_slowdown);
   {

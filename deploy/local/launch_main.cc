@@ -110,6 +110,8 @@ ABSL_FLAG(double, topk_ratio, 0.01, "--push_encoding topk: share of elements sen
 ABSL_FLAG(std::string, pull_encoding, "f32", "Weights on the wire: f32, bf16 or fp16.");
 ABSL_FLAG(bool, overlap, false,
           "SSP/ASP workers pull the next step's weights while they compute (passed on).");
+ABSL_FLAG(bool, async_push, false,
+          "SSP/ASP workers push each step while the next one computes (passed on).");
 ABSL_FLAG(bool, priority, false,
           "Workers pull and push layer by layer, in the order forward and backward need them "
           "(passed on).");
@@ -466,6 +468,7 @@ int main(int argc, char** argv) {
         absl::StrCat("--pull_encoding=", absl::GetFlag(FLAGS_pull_encoding)),
         absl::StrCat("--overlap=", absl::GetFlag(FLAGS_overlap)),
         absl::StrCat("--priority=", absl::GetFlag(FLAGS_priority)),
+        absl::StrCat("--async_push=", absl::GetFlag(FLAGS_async_push)),
         absl::StrCat("--priority_min_part=", absl::GetFlag(FLAGS_priority_min_part)),
         absl::StrCat("--chunk_mib=", absl::GetFlag(FLAGS_chunk_mib)),
         absl::StrCat("--connections=", absl::GetFlag(FLAGS_connections)),

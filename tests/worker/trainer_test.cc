@@ -60,7 +60,7 @@ Cluster StartCluster(int shards, int workers, ConsistencyMode mode, int stalenes
 // Trains `rank` for `epochs` on the cluster; returns the status of Run().
 absl::Status TrainWorker(const Cluster& cluster, const Dataset& train, int rank, int batch,
                          int accumulate, int epochs, bool overlap = false, bool priority = false,
-                         int64_t chunk_bytes = 0, int connections = 1) {
+                         int64_t chunk_bytes = 0, int connections = 1, bool async_push = false) {
   CpuDevice dev;
   auto model = MakeMlp(16, {8}, 4, dev, 64);
   EXPECT_TRUE(model.ok());
@@ -81,6 +81,7 @@ absl::Status TrainWorker(const Cluster& cluster, const Dataset& train, int rank,
   o.seed = 5;
   o.overlap = overlap;
   o.priority = priority;
+  o.async_push = async_push;
   o.priority_min_part = 0;  // one part per layer, however small: these tests are about pieces
   Trainer trainer(o, **model, dev, **client, train, nullptr, nullptr, nullptr);
   std::atomic<bool> stop{false};
@@ -239,6 +240,33 @@ TEST(Trainer, PriorityAndOverlapAreRefusedTogether) {
   const absl::Status s = TrainWorker(c, train, 0, 16, 1, 1, /*overlap=*/true, /*priority=*/true);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_EQ(c.servers[0]->shard().GetStatus().version, 0);
+}
+
+// SSP s = 0, one worker: the pull of step c+1 waits on the shard for the push of step c, so an
+// asynchronous push changes the timing but not one bit of the result.
+TEST(Trainer, AsyncPushUnderSspZeroGivesTheSameWeights) {
+  const Dataset train = SyntheticData(256, 10);
+  Cluster plain = StartCluster(2, 1, ConsistencyMode::kSsp, 0);
+  ASSERT_TRUE(TrainWorker(plain, train, 0, 32, 1, 2).ok());
+  Cluster async = StartCluster(2, 1, ConsistencyMode::kSsp, 0);
+  ASSERT_TRUE(TrainWorker(async, train, 0, 32, 1, 2, false, false, 0, 1, /*async_push=*/true).ok());
+  EXPECT_EQ(async.servers[0]->shard().GetStatus().version, 16);
+  EXPECT_EQ(AllWeights(async), AllWeights(plain));
+}
+
+// ASP with the prefetch and the asynchronous push: step c+1's weights are pulled while step c's
+// push travels, so a gradient may lack this worker's own last two, never more.
+TEST(Trainer, AsyncPushWithOverlapUnderAspStaysWithinTwoUpdatesOfStalenessAndLearns) {
+  const Dataset train = SyntheticData(512, 11);
+  Cluster c = StartCluster(1, 1, ConsistencyMode::kAsp);
+  ASSERT_TRUE(TrainWorker(c, train, 0, 16, 1, 5, /*overlap=*/true, false, 0, 1,
+                          /*async_push=*/true)
+                  .ok());
+  const ShardStatus status = c.servers[0]->shard().GetStatus();
+  EXPECT_EQ(status.version, 160);
+  EXPECT_EQ(status.pushes_duplicate, 0);
+  EXPECT_LE(status.workers[0].staleness.max(), 2);
+  EXPECT_GT(TrainAccuracy(c, train), 0.9);
 }
 
 TEST(Trainer, LearnsTheSyntheticTask) {
