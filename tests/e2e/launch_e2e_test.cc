@@ -113,13 +113,16 @@ TEST_F(LaunchE2e, AspNeverBlocksAPull) {
 // Compression and overlap through the binaries: top-k gradients with error feedback, bf16
 // weights and prefetching workers. The bytes on the wire are exactly what the encodings imply,
 // and the model still learns.
+// With the prefetch and asynchronous pushes too: every step still gets its own metrics line, in
+// order, once its push is acknowledged.
 TEST_F(LaunchE2e, CompressedGradientsAndWeightsWithOverlapTrainThroughTheBinaries) {
   const std::string dir = RunDir("compressed");
-  ASSERT_EQ(RunLaunch(dir, With(Common("2048"), {"--workers=2", "--mode=asp", "--epochs=2",
-                                                 "--batch_size=16", "--optimizer=sgd", "--lr=0.05",
-                                                 "--overlap", "--push_encoding=topk",
-                                                 "--topk_ratio=0.05", "--pull_encoding=bf16"})),
-            0)
+  ASSERT_EQ(
+      RunLaunch(dir, With(Common("2048"),
+                          {"--workers=2", "--mode=asp", "--epochs=2", "--batch_size=16",
+                           "--optimizer=sgd", "--lr=0.05", "--overlap", "--async_push",
+                           "--push_encoding=topk", "--topk_ratio=0.05", "--pull_encoding=bf16"})),
+      0)
       << ReadAll(dir + "/launch.log");
   const std::string summary = ReadAll(dir + "/summary.json");
   const int64_t params = static_cast<int64_t>(Field(summary, "params"));
@@ -133,6 +136,9 @@ TEST_F(LaunchE2e, CompressedGradientsAndWeightsWithOverlapTrainThroughTheBinarie
   for (int r = 0; r < 2; ++r) {
     const auto lines = StepLines(absl::StrCat(dir, "/worker-", r, ".jsonl"));
     ASSERT_EQ(lines.size(), 128u);  // 2048 / (2 x 16) x 2 epochs
+    for (size_t i = 0; i < lines.size(); ++i) {
+      EXPECT_EQ(Field(lines[i], "step"), static_cast<double>(i)) << lines[i];
+    }
     for (const std::string& line : lines) {
       EXPECT_EQ(Field(line, "push_bytes"), want_push) << line;
       EXPECT_EQ(Field(line, "pull_bytes"), 2 * params) << line;
