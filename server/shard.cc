@@ -417,11 +417,17 @@ absl::StatusOr<Shard::PushResult> Shard::PushPieceLocked(const PushArgs& args, b
   whole.base_version = staged.base_version;
   whole.gradient = EncodedTensor::OfFloats(staged.gradient);
   staged.clock = -1;
-  return PushLocked(whole, /*finite=*/true);
+  // The completing piece was admitted just now, under this lock, for the same rank and clock;
+  // the pieces' base versions were each checked, so their minimum is valid too.
+  return ActOnPushLocked(whole, action);
 }
 
 absl::StatusOr<Shard::PushResult> Shard::PushLocked(const PushArgs& args, bool finite) {
   ASSIGN_OR_RETURN(const PushAction action, AdmitPushLocked(args, finite));
+  return ActOnPushLocked(args, action);
+}
+
+Shard::PushResult Shard::ActOnPushLocked(const PushArgs& args, PushAction action) {
   PushResult result;
   ++(action == PushAction::kDuplicate ? pushes_duplicate_ : pushes_accepted_);
   switch (action) {

@@ -245,6 +245,9 @@ class Shard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<PushResult> PushLocked(const PushArgs& args, bool finite)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What an admitted whole push does: duplicate, apply, buffer for the BSP round, or count late.
+  PushResult ActOnPushLocked(const PushArgs& args, PushAction action)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A push of part of the range: staged, then handed to PushLocked whole once complete.
   absl::StatusOr<PushResult> PushPieceLocked(const PushArgs& args, bool finite)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
