@@ -60,6 +60,9 @@ ABSL_FLAG(std::vector<std::string>, schedules, std::vector<std::string>({"whole"
           "as backward produced it). With both, priority lines carry ratio_vs_whole.");
 ABSL_FLAG(int64_t, priority_min_part, 16384,
           "Priority schedule: a layer with fewer parameters travels with the layer before it.");
+ABSL_FLAG(bool, shared_memory, true,
+          "Workers move payloads through shared memory with the shards (as ps_worker does by "
+          "default on the shards' host); false: in the gRPC messages.");
 ABSL_FLAG(int32_t, steps, 200, "MLP training steps per worker per measurement.");
 ABSL_FLAG(int32_t, cnn_steps, 40, "CNN training steps per worker per measurement.");
 ABSL_FLAG(int32_t, batch_size, 32, "Samples per worker per step.");
@@ -151,6 +154,7 @@ absl::StatusOr<RunResult> RunCluster(const ps::ModelSpec& spec, const ps::Datase
       co.rank = w;
       co.push_encoding = encoding;
       co.topk_ratio = absl::GetFlag(FLAGS_topk_ratio);
+      co.shared_memory = absl::GetFlag(FLAGS_shared_memory);
       auto client = ps::GrpcParameterClient::Create(co);
       if (!client.ok()) {
         status[w] = client.status();
@@ -287,6 +291,7 @@ int main(int argc, char** argv) {
               .Add("overlap", absl::GetFlag(FLAGS_overlap))
               .Add("async_push", absl::GetFlag(FLAGS_async_push))
               .Add("schedule", schedule)
+              .Add("shared_memory", absl::GetFlag(FLAGS_shared_memory))
               .Add("push_encoding", encoding_name)
               .Add("batch_size", batch)
               .Add("steps", steps)
@@ -319,6 +324,7 @@ int main(int argc, char** argv) {
                 .Add("workers", workers)
                 .Add("shards", shards)
                 .Add("schedule", schedule)
+                .Add("shared_memory", absl::GetFlag(FLAGS_shared_memory))
                 .Add("samples_per_sec", r->samples_per_sec)
                 .Add("pytorch_mode", workers == 1 ? "single" : "ddp_gloo")
                 .Add("pytorch_samples_per_sec", *theirs)

@@ -49,6 +49,9 @@ ABSL_FLAG(double, chunk_mib, 0,
           "Our client: each shard's range travels in calls of at most this many MiB, all in "
           "flight together (0: one call per shard).");
 ABSL_FLAG(int32_t, connections, 1, "Our client: TCP connections per shard for the chunks.");
+ABSL_FLAG(std::vector<std::string>, transports, std::vector<std::string>({"grpc", "shm"}),
+          "Our client's payload paths: grpc (in the messages) and shm (through shared memory, "
+          "the calls still gRPC: what workers next to their shards use).");
 ABSL_FLAG(int32_t, rounds, 3, "Measurements of each kind; the best is reported (noisy machine).");
 
 namespace {
@@ -185,7 +188,7 @@ struct Cluster {
   std::vector<std::unique_ptr<ps::GrpcParameterClient>> workers;
 };
 
-Cluster StartCluster(int workers, int shards, int64_t total) {
+Cluster StartCluster(int workers, int shards, int64_t total, bool shared_memory) {
   Cluster c;
   const uint64_t fingerprint = 0xbe4c4;
   std::vector<std::string> servers;
@@ -215,10 +218,14 @@ Cluster StartCluster(int workers, int shards, int64_t total) {
     o.max_message_bytes = kMaxMessage;
     o.chunk_bytes = static_cast<int64_t>(absl::GetFlag(FLAGS_chunk_mib) * (1 << 20));
     o.connections = absl::GetFlag(FLAGS_connections);
+    o.shared_memory = shared_memory;
     auto client = ps::GrpcParameterClient::Create(o);
     absl::Status s = client.status();
     if (s.ok()) s = (*client)->Register(w, absl::Seconds(30)).status();
     if (s.ok() && w == 0) s = (*client)->Init(init);
+    if (s.ok() && (*client)->shared_memory_shards() != (shared_memory ? shards : 0)) {
+      s = absl::InternalError("shared memory was not attached as asked");
+    }
     if (!s.ok()) {
       spdlog::critical("worker {}: {}", w, s.ToString());
       std::exit(1);
@@ -263,7 +270,15 @@ int main(int argc, char** argv) {
       }
       const size_t bytes = static_cast<size_t>(mib) << 20;
       const int64_t total = static_cast<int64_t>(bytes / sizeof(float));
-      Cluster cluster = StartCluster(workers, shards, total);
+      const std::vector<std::string> transports = absl::GetFlag(FLAGS_transports);
+      std::vector<Cluster> clusters;
+      for (const std::string& t : transports) {
+        if (t != "grpc" && t != "shm") {
+          std::fprintf(stderr, "--transports: '%s' is not grpc or shm\n", t.c_str());
+          return 2;
+        }
+        clusters.push_back(StartCluster(workers, shards, total, t == "shm"));
+      }
       std::vector<PlainServer> plain_servers;
       std::vector<int> plain_ports;
       for (int s = 0; s < shards; ++s) {
@@ -273,68 +288,81 @@ int main(int argc, char** argv) {
       std::vector<std::unique_ptr<PlainWorker>> plain;
       std::vector<std::vector<float>> grads(workers, std::vector<float>(total, 1e-3f));
       std::vector<std::vector<float>> params(workers, std::vector<float>(total, 0.0f));
-      std::vector<int64_t> clocks(workers, 0);
-      std::vector<std::vector<int64_t>> versions(workers, std::vector<int64_t>(shards, 0));
       for (int w = 0; w < workers; ++w) {
         plain.push_back(std::make_unique<PlainWorker>(plain_ports, total));
       }
-      auto ours_push = [&](int w) {
-        auto r = cluster.workers[w]->Push(clocks[w], versions[w], 32, grads[w]);
+      // Each cluster's workers keep their own clocks and versions.
+      std::vector<std::vector<int64_t>> clocks(clusters.size(), std::vector<int64_t>(workers, 0));
+      std::vector<std::vector<std::vector<int64_t>>> versions(
+          clusters.size(),
+          std::vector<std::vector<int64_t>>(workers, std::vector<int64_t>(shards)));
+      auto ours_push = [&](size_t c, int w) {
+        auto r = clusters[c].workers[w]->Push(clocks[c][w], versions[c][w], 32, grads[w]);
         if (!r.ok()) {
           spdlog::critical("push: {}", r.status().ToString());
           std::exit(1);
         }
-        ++clocks[w];
+        ++clocks[c][w];
       };
-      auto ours_pull = [&](int w) {
-        auto r = cluster.workers[w]->Pull(clocks[w], false, absl::MakeSpan(params[w]));
+      auto ours_pull = [&](size_t c, int w) {
+        auto r = clusters[c].workers[w]->Pull(clocks[c][w], false, absl::MakeSpan(params[w]));
         if (!r.ok()) {
           spdlog::critical("pull: {}", r.status().ToString());
           std::exit(1);
         }
-        versions[w] = r->versions;
+        versions[c][w] = r->versions;
       };
-      double best[4] = {0, 0, 0, 0};  // ours push, plain push, ours pull, plain pull
+      // [op][transport]: ours; [op] plain gRPC.
+      std::vector<std::vector<double>> best(2, std::vector<double>(clusters.size(), 0.0));
+      double best_plain[2] = {0, 0};
       double memcpy_gbps = 0;
       const std::vector<std::string> ops = absl::GetFlag(FLAGS_ops);
-      const bool do_push = std::find(ops.begin(), ops.end(), "push") != ops.end();
-      const bool do_pull = std::find(ops.begin(), ops.end(), "pull") != ops.end();
+      const bool do_op[2] = {std::find(ops.begin(), ops.end(), "push") != ops.end(),
+                             std::find(ops.begin(), ops.end(), "pull") != ops.end()};
       for (int round = 0; round < rounds; ++round) {
         const double per_call = static_cast<double>(bytes) / 1e9;
-        if (do_push) {
-          best[0] = std::max(best[0], per_call * CallsPerSecond(workers, seconds, ours_push));
-          best[1] = std::max(best[1], per_call * CallsPerSecond(workers, seconds, [&](int w) {
-                                        plain[w]->Push(grads[w]);
+        for (int op = 0; op < 2; ++op) {
+          if (!do_op[op]) continue;
+          for (size_t c = 0; c < clusters.size(); ++c) {
+            best[op][c] =
+                std::max(best[op][c], per_call * CallsPerSecond(workers, seconds, [&](int w) {
+                                        op == 0 ? ours_push(c, w) : ours_pull(c, w);
                                       }));
-        }
-        if (do_pull) {
-          best[2] = std::max(best[2], per_call * CallsPerSecond(workers, seconds, ours_pull));
-          best[3] = std::max(best[3], per_call * CallsPerSecond(workers, seconds, [&](int w) {
-                                        plain[w]->Pull(&params[w]);
-                                      }));
+          }
+          best_plain[op] =
+              std::max(best_plain[op], per_call * CallsPerSecond(workers, seconds, [&](int w) {
+                                         if (op == 0) {
+                                           plain[w]->Push(grads[w]);
+                                         } else {
+                                           plain[w]->Pull(&params[w]);
+                                         }
+                                       }));
         }
         memcpy_gbps = std::max(memcpy_gbps, MemcpyGbps(bytes, seconds / 2));
       }
       for (int op = 0; op < 2; ++op) {
-        if (!(op == 0 ? do_push : do_pull)) continue;
-        const double ours = best[2 * op];
-        const double grpc = best[2 * op + 1];
-        std::printf("%s\n", ps::JsonObject()
-                                .Add("bench", "transport")
-                                .Add("op", op == 0 ? "push" : "pull")
-                                .Add("mib", mib)
-                                .Add("workers", workers)
-                                .Add("shards", shards)
-                                .Add("chunk_mib", absl::GetFlag(FLAGS_chunk_mib))
-                                .Add("connections", absl::GetFlag(FLAGS_connections))
-                                .Add("gbps", ours)
-                                .Add("grpc_gbps", grpc)
-                                .Add("memcpy_gbps", memcpy_gbps)
-                                .Add("ratio_vs_grpc", ours / grpc)
-                                .Add("ratio_vs_memcpy", ours / memcpy_gbps)
-                                .str()
-                                .c_str());
-        std::fflush(stdout);
+        if (!do_op[op]) continue;
+        for (size_t c = 0; c < clusters.size(); ++c) {
+          const double ours = best[op][c];
+          const double grpc = best_plain[op];
+          std::printf("%s\n", ps::JsonObject()
+                                  .Add("bench", "transport")
+                                  .Add("op", op == 0 ? "push" : "pull")
+                                  .Add("transport", transports[c])
+                                  .Add("mib", mib)
+                                  .Add("workers", workers)
+                                  .Add("shards", shards)
+                                  .Add("chunk_mib", absl::GetFlag(FLAGS_chunk_mib))
+                                  .Add("connections", absl::GetFlag(FLAGS_connections))
+                                  .Add("gbps", ours)
+                                  .Add("grpc_gbps", grpc)
+                                  .Add("memcpy_gbps", memcpy_gbps)
+                                  .Add("ratio_vs_grpc", ours / grpc)
+                                  .Add("ratio_vs_memcpy", ours / memcpy_gbps)
+                                  .str()
+                                  .c_str());
+          std::fflush(stdout);
+        }
       }
       for (auto& p : plain_servers) p.server->Shutdown();
     }

@@ -53,6 +53,9 @@ ABSL_FLAG(double, checkpoint_seconds, 0,
 ABSL_FLAG(int32_t, fault_drop_push_reply_every, 0,
           "Fault injection for tests: answer every Nth accepted push with UNAVAILABLE, as if "
           "the reply were lost (0: off).");
+ABSL_FLAG(bool, shared_memory, true,
+          "Let workers on this host move gradients and weights through shared memory instead of "
+          "the gRPC messages (the calls stay gRPC). A worker elsewhere uses gRPC.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn or error.");
 ABSL_FLAG(int32_t, metrics_port, -1,
           "Serve Prometheus metrics at http://<--metrics_host>:PORT/metrics (0: a free port, "
@@ -94,6 +97,7 @@ absl::StatusOr<ps::ShardServerOptions> OptionsFromFlags() {
   }
   o.checkpoint_interval = absl::Seconds(absl::GetFlag(FLAGS_checkpoint_seconds));
   o.drop_push_reply_every = absl::GetFlag(FLAGS_fault_drop_push_reply_every);
+  o.accept_shared_memory = absl::GetFlag(FLAGS_shared_memory);
   if (o.drop_push_reply_every < 0) {
     return absl::InvalidArgumentError("--fault_drop_push_reply_every must be >= 0");
   }

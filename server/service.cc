@@ -52,20 +52,42 @@ std::vector<grpc::Slice> EncodeValues(TensorEncoding encoding, absl::Span<const 
   return slices;
 }
 
-grpc::ByteBuffer PullReply(const Shard::PullResult& r, TensorEncoding encoding,
-                           std::vector<grpc::Slice> payload) {
-  ps::v1::PullResponse header;
-  header.set_version(r.version);
-  header.set_min_clock(r.min_clock);
-  header.set_wait_us(absl::ToInt64Microseconds(r.waited));
-  header.set_encoding(static_cast<ps::v1::TensorEncoding>(encoding));
-  return JoinPayloadMessage(header, kPullValuesField, std::move(payload));
-}
+}  // namespace
+
+// Where a pull's values go: fresh reply slices, or the worker's shared region (the one copy a
+// pull makes either way, taken under the shard's lock).
+struct PullSink {
+  TensorEncoding encoding = TensorEncoding::kF32;
+  std::shared_ptr<SharedMemory> memory;  // when set, the values are written at `at`
+  char* at = nullptr;
+  std::vector<grpc::Slice> payload;
+
+  void Fill(absl::Span<const float> values) {
+    if (memory != nullptr) {
+      EncodeDense(encoding, values, at);
+    } else {
+      payload = EncodeValues(encoding, values);
+    }
+  }
+
+  grpc::ByteBuffer Reply(const Shard::PullResult& r) {
+    ps::v1::PullResponse header;
+    header.set_version(r.version);
+    header.set_min_clock(r.min_clock);
+    header.set_wait_us(absl::ToInt64Microseconds(r.waited));
+    header.set_encoding(static_cast<ps::v1::TensorEncoding>(encoding));
+    header.set_in_shared_memory(memory != nullptr);
+    return JoinPayloadMessage(header, kPullValuesField, std::move(payload));
+  }
+};
 
 struct ParsedPull {
   Shard::PullArgs args;
   TensorEncoding encoding = TensorEncoding::kF32;
+  bool into_shared_memory = false;
 };
+
+namespace {
 
 absl::StatusOr<ParsedPull> ParsePull(const grpc::ByteBuffer& buffer) {
   ps::v1::PullRequest req;
@@ -83,6 +105,7 @@ absl::StatusOr<ParsedPull> ParsePull(const grpc::ByteBuffer& buffer) {
   p.args.range = RangeOf(req.begin(), req.end());
   p.args.clock = req.clock();
   p.args.no_wait = req.no_wait();
+  p.into_shared_memory = req.into_shared_memory();
   return p;
 }
 
@@ -94,13 +117,12 @@ class ParameterServerService::PullReactor final : public grpc::ServerUnaryReacto
  public:
   PullReactor(Shard& shard, grpc::ByteBuffer* response) : shard_(shard), response_(response) {}
 
-  void Start(const ParsedPull& pull, absl::Time deadline) {
-    encoding_ = pull.encoding;
+  void Start(const ParsedPull& pull, PullSink sink, absl::Time deadline) {
+    sink_ = std::move(sink);
     const int64_t id = shard_.PullAsync(
-        pull.args, deadline,
-        [this](absl::Span<const float> values) { payload_ = EncodeValues(encoding_, values); },
+        pull.args, deadline, [this](absl::Span<const float> values) { sink_.Fill(values); },
         [this](absl::StatusOr<Shard::PullResult> r) {
-          if (r.ok()) *response_ = PullReply(*r, encoding_, std::move(payload_));
+          if (r.ok()) *response_ = sink_.Reply(*r);
           Finish(r.ok() ? grpc::Status::OK : ToGrpcStatus(r.status()));
         });
     bool cancelled;
@@ -126,8 +148,7 @@ class ParameterServerService::PullReactor final : public grpc::ServerUnaryReacto
  private:
   Shard& shard_;
   grpc::ByteBuffer* const response_;
-  TensorEncoding encoding_ = TensorEncoding::kF32;
-  std::vector<grpc::Slice> payload_;
+  PullSink sink_;
   absl::Mutex mu_;
   int64_t id_ ABSL_GUARDED_BY(mu_) = 0;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
@@ -194,6 +215,13 @@ grpc::ServerUnaryReactor* ParameterServerService::GetStatus(grpc::CallbackServer
   return Answer(ctx, Authenticate(ctx->client_metadata()), [&] { return HandleGetStatus(resp); });
 }
 
+grpc::ServerUnaryReactor* ParameterServerService::AttachSharedMemory(
+    grpc::CallbackServerContext* ctx, const ps::v1::AttachSharedMemoryRequest* req,
+    ps::v1::AttachSharedMemoryResponse*) {
+  return Answer(ctx, Authenticate(ctx->client_metadata()),
+                [&] { return HandleAttachSharedMemory(*req); });
+}
+
 grpc::ServerUnaryReactor* ParameterServerService::Pull(grpc::CallbackServerContext* ctx,
                                                        const grpc::ByteBuffer* req,
                                                        grpc::ByteBuffer* resp) {
@@ -204,11 +232,12 @@ grpc::ServerUnaryReactor* ParameterServerService::Pull(grpc::CallbackServerConte
     return reactor;
   }
   absl::StatusOr<ParsedPull> pull = ParsePull(*req);
-  if (!pull.ok()) {
-    reactor->Finish(ToGrpcStatus(pull.status()));
+  absl::StatusOr<PullSink> sink = pull.ok() ? SinkFor(*pull) : pull.status();
+  if (!sink.ok()) {
+    reactor->Finish(ToGrpcStatus(sink.status()));
     return reactor;
   }
-  reactor->Start(*pull,
+  reactor->Start(*pull, std::move(*sink),
                  std::min(absl::FromChrono(ctx->deadline()), absl::Now() + options_.max_pull_wait));
   return reactor;
 }
@@ -218,6 +247,14 @@ grpc::Status ParameterServerService::HandleRegister(const ps::v1::RegisterReques
   absl::StatusOr<Shard::RegisterResult> r =
       shard_.Register(req.rank(), req.layout_fingerprint(), req.incarnation());
   if (!r.ok()) return ToGrpcStatus(r.status());
+  {
+    // A new process at this rank: the old one's region goes (once no handler uses it).
+    absl::MutexLock lock(&attach_mu_);
+    auto it = attachments_.find(req.rank());
+    if (it != attachments_.end() && it->second.incarnation != req.incarnation()) {
+      attachments_.erase(it);
+    }
+  }
   const ShardStatus status = shard_.GetStatus();
   resp->set_shard_id(status.shard_id);
   resp->set_num_shards(status.num_shards);
@@ -256,14 +293,13 @@ grpc::Status ParameterServerService::HandleInit(const ps::v1::InitRequest& req,
 grpc::Status ParameterServerService::HandlePull(const grpc::ByteBuffer& req, absl::Time deadline,
                                                 grpc::ByteBuffer* resp) {
   absl::StatusOr<ParsedPull> pull = ParsePull(req);
-  if (!pull.ok()) return ToGrpcStatus(pull.status());
-  std::vector<grpc::Slice> payload;
-  const TensorEncoding encoding = pull->encoding;
-  absl::StatusOr<Shard::PullResult> r = shard_.Pull(
-      pull->args, std::min(deadline, absl::Now() + options_.max_pull_wait),
-      [&](absl::Span<const float> values) { payload = EncodeValues(encoding, values); });
+  absl::StatusOr<PullSink> sink = pull.ok() ? SinkFor(*pull) : pull.status();
+  if (!sink.ok()) return ToGrpcStatus(sink.status());
+  absl::StatusOr<Shard::PullResult> r =
+      shard_.Pull(pull->args, std::min(deadline, absl::Now() + options_.max_pull_wait),
+                  [&](absl::Span<const float> values) { sink->Fill(values); });
   if (!r.ok()) return ToGrpcStatus(r.status());
-  *resp = PullReply(*r, encoding, std::move(payload));
+  *resp = sink->Reply(*r);
   return grpc::Status::OK;
 }
 
@@ -276,6 +312,24 @@ grpc::Status ParameterServerService::HandlePush(const grpc::ByteBuffer& req,
   if (!s.ok()) return ToGrpcStatus(s);
   absl::StatusOr<TensorEncoding> encoding = TensorEncodingFromWire(header.encoding());
   if (!encoding.ok()) return ToGrpcStatus(encoding.status());
+  // A gradient in the worker's shared region is read in place, like gRPC's buffers.
+  absl::StatusOr<Attachment> shared;
+  if (header.shared_bytes() != 0) {
+    shared = AttachmentOf(header.rank(), header.incarnation());
+    if (!shared.ok()) return ToGrpcStatus(shared.status());
+    const int64_t n = header.end() - header.begin();
+    if (!split.payload.empty() || header.shared_bytes() < 0 || header.shared_bytes() > 4 * n ||
+        header.end() > shared->total_params) {
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("a shared gradient of ", header.shared_bytes(), " bytes for [",
+                       header.begin(), ", ", header.end(), ") does not fit the worker's region of ",
+                       shared->total_params, " elements (or the message ",
+                       "carries a payload too)"));
+    }
+    split.payload.assign(1, absl::Span<const char>(shared->memory->data() + 4 * header.begin(),
+                                                   header.shared_bytes()));
+  }
   absl::StatusOr<EncodedTensor> gradient =
       EncodedTensor::FromChunks(*encoding, header.end() - header.begin(), split.payload);
   if (!gradient.ok()) return ToGrpcStatus(gradient.status());
@@ -308,6 +362,71 @@ grpc::Status ParameterServerService::HandlePush(const grpc::ByteBuffer& req,
   return grpc::Status::OK;
 }
 
+grpc::Status ParameterServerService::HandleAttachSharedMemory(
+    const ps::v1::AttachSharedMemoryRequest& req) {
+  if (!options_.accept_shared_memory) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this shard does not accept shared memory (--shared_memory=false)");
+  }
+  // Only a registered, current worker process may attach (this also renews its lease).
+  absl::Status s = shard_.Heartbeat(Caller{req.rank(), req.incarnation(), req.shard_incarnation()});
+  if (!s.ok()) return ToGrpcStatus(s);
+  if (req.incarnation() == 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "a shared region belongs to a worker process: incarnation is required");
+  }
+  if (req.total_params() <= 0 || req.total_params() > (int64_t{1} << 40)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("total_params ", req.total_params(), " is out of range"));
+  }
+  {
+    absl::MutexLock lock(&attach_mu_);
+    auto it = attachments_.find(req.rank());
+    if (it != attachments_.end() && it->second.incarnation == req.incarnation() &&
+        it->second.memory->pid() == req.pid() && it->second.memory->nonce() == req.nonce() &&
+        it->second.total_params == req.total_params()) {
+      return grpc::Status::OK;  // a retry
+    }
+  }
+  absl::StatusOr<std::unique_ptr<SharedMemory>> memory =
+      SharedMemory::OpenPeer(req.pid(), req.fd(), req.nonce(), 8 * req.total_params());
+  if (!memory.ok()) return ToGrpcStatus(memory.status());
+  absl::MutexLock lock(&attach_mu_);
+  attachments_[req.rank()] = Attachment{req.incarnation(), req.total_params(), std::move(*memory)};
+  return grpc::Status::OK;
+}
+
+absl::StatusOr<ParameterServerService::Attachment> ParameterServerService::AttachmentOf(
+    int rank, uint64_t incarnation) const {
+  absl::MutexLock lock(&attach_mu_);
+  auto it = attachments_.find(rank);
+  if (it == attachments_.end() || it->second.incarnation != incarnation) {
+    return absl::AbortedError(absl::StrCat(
+        "worker ", rank, " has no shared region attached to this shard process: register again"));
+  }
+  return it->second;
+}
+
+int ParameterServerService::shared_memory_workers() const {
+  absl::MutexLock lock(&attach_mu_);
+  return static_cast<int>(attachments_.size());
+}
+
+absl::StatusOr<PullSink> ParameterServerService::SinkFor(const ParsedPull& pull) const {
+  PullSink sink;
+  sink.encoding = pull.encoding;
+  if (!pull.into_shared_memory) return sink;
+  ASSIGN_OR_RETURN(Attachment shared, AttachmentOf(pull.args.rank, pull.args.incarnation));
+  if (pull.args.range.end > shared.total_params) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("range [", pull.args.range.begin, ", ", pull.args.range.end,
+                     ") is outside the worker's region of ", shared.total_params, " elements"));
+  }
+  sink.at = shared.memory->data() + 4 * (shared.total_params + pull.args.range.begin);
+  sink.memory = std::move(shared.memory);
+  return sink;
+}
+
 grpc::Status ParameterServerService::HandleGetStatus(ps::v1::GetStatusResponse* resp) {
   const ShardStatus s = shard_.GetStatus();
   resp->set_shard_id(s.shard_id);
@@ -330,6 +449,7 @@ grpc::Status ParameterServerService::HandleGetStatus(ps::v1::GetStatusResponse* 
   resp->set_pushes_duplicate(s.pushes_duplicate);
   resp->set_pieces_received(s.pieces_received);
   resp->set_rejected_unauthenticated(rejected_unauthenticated_.load());
+  resp->set_shared_memory_workers(shared_memory_workers());
   for (const WorkerStatusInfo& w : s.workers) {
     ps::v1::WorkerStatus* out = resp->add_workers();
     out->set_rank(w.rank);

@@ -8,13 +8,19 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/shared_memory.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "server/shard.h"
 
 namespace ps {
+
+struct ParsedPull;
+struct PullSink;
 
 struct ServiceOptions {
   absl::Duration max_pull_wait = absl::Minutes(5);  // a pull without a client deadline
@@ -27,6 +33,8 @@ struct ServiceOptions {
   int drop_push_reply_every = 0;
   // Called after every Init call that left the shard initialised (health reporting).
   std::function<void()> on_initialized;
+  // Whether workers on this host may attach shared memory for their payloads.
+  bool accept_shared_memory = true;
 };
 
 // Push and Pull are "raw" methods: their payloads are read and written as gRPC slices in place
@@ -40,7 +48,8 @@ using ParameterServerServiceBase = ps::v1::ParameterServer::WithCallbackMethod_R
             ps::v1::ParameterServer::WithRawCallbackMethod_Pull<
                 ps::v1::ParameterServer::WithRawCallbackMethod_Push<
                     ps::v1::ParameterServer::WithCallbackMethod_GetStatus<
-                        ps::v1::ParameterServer::Service>>>>>>;
+                        ps::v1::ParameterServer::WithCallbackMethod_AttachSharedMemory<
+                            ps::v1::ParameterServer::Service>>>>>>>;
 
 class ParameterServerService final : public ParameterServerServiceBase {
  public:
@@ -48,6 +57,7 @@ class ParameterServerService final : public ParameterServerServiceBase {
   ParameterServerService(Shard& shard, ServiceOptions options)
       : shard_(shard), options_(std::move(options)) {}
   // The generated synchronous overloads (which abort) stay visible rather than hidden.
+  using ParameterServerServiceBase::AttachSharedMemory;
   using ParameterServerServiceBase::GetStatus;
   using ParameterServerServiceBase::Heartbeat;
   using ParameterServerServiceBase::Init;
@@ -70,6 +80,9 @@ class ParameterServerService final : public ParameterServerServiceBase {
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx,
                                       const ps::v1::GetStatusRequest* req,
                                       ps::v1::GetStatusResponse* resp) override;
+  grpc::ServerUnaryReactor* AttachSharedMemory(grpc::CallbackServerContext* ctx,
+                                               const ps::v1::AttachSharedMemoryRequest* req,
+                                               ps::v1::AttachSharedMemoryResponse* resp) override;
 
   // The handlers behind the rpcs, callable without a call (tests and fuzzers). The token check
   // (Authenticate) comes before them in every rpc. HandlePull blocks while the pull waits.
@@ -80,6 +93,7 @@ class ParameterServerService final : public ParameterServerServiceBase {
   grpc::Status HandlePush(const grpc::ByteBuffer& req, grpc::ByteBuffer* resp);
   grpc::Status HandlePull(const grpc::ByteBuffer& req, absl::Time deadline, grpc::ByteBuffer* resp);
   grpc::Status HandleGetStatus(ps::v1::GetStatusResponse* resp);
+  grpc::Status HandleAttachSharedMemory(const ps::v1::AttachSharedMemoryRequest& req);
   // OK when no token is configured or `metadata` carries it; UNAUTHENTICATED (counted) otherwise.
   grpc::Status Authenticate(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata);
 
@@ -90,12 +104,25 @@ class ParameterServerService final : public ParameterServerServiceBase {
 
  private:
   class PullReactor;
+  // A worker process's shared region: which process (the rank's incarnation) and N.
+  struct Attachment {
+    uint64_t incarnation = 0;
+    int64_t total_params = 0;
+    std::shared_ptr<SharedMemory> memory;  // handlers hold a reference while they use it
+  };
+  // The region of `rank` if `incarnation` attached it; ABORTED (register again) otherwise.
+  absl::StatusOr<Attachment> AttachmentOf(int rank, uint64_t incarnation) const;
+  int shared_memory_workers() const;
+  // Where `pull`'s values go: the reply, or the caller's attached region.
+  absl::StatusOr<PullSink> SinkFor(const ParsedPull& pull) const;
 
   Shard& shard_;
   const ServiceOptions options_;
   std::atomic<int64_t> rejected_unauthenticated_{0};
   std::atomic<int64_t> checkpoint_version_{-1};
   std::atomic<int64_t> pushes_seen_{0};
+  mutable absl::Mutex attach_mu_;
+  std::map<int, Attachment> attachments_ ABSL_GUARDED_BY(attach_mu_);
 };
 
 }  // namespace ps

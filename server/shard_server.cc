@@ -79,6 +79,7 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
   service_options.max_pull_wait = options.max_pull_wait;
   service_options.token = security.token;
   service_options.drop_push_reply_every = options.drop_push_reply_every;
+  service_options.accept_shared_memory = options.accept_shared_memory;
   service_options.on_initialized = [raw = s.get()] { raw->SetParametersServing(true); };
   s->service_ = std::make_unique<ParameterServerService>(*s->shard_, service_options);
   if (s->restored_.has_value()) s->service_->set_checkpoint_version(s->last_written_version_);

@@ -57,6 +57,8 @@ struct ShardServerOptions {
   // statuses: for probes that cannot speak TLS (Kubernetes' gRPC probes, container health
   // checks) when the main port requires it.
   int health_port = -1;
+  // Workers on this host may move payloads through shared memory (ServiceOptions).
+  bool accept_shared_memory = true;
 };
 
 class ShardServer {

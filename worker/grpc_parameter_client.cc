@@ -5,10 +5,12 @@
 #include <limits>
 #include <random>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "common/tensor_wire.h"
+#include "spdlog/spdlog.h"
 
 namespace ps {
 
@@ -245,11 +247,82 @@ absl::StatusOr<ClusterInfo> GrpcParameterClient::Register(int rank, absl::Durati
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " but the servers expect ", info.num_workers, " workers"));
   }
-  absl::MutexLock lock(&mu_);
+  std::vector<uint64_t> shard_incarnation(responses.size());
   for (size_t s = 0; s < responses.size(); ++s) {
-    shard_incarnations_[s] = responses[s].shard_incarnation();
+    shard_incarnation[s] = responses[s].shard_incarnation();
   }
+  {
+    absl::MutexLock lock(&mu_);
+    shard_incarnations_ = shard_incarnation;
+  }
+  if (options_.shared_memory) AttachSharedMemory(shard_incarnation);
   return info;
+}
+
+void GrpcParameterClient::AttachSharedMemory(const std::vector<uint64_t>& shard_incarnation) {
+  if (shared_ == nullptr) {
+    absl::StatusOr<std::unique_ptr<SharedMemory>> region =
+        SharedMemory::Create(8 * static_cast<size_t>(std::max<int64_t>(options_.total_params, 1)));
+    if (!region.ok()) {
+      spdlog::warn("no shared memory, payloads go over gRPC: {}", region.status().ToString());
+      options_.shared_memory = false;
+      return;
+    }
+    shared_ = std::move(*region);
+  }
+  std::vector<char> attached(stubs_.size(), 0);
+  for (size_t s = 0; s < stubs_.size(); ++s) {
+    ps::v1::AttachSharedMemoryRequest req;
+    req.set_rank(options_.rank);
+    req.set_incarnation(options_.incarnation);
+    req.set_shard_incarnation(shard_incarnation[s]);
+    req.set_pid(shared_->pid());
+    req.set_fd(shared_->fd());
+    req.set_nonce(shared_->nonce());
+    req.set_total_params(options_.total_params);
+    ps::v1::AttachSharedMemoryResponse resp;
+    grpc::ClientContext ctx;
+    Prepare(&ctx, options_.call_timeout, /*wait_for_ready=*/false);
+    const grpc::Status st = stubs_[s]->AttachSharedMemory(&ctx, req, &resp);
+    attached[s] = st.ok();
+    if (st.ok()) {
+      spdlog::debug("shard {}: payloads through shared memory", s);
+    } else {
+      spdlog::info("shard {} ({}): payloads over gRPC, no shared memory: {}", s,
+                   options_.servers[s], st.error_message());
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  attached_ = std::move(attached);
+}
+
+int GrpcParameterClient::shared_memory_shards() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(std::count(attached_.begin(), attached_.end(), 1));
+}
+
+bool GrpcParameterClient::Lend(Area area, int shard, KeyRange range) {
+  absl::MutexLock lock(&mu_);
+  if (static_cast<size_t>(shard) >= attached_.size() || !attached_[shard] || range.size() <= 0) {
+    return false;
+  }
+  std::vector<KeyRange>& lent = lent_[static_cast<int>(area)];
+  for (const KeyRange& r : lent) {
+    if (r.begin < range.end && range.begin < r.end) return false;
+  }
+  lent.push_back(range);
+  return true;
+}
+
+void GrpcParameterClient::GiveBack(Area area, KeyRange range) {
+  absl::MutexLock lock(&mu_);
+  std::vector<KeyRange>& lent = lent_[static_cast<int>(area)];
+  auto it = std::find(lent.begin(), lent.end(), range);
+  if (it != lent.end()) lent.erase(it);
+}
+
+char* GrpcParameterClient::AreaAt(Area area, int64_t begin) const {
+  return shared_->data() + 4 * (static_cast<int64_t>(area) * options_.total_params + begin);
 }
 
 absl::Status GrpcParameterClient::Heartbeat() {
@@ -338,9 +411,19 @@ absl::StatusOr<PullStats> GrpcParameterClient::PullPieces(
   const std::vector<uint64_t> shard_incarnation = shard_incarnations();
   std::vector<grpc::ByteBuffer> requests(pieces.size());
   std::vector<size_t> missing(parts.size(), 0);  // pieces of each part not yet arrived
+  // The parts of the weights area these calls borrow, given back when they have all finished.
+  std::vector<char> shared(pieces.size(), 0);
+  const absl::Cleanup give_back = [&] {
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      if (shared[i]) GiveBack(Area::kWeights, pieces[i].range);
+    }
+  };
   for (size_t i = 0; i < pieces.size(); ++i) {
     const Piece& piece = pieces[i];
+    // Observer reads (no_wait) carry no worker identity, so they cannot use the region.
+    shared[i] = !no_wait && Lend(Area::kWeights, piece.shard, piece.range);
     ps::v1::PullRequest header;
+    header.set_into_shared_memory(shared[i]);
     header.set_layout_fingerprint(options_.fingerprint);
     header.set_begin(piece.range.begin);
     header.set_end(piece.range.end);
@@ -368,6 +451,14 @@ absl::StatusOr<PullStats> GrpcParameterClient::PullPieces(
         SplitPayloadMessage(reply, ps::v1::PullResponse::kValuesFieldNumber, &header, &split);
     absl::StatusOr<TensorEncoding> encoding = TensorEncodingFromWire(header.encoding());
     if (ok.ok()) ok = encoding.status();
+    if (ok.ok() && header.in_shared_memory()) {
+      if (!shared[i] || !split.payload.empty()) {
+        ok = absl::InvalidArgumentError("values in shared memory that was not lent to this call");
+      } else {
+        split.payload.assign(1, absl::Span<const char>(AreaAt(Area::kWeights, r.begin),
+                                                       r.size() * UnitBytes(*encoding)));
+      }
+    }
     absl::StatusOr<EncodedTensor> values =
         ok.ok() ? EncodedTensor::FromChunks(*encoding, r.size(), split.payload)
                 : absl::StatusOr<EncodedTensor>(ok);
@@ -425,6 +516,13 @@ absl::StatusOr<PushStats> GrpcParameterClient::PushParts(int64_t clock,
   const std::vector<uint64_t> shard_incarnation = shard_incarnations();
   std::vector<grpc::ByteBuffer> requests(pieces.size());
   if (encoded_.size() < pieces.size()) encoded_.resize(pieces.size());
+  // The parts of the gradient area these calls borrow, given back when they have all finished.
+  std::vector<char> shared(pieces.size(), 0);
+  const absl::Cleanup give_back = [&] {
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      if (shared[i]) GiveBack(Area::kGradient, pieces[i].range);
+    }
+  };
   PushStats stats;
   for (size_t i = 0; i < pieces.size(); ++i) {
     const Piece& piece = pieces[i];
@@ -442,25 +540,35 @@ absl::StatusOr<PushStats> GrpcParameterClient::PushParts(int64_t clock,
     header.set_encoding(static_cast<ps::v1::TensorEncoding>(options_.push_encoding));
     const absl::Span<const float> slice = gradient.subspan(r.begin, r.size());
     std::vector<char>& encoded = encoded_[i];
-    grpc::Slice payload;
+    // The payload's bytes: the caller's gradient itself (float32) or an encoding of it.
+    absl::Span<const char> bytes;
     switch (options_.push_encoding) {
       case TensorEncoding::kF32:
-        payload = borrowed.Borrow(slice.data(), slice.size() * sizeof(float));
+        bytes = {reinterpret_cast<const char*>(slice.data()), slice.size() * sizeof(float)};
         break;
       case TensorEncoding::kBf16:
       case TensorEncoding::kF16:
         encoded.resize(slice.size() * UnitBytes(options_.push_encoding));
         EncodeDense(options_.push_encoding, slice, encoded.data());
-        payload = borrowed.Borrow(encoded.data(), encoded.size());
+        bytes = {encoded.data(), encoded.size()};
         break;
       case TensorEncoding::kTopK:
         topk_->Compress(gradient, r.begin, r.end, &encoded);
-        payload = borrowed.Borrow(encoded.data(), encoded.size());
+        bytes = {encoded.data(), encoded.size()};
         break;
     }
-    stats.payload_bytes += static_cast<int64_t>(payload.size());
+    stats.payload_bytes += static_cast<int64_t>(bytes.size());
     std::vector<grpc::Slice> payload_slices;
-    payload_slices.push_back(std::move(payload));
+    // A shard that shares the region reads the payload there; a top-k payload larger than the
+    // area's part (ratio above 1/2) stays in the message.
+    shared[i] =
+        bytes.size() <= 4 * static_cast<size_t>(r.size()) && Lend(Area::kGradient, piece.shard, r);
+    if (shared[i]) {
+      std::memcpy(AreaAt(Area::kGradient, r.begin), bytes.data(), bytes.size());
+      header.set_shared_bytes(static_cast<int64_t>(bytes.size()));
+    } else {
+      payload_slices.push_back(borrowed.Borrow(bytes.data(), bytes.size()));
+    }
     requests[i] = JoinPayloadMessage(header, ps::v1::PushRequest::kGradientFieldNumber,
                                      std::move(payload_slices));
   }

@@ -21,6 +21,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_security.h"
+#include "common/shared_memory.h"
 #include "common/tensor_codec.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
@@ -56,6 +57,10 @@ struct GrpcClientOptions {
   int64_t chunk_bytes = 0;
   // TCP connections per shard; a transfer's chunks are spread over them round-robin.
   int connections = 1;
+  // Move payloads through a shared-memory region (common/shared_memory.h) with every shard that
+  // can open it, i.e. runs on this host; the others, and any call that finds its part of the
+  // region lent to another call, carry them in the gRPC messages.
+  bool shared_memory = false;
 };
 
 class GrpcParameterClient final : public ParameterClient {
@@ -79,6 +84,8 @@ class GrpcParameterClient final : public ParameterClient {
   absl::StatusOr<std::vector<ShardReport>> Status() override;
   void Cancel() override;
   uint64_t incarnation() const { return options_.incarnation; }
+  // Shards whose payloads go through shared memory (since the last Register).
+  int shared_memory_shards() const;
 
  private:
   using Stub = ps::v1::ParameterServer::Stub;
@@ -141,11 +148,26 @@ class GrpcParameterClient final : public ParameterClient {
   void Prepare(grpc::ClientContext* ctx, absl::Duration timeout, bool wait_for_ready) const;
   std::vector<uint64_t> shard_incarnations() const;
 
+  // Shared memory: [0, 4N) bytes is the gradient area, [4N, 8N) the weights area (the proto's
+  // AttachSharedMemory). Each part of an area is lent to one call at a time.
+  enum class Area { kGradient = 0, kWeights = 1 };
+  // Offers the region to every shard; the shards that can open it take payloads through it.
+  void AttachSharedMemory(const std::vector<uint64_t>& shard_incarnation);
+  // Lends `range` of `area` for a call to `shard`: false when shared memory is not attached to
+  // that shard or the range overlaps a part already lent.
+  bool Lend(Area area, int shard, KeyRange range);
+  void GiveBack(Area area, KeyRange range);
+  // The bytes of element `begin` of `area`.
+  char* AreaAt(Area area, int64_t begin) const;
+
   mutable absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   // The shards' incarnations from the last Register (0 until then).
   std::vector<uint64_t> shard_incarnations_ ABSL_GUARDED_BY(mu_);
   std::vector<grpc::ClientContext*> active_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<SharedMemory> shared_;                // created at the first Register; null: none
+  std::vector<char> attached_ ABSL_GUARDED_BY(mu_);     // per shard
+  std::vector<KeyRange> lent_[2] ABSL_GUARDED_BY(mu_);  // per Area
 };
 
 }  // namespace ps

@@ -96,6 +96,9 @@ ABSL_FLAG(double, chunk_mib, 0,
           "flight together (0: one call per shard). 4 doubled 64 MiB pulls here. The shard stages "
           "the chunks of a push, a slice per worker that sends them.");
 ABSL_FLAG(int32_t, connections, 1, "TCP connections per shard over which the chunks spread.");
+ABSL_FLAG(bool, shared_memory, true,
+          "Move gradients and weights through shared memory with the shards on this host (the "
+          "calls stay gRPC); shards elsewhere, or that refuse it, get them in the messages.");
 ABSL_FLAG(int64_t, priority_min_part, 16384,
           "--priority: a layer with fewer parameters travels with the layer before it (0: one "
           "part per layer; the first layer always travels alone).");
@@ -317,6 +320,7 @@ int main(int argc, char** argv) {
   }
   client_options.chunk_bytes = static_cast<int64_t>(absl::GetFlag(FLAGS_chunk_mib) * (1 << 20));
   client_options.connections = absl::GetFlag(FLAGS_connections);
+  client_options.shared_memory = absl::GetFlag(FLAGS_shared_memory);
   {
     auto security = ps::MakeClientSecurity(ps::SecurityOptionsFromFlags());
     if (!security.ok()) return fail(security.status());

@@ -118,6 +118,9 @@ ABSL_FLAG(bool, priority, false,
 ABSL_FLAG(double, chunk_mib, 0,
           "Workers send each shard's range in calls of at most this many MiB (passed on).");
 ABSL_FLAG(int32_t, connections, 1, "Workers' TCP connections per shard (passed on).");
+ABSL_FLAG(bool, shared_memory, true,
+          "Workers move payloads through shared memory with the shards (passed on to both); "
+          "false: every payload in the gRPC messages.");
 ABSL_FLAG(int64_t, priority_min_part, 16384,
           "--priority: a layer with fewer parameters travels with the layer before it (passed "
           "on).");
@@ -410,6 +413,7 @@ int main(int argc, char** argv) {
         absl::StrCat("--checkpoint_seconds=", absl::GetFlag(FLAGS_checkpoint_seconds)),
         absl::StrCat("--fault_drop_push_reply_every=",
                      absl::GetFlag(FLAGS_fault_drop_push_reply_every)),
+        absl::StrCat("--shared_memory=", absl::GetFlag(FLAGS_shared_memory)),
         common_log};
     const std::vector<std::string> metrics = MetricsArgs(metrics_dir, absl::StrCat("ps-", s));
     args.insert(args.end(), metrics.begin(), metrics.end());
@@ -472,6 +476,7 @@ int main(int argc, char** argv) {
         absl::StrCat("--priority_min_part=", absl::GetFlag(FLAGS_priority_min_part)),
         absl::StrCat("--chunk_mib=", absl::GetFlag(FLAGS_chunk_mib)),
         absl::StrCat("--connections=", absl::GetFlag(FLAGS_connections)),
+        absl::StrCat("--shared_memory=", absl::GetFlag(FLAGS_shared_memory)),
         absl::StrCat("--max_seconds=", absl::GetFlag(FLAGS_max_seconds))};
     args.insert(args.end(), model_args.begin(), model_args.end());
     const std::vector<std::string> metrics = MetricsArgs(metrics_dir, absl::StrCat("worker-", r));
