@@ -83,10 +83,12 @@ run_one() {
   [[ -s "$dir/port" ]] || { cat "$dir/server.log" >&2; return 1; }
   local priority=false
   [[ "$schedule" == priority ]] && priority=true
+  # One kernel under both namespaces: without --shared_memory=false the payloads would skip the link.
   ip netns exec "$NS_WORKER" "$BIN/ps_worker" --rank 0 --num_workers 1 \
     --servers "$NET.1:$(cat "$dir/port")" --model "$model" --batch_size "$BATCH" --epochs 1 \
     --train_limit $((steps * BATCH)) --test_limit 100 --data_dir "$DATA" \
-    --metrics_file "$dir/worker.jsonl" --priority="$priority" >"$dir/worker.log" 2>&1 ||
+    --metrics_file "$dir/worker.jsonl" --priority="$priority" \
+    --shared_memory=false >"$dir/worker.log" 2>&1 ||
     { cat "$dir/worker.log" >&2; return 1; }
   kill -TERM "$server"
   wait "$server" || true

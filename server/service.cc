@@ -329,6 +329,7 @@ grpc::Status ParameterServerService::HandlePush(const grpc::ByteBuffer& req,
     }
     split.payload.assign(1, absl::Span<const char>(shared->memory->data() + 4 * header.begin(),
                                                    header.shared_bytes()));
+    shared_payloads_.fetch_add(1);
   }
   absl::StatusOr<EncodedTensor> gradient =
       EncodedTensor::FromChunks(*encoding, header.end() - header.begin(), split.payload);
@@ -412,7 +413,7 @@ int ParameterServerService::shared_memory_workers() const {
   return static_cast<int>(attachments_.size());
 }
 
-absl::StatusOr<PullSink> ParameterServerService::SinkFor(const ParsedPull& pull) const {
+absl::StatusOr<PullSink> ParameterServerService::SinkFor(const ParsedPull& pull) {
   PullSink sink;
   sink.encoding = pull.encoding;
   if (!pull.into_shared_memory) return sink;
@@ -423,6 +424,7 @@ absl::StatusOr<PullSink> ParameterServerService::SinkFor(const ParsedPull& pull)
                      ") is outside the worker's region of ", shared.total_params, " elements"));
   }
   sink.at = shared.memory->data() + 4 * (shared.total_params + pull.args.range.begin);
+  shared_payloads_.fetch_add(1);
   sink.memory = std::move(shared.memory);
   return sink;
 }
@@ -450,6 +452,7 @@ grpc::Status ParameterServerService::HandleGetStatus(ps::v1::GetStatusResponse* 
   resp->set_pieces_received(s.pieces_received);
   resp->set_rejected_unauthenticated(rejected_unauthenticated_.load());
   resp->set_shared_memory_workers(shared_memory_workers());
+  resp->set_shared_memory_payloads(shared_memory_payloads());
   for (const WorkerStatusInfo& w : s.workers) {
     ps::v1::WorkerStatus* out = resp->add_workers();
     out->set_rank(w.rank);

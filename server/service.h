@@ -101,6 +101,10 @@ class ParameterServerService final : public ParameterServerServiceBase {
   // The version of the newest checkpoint written (-1: none), reported by GetStatus.
   void set_checkpoint_version(int64_t version) { checkpoint_version_.store(version); }
   int64_t checkpoint_version() const { return checkpoint_version_.load(); }
+  // Worker processes with an attached shared region, and the pushes and pulls whose payload
+  // went through one.
+  int shared_memory_workers() const;
+  int64_t shared_memory_payloads() const { return shared_payloads_.load(); }
 
  private:
   class PullReactor;
@@ -112,15 +116,15 @@ class ParameterServerService final : public ParameterServerServiceBase {
   };
   // The region of `rank` if `incarnation` attached it; ABORTED (register again) otherwise.
   absl::StatusOr<Attachment> AttachmentOf(int rank, uint64_t incarnation) const;
-  int shared_memory_workers() const;
   // Where `pull`'s values go: the reply, or the caller's attached region.
-  absl::StatusOr<PullSink> SinkFor(const ParsedPull& pull) const;
+  absl::StatusOr<PullSink> SinkFor(const ParsedPull& pull);
 
   Shard& shard_;
   const ServiceOptions options_;
   std::atomic<int64_t> rejected_unauthenticated_{0};
   std::atomic<int64_t> checkpoint_version_{-1};
   std::atomic<int64_t> pushes_seen_{0};
+  std::atomic<int64_t> shared_payloads_{0};
   mutable absl::Mutex attach_mu_;
   std::map<int, Attachment> attachments_ ABSL_GUARDED_BY(attach_mu_);
 };

@@ -25,6 +25,9 @@ std::string ShardMetricsText(ShardServer& server) {
                s.pieces_received, shard)
       .Counter("ps_shard_pushes_rejected_nonfinite_total", "Pushes refused for NaN/Inf values.",
                s.rejected_nonfinite, shard)
+      .Counter("ps_shard_shared_memory_payloads_total",
+               "Pushes and pulls whose payload went through a worker's shared region.",
+               server.service().shared_memory_payloads(), shard)
       .Counter("ps_shard_calls_unauthenticated_total",
                "Calls refused for a missing or wrong cluster token.",
                server.service().rejected_unauthenticated(), shard)

@@ -59,7 +59,8 @@ struct ShardReport {
   int64_t checkpoint_version = -1;  // of the newest checkpoint written; -1: none
   int64_t pushes_accepted = 0;
   int64_t pushes_duplicate = 0;
-  int64_t pieces_received = 0;  // pushes of part of a range (priority scheduling)
+  int64_t pieces_received = 0;         // pushes of part of a range (priority scheduling)
+  int64_t shared_memory_payloads = 0;  // pushes and pulls whose payload used shared memory
   int64_t rejected_unauthenticated = 0;
   struct Worker {
     int rank = 0;

@@ -190,6 +190,7 @@ absl::Status Evaluate(ps::Model& model, ps::Device& device, ps::ParameterClient&
   int64_t pushes_accepted = 0;
   int64_t pushes_duplicate = 0;
   int64_t pieces_received = 0;
+  int64_t shared_memory_payloads = 0;
   std::vector<int64_t> restored_versions;
   for (const ps::ShardReport& r : *reports) {
     versions.push_back(r.version);
@@ -197,6 +198,7 @@ absl::Status Evaluate(ps::Model& model, ps::Device& device, ps::ParameterClient&
     pushes_accepted += r.pushes_accepted;
     pushes_duplicate += r.pushes_duplicate;
     pieces_received += r.pieces_received;
+    shared_memory_payloads += r.shared_memory_payloads;
     restored_versions.push_back(r.restored_version);
     for (const auto& w : r.workers) {
       max_staleness = std::max(max_staleness, w.max_staleness);
@@ -224,6 +226,7 @@ absl::Status Evaluate(ps::Model& model, ps::Device& device, ps::ParameterClient&
       .Add("pushes_accepted", pushes_accepted)
       .Add("pushes_duplicate", pushes_duplicate)
       .Add("pieces_received", pieces_received)
+      .Add("shared_memory_payloads", shared_memory_payloads)
       .Add("restored_versions", restored_versions);
   const std::string summary_out = absl::GetFlag(FLAGS_summary_out);
   if (!summary_out.empty()) {

@@ -72,10 +72,12 @@ for s in 0 1; do
     --decay_updates=$((60000 / 64 * EPOCHS)) > "$WORK/ps-$s.log" 2>&1 &
   PIDS+=($!)
 done
+# These namespaces stand for hosts, but share one kernel and PID namespace, where workers would
+# move payloads through shared memory: --shared_memory=false keeps them on the network.
 for r in 0 1; do
   ip netns exec "$(ns_of "worker-$r")" "$BIN/ps_worker" --rank=$r --servers=ps-0:5000,ps-1:5000 \
     --num_workers=2 --epochs="$EPOCHS" --data_dir="$DATA" --metrics_file="$WORK/worker-$r.jsonl" \
-    > "$WORK/worker-$r.log" 2>&1 &
+    --shared_memory=false > "$WORK/worker-$r.log" 2>&1 &
   PIDS+=($!)
 done
 worker_pids=("${PIDS[2]}" "${PIDS[3]}")

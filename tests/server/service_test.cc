@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "common/shared_memory.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "server/shard_server.h"
@@ -188,6 +189,172 @@ TEST_F(ServiceTest, PiecesOfAPushAreStagedThenAppliedAndAPartCanBePulled) {
       Call(&ps::v1::ParameterServer::Stub::GetStatus, ps::v1::GetStatusRequest(), &status).ok());
   EXPECT_EQ(status.pieces_received(), 2);
   EXPECT_EQ(status.pushes_accepted(), 1);
+}
+
+// Shared memory from a plain protobuf client: the region is this test process's (the shard runs
+// in it too, which is the same path as another process on the host).
+class SharedMemoryServiceTest : public ServiceTest {
+ protected:
+  static constexpr uint64_t kIncarnation = 7;
+  void SetUp() override {
+    ServiceTest::SetUp();
+    ps::v1::RegisterRequest reg;
+    reg.set_rank(0);
+    reg.set_layout_fingerprint(kFp);
+    reg.set_incarnation(kIncarnation);
+    ps::v1::RegisterResponse reg_resp;
+    ASSERT_TRUE(Call(&ps::v1::ParameterServer::Stub::Register, reg, &reg_resp).ok());
+    auto region = SharedMemory::Create(8 * 3);
+    ASSERT_TRUE(region.ok()) << region.status();
+    region_ = std::move(*region);
+  }
+  ps::v1::AttachSharedMemoryRequest Attach() const {
+    ps::v1::AttachSharedMemoryRequest a;
+    a.set_rank(0);
+    a.set_incarnation(kIncarnation);
+    a.set_pid(region_->pid());
+    a.set_fd(region_->fd());
+    a.set_nonce(region_->nonce());
+    a.set_total_params(3);
+    return a;
+  }
+  grpc::StatusCode AttachCode(const ps::v1::AttachSharedMemoryRequest& a) {
+    ps::v1::AttachSharedMemoryResponse resp;
+    return Call(&ps::v1::ParameterServer::Stub::AttachSharedMemory, a, &resp).error_code();
+  }
+  // The gradient area holds `g`; the push names its bytes instead of carrying them.
+  ps::v1::PushRequest SharedPush(const std::vector<float>& g) {
+    std::memcpy(region_->data(), g.data(), g.size() * sizeof(float));
+    ps::v1::PushRequest p = GoodPush();
+    p.set_incarnation(kIncarnation);
+    p.clear_gradient();
+    p.set_shared_bytes(static_cast<int64_t>(g.size() * sizeof(float)));
+    return p;
+  }
+  std::vector<float> WeightsArea() const {
+    std::vector<float> w(3);
+    std::memcpy(w.data(), region_->data() + 12, 12);
+    return w;
+  }
+  int64_t SharedPayloads() {
+    ps::v1::GetStatusResponse status;
+    EXPECT_TRUE(
+        Call(&ps::v1::ParameterServer::Stub::GetStatus, ps::v1::GetStatusRequest(), &status).ok());
+    return status.shared_memory_payloads();
+  }
+  std::unique_ptr<SharedMemory> region_;
+};
+
+TEST_F(SharedMemoryServiceTest, PushAndPullMovePayloadsThroughTheRegion) {
+  ASSERT_EQ(AttachCode(Attach()), grpc::StatusCode::OK);
+  ASSERT_EQ(AttachCode(Attach()), grpc::StatusCode::OK);  // a retry
+  ps::v1::PushResponse resp;
+  ASSERT_TRUE(Call(&ps::v1::ParameterServer::Stub::Push, SharedPush({1, 1, 1}), &resp).ok());
+  EXPECT_TRUE(resp.applied());
+  EXPECT_EQ(Weights(), (std::vector<float>{0, 1, 2}));
+
+  ps::v1::PullRequest pull;
+  pull.set_rank(0);
+  pull.set_incarnation(kIncarnation);
+  pull.set_layout_fingerprint(kFp);
+  pull.set_begin(1);
+  pull.set_end(3);
+  pull.set_clock(1);
+  pull.set_into_shared_memory(true);
+  ps::v1::PullResponse pulled;
+  ASSERT_TRUE(Call(&ps::v1::ParameterServer::Stub::Pull, pull, &pulled).ok());
+  EXPECT_TRUE(pulled.in_shared_memory());
+  EXPECT_TRUE(pulled.values().empty());
+  EXPECT_EQ(pulled.version(), 1);
+  EXPECT_EQ(WeightsArea(), (std::vector<float>{0, 1, 2}));  // element 0 was not asked for
+  EXPECT_EQ(SharedPayloads(), 2);
+  ps::v1::GetStatusResponse status;
+  ASSERT_TRUE(
+      Call(&ps::v1::ParameterServer::Stub::GetStatus, ps::v1::GetStatusRequest(), &status).ok());
+  EXPECT_EQ(status.shared_memory_workers(), 1);
+}
+
+TEST_F(SharedMemoryServiceTest, BadSharedPushesAreRefusedAndChangeNothing) {
+  // Not attached (yet): register again, the usual answer to a lost attachment.
+  EXPECT_EQ(PushCode(SharedPush({1, 1, 1})), grpc::StatusCode::ABORTED);
+  ASSERT_EQ(AttachCode(Attach()), grpc::StatusCode::OK);
+  auto too_long = SharedPush({1, 1, 1});
+  too_long.set_shared_bytes(16);
+  EXPECT_EQ(PushCode(too_long), grpc::StatusCode::INVALID_ARGUMENT);
+  auto not_whole = SharedPush({1, 1, 1});
+  not_whole.set_shared_bytes(11);
+  EXPECT_EQ(PushCode(not_whole), grpc::StatusCode::INVALID_ARGUMENT);
+  auto both = SharedPush({1, 1, 1});
+  both.set_gradient(Bytes({1, 1, 1}));
+  EXPECT_EQ(PushCode(both), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(PushCode(SharedPush({1, std::numeric_limits<float>::infinity(), 1})),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  auto other_process = SharedPush({1, 1, 1});
+  other_process.set_incarnation(kIncarnation + 1);
+  EXPECT_EQ(PushCode(other_process), grpc::StatusCode::ABORTED);
+  EXPECT_EQ(Weights(), (std::vector<float>{1, 2, 3}));
+  // A new process at the rank drops the old one's region.
+  ps::v1::RegisterRequest reg;
+  reg.set_rank(0);
+  reg.set_layout_fingerprint(kFp);
+  reg.set_incarnation(kIncarnation + 1);
+  ps::v1::RegisterResponse reg_resp;
+  ASSERT_TRUE(Call(&ps::v1::ParameterServer::Stub::Register, reg, &reg_resp).ok());
+  auto replaced = SharedPush({1, 1, 1});
+  replaced.set_incarnation(kIncarnation + 1);
+  EXPECT_EQ(PushCode(replaced), grpc::StatusCode::ABORTED);
+  EXPECT_EQ(Weights(), (std::vector<float>{1, 2, 3}));
+}
+
+TEST_F(SharedMemoryServiceTest, AttachRefusesWhatItCannotMapOrTrust) {
+  auto wrong_nonce = Attach();
+  wrong_nonce.set_nonce(region_->nonce() + 1);
+  EXPECT_EQ(AttachCode(wrong_nonce), grpc::StatusCode::FAILED_PRECONDITION);
+  auto wrong_size = Attach();
+  wrong_size.set_total_params(4);
+  EXPECT_EQ(AttachCode(wrong_size), grpc::StatusCode::FAILED_PRECONDITION);
+  auto stale_process = Attach();
+  stale_process.set_incarnation(kIncarnation + 1);
+  EXPECT_EQ(AttachCode(stale_process), grpc::StatusCode::ABORTED);
+  auto anonymous = Attach();
+  anonymous.set_incarnation(0);
+  EXPECT_EQ(AttachCode(anonymous), grpc::StatusCode::INVALID_ARGUMENT);
+  auto no_params = Attach();
+  no_params.set_total_params(0);
+  EXPECT_EQ(AttachCode(no_params), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(PushCode(SharedPush({1, 1, 1})), grpc::StatusCode::ABORTED);
+}
+
+// A shard started with --shared_memory=false refuses, and the client then carries its payloads
+// in the messages: same results.
+TEST(SharedMemoryClient, FallsBackToMessagesWhenTheShardRefuses) {
+  for (bool accept : {true, false}) {
+    ShardServerOptions so;
+    so.shard.consistency.mode = ConsistencyMode::kAsp;
+    so.shard.consistency.num_workers = 1;
+    so.shard.optimizer.lr = 1.0f;
+    so.accept_shared_memory = accept;
+    auto server = ShardServer::Start(so);
+    ASSERT_TRUE(server.ok()) << server.status();
+    GrpcClientOptions o;
+    o.servers = {"127.0.0.1:" + std::to_string((*server)->port())};
+    o.fingerprint = kFp;
+    o.total_params = 3;
+    o.shared_memory = true;
+    auto client = GrpcParameterClient::Create(o);
+    ASSERT_TRUE(client.ok());
+    ASSERT_TRUE((*client)->Register(0, absl::Seconds(10)).ok());
+    EXPECT_EQ((*client)->shared_memory_shards(), accept ? 1 : 0);
+    ASSERT_TRUE((*client)->Init(std::vector<float>{1, 2, 3}).ok());
+    auto pushed = (*client)->Push(0, {0}, 1, std::vector<float>{1, 1, 1});
+    ASSERT_TRUE(pushed.ok()) << pushed.status();
+    std::vector<float> w(3);
+    auto pulled = (*client)->Pull(1, false, absl::MakeSpan(w));
+    ASSERT_TRUE(pulled.ok()) << pulled.status();
+    EXPECT_EQ(w, (std::vector<float>{0, 1, 2}));
+    EXPECT_EQ(pulled->versions, (std::vector<int64_t>{1}));
+    EXPECT_EQ((*server)->service().shared_memory_payloads(), accept ? 2 : 0);
+  }
 }
 
 TEST_F(ServiceTest, ClientRegistersPullsAndPushesThroughAllShards) {

@@ -60,7 +60,8 @@ Cluster StartCluster(int shards, int workers, ConsistencyMode mode, int stalenes
 // Trains `rank` for `epochs` on the cluster; returns the status of Run().
 absl::Status TrainWorker(const Cluster& cluster, const Dataset& train, int rank, int batch,
                          int accumulate, int epochs, bool overlap = false, bool priority = false,
-                         int64_t chunk_bytes = 0, int connections = 1, bool async_push = false) {
+                         int64_t chunk_bytes = 0, int connections = 1, bool async_push = false,
+                         bool shared_memory = false) {
   CpuDevice dev;
   auto model = MakeMlp(16, {8}, 4, dev, 64);
   EXPECT_TRUE(model.ok());
@@ -71,6 +72,7 @@ absl::Status TrainWorker(const Cluster& cluster, const Dataset& train, int rank,
   co.rank = rank;
   co.chunk_bytes = chunk_bytes;
   co.connections = connections;
+  co.shared_memory = shared_memory;
   auto client = GrpcParameterClient::Create(co);
   EXPECT_TRUE(client.ok());
   TrainerOptions o;
@@ -224,6 +226,48 @@ TEST(Trainer, ChunkedTransfersOverTwoConnectionsGiveTheSameWeights) {
   const std::vector<float> whole = run(0, false);
   EXPECT_EQ(run(40 * sizeof(float), false), whole);
   EXPECT_EQ(run(40 * sizeof(float), true), whole);
+}
+
+// Shared memory: payloads through the workers' regions instead of the messages, for whole
+// transfers, priority pieces and chunks alike (disjoint parts of the areas lent at once). Same
+// weights, bit for bit, and every push and pull went through the regions.
+TEST(Trainer, SharedMemoryGivesTheSameWeightsBitForBit) {
+  const Dataset train = SyntheticData(256, 10);
+  const auto run = [&](bool shared_memory, bool priority, int64_t chunk_bytes) {
+    Cluster c = StartCluster(2, 2, ConsistencyMode::kBsp);
+    absl::Status s0, s1;
+    std::thread t0([&] {
+      s0 =
+          TrainWorker(c, train, 0, 16, 1, 2, false, priority, chunk_bytes, 1, false, shared_memory);
+    });
+    std::thread t1([&] {
+      s1 =
+          TrainWorker(c, train, 1, 16, 1, 2, false, priority, chunk_bytes, 1, false, shared_memory);
+    });
+    t0.join();
+    t1.join();
+    EXPECT_TRUE(s0.ok()) << s0;
+    EXPECT_TRUE(s1.ok()) << s1;
+    for (const auto& server : c.servers) {
+      EXPECT_EQ(server->shard().GetStatus().pushes_accepted, 32);  // 8 steps x 2 epochs x 2
+      EXPECT_EQ(server->service().shared_memory_workers(), shared_memory ? 2 : 0);
+      // Every push call and every training pull call (one per step, piece and worker) went
+      // through a region; evaluation reads are observers and never do.
+      if (!shared_memory) {
+        EXPECT_EQ(server->service().shared_memory_payloads(), 0);
+      }
+    }
+    if (shared_memory && !priority && chunk_bytes == 0) {
+      for (const auto& server : c.servers) {
+        EXPECT_EQ(server->service().shared_memory_payloads(), 2 * 32);
+      }
+    }
+    return AllWeights(c);
+  };
+  const std::vector<float> messages = run(false, false, 0);
+  EXPECT_EQ(run(true, false, 0), messages);
+  EXPECT_EQ(run(true, true, 0), messages);
+  EXPECT_EQ(run(true, false, 40 * sizeof(float)), messages);
 }
 
 TEST(MergeParts, SmallLayersJoinThePartBeforeThemAndTheFirstLayerStaysAlone) {
