@@ -49,9 +49,12 @@ ABSL_FLAG(double, chunk_mib, 0,
           "Our client: each shard's range travels in calls of at most this many MiB, all in "
           "flight together (0: one call per shard).");
 ABSL_FLAG(int32_t, connections, 1, "Our client: TCP connections per shard for the chunks.");
-ABSL_FLAG(std::vector<std::string>, transports, std::vector<std::string>({"grpc", "shm"}),
-          "Our client's payload paths: grpc (in the messages) and shm (through shared memory, "
-          "the calls still gRPC: what workers next to their shards use).");
+ABSL_FLAG(std::vector<std::string>, transports,
+          std::vector<std::string>({"grpc", "shm", "shm_direct"}),
+          "Our client's payload paths: grpc (in the messages), shm (through shared memory, the "
+          "calls still gRPC: what workers next to their shards use) and shm_direct (shm with the "
+          "caller's weights and gradient kept in the transport's buffers, as ps_worker's CPU "
+          "trainer does without --overlap/--async_push: no copy on the worker).");
 ABSL_FLAG(int32_t, rounds, 3, "Measurements of each kind; the best is reported (noisy machine).");
 
 namespace {
@@ -273,11 +276,11 @@ int main(int argc, char** argv) {
       const std::vector<std::string> transports = absl::GetFlag(FLAGS_transports);
       std::vector<Cluster> clusters;
       for (const std::string& t : transports) {
-        if (t != "grpc" && t != "shm") {
-          std::fprintf(stderr, "--transports: '%s' is not grpc or shm\n", t.c_str());
+        if (t != "grpc" && t != "shm" && t != "shm_direct") {
+          std::fprintf(stderr, "--transports: '%s' is not grpc, shm or shm_direct\n", t.c_str());
           return 2;
         }
-        clusters.push_back(StartCluster(workers, shards, total, t == "shm"));
+        clusters.push_back(StartCluster(workers, shards, total, t != "grpc"));
       }
       std::vector<PlainServer> plain_servers;
       std::vector<int> plain_ports;
@@ -296,8 +299,23 @@ int main(int argc, char** argv) {
       std::vector<std::vector<std::vector<int64_t>>> versions(
           clusters.size(),
           std::vector<std::vector<int64_t>>(workers, std::vector<int64_t>(shards)));
+      // shm_direct: each worker's buffers are its client's transport buffers.
+      std::vector<std::vector<ps::TransportBuffers>> own(clusters.size());
+      for (size_t c = 0; c < clusters.size(); ++c) {
+        for (int w = 0; w < workers; ++w) {
+          ps::TransportBuffers b;
+          if (transports[c] == "shm_direct") {
+            b = clusters[c].workers[w]->TakeTransportBuffers();
+            std::fill(b.gradient.begin(), b.gradient.end(), 1e-3f);
+          } else {
+            b.weights = absl::MakeSpan(params[w]);
+            b.gradient = absl::MakeSpan(grads[w]);
+          }
+          own[c].push_back(b);
+        }
+      }
       auto ours_push = [&](size_t c, int w) {
-        auto r = clusters[c].workers[w]->Push(clocks[c][w], versions[c][w], 32, grads[w]);
+        auto r = clusters[c].workers[w]->Push(clocks[c][w], versions[c][w], 32, own[c][w].gradient);
         if (!r.ok()) {
           spdlog::critical("push: {}", r.status().ToString());
           std::exit(1);
@@ -305,7 +323,7 @@ int main(int argc, char** argv) {
         ++clocks[c][w];
       };
       auto ours_pull = [&](size_t c, int w) {
-        auto r = clusters[c].workers[w]->Pull(clocks[c][w], false, absl::MakeSpan(params[w]));
+        auto r = clusters[c].workers[w]->Pull(clocks[c][w], false, own[c][w].weights);
         if (!r.ok()) {
           spdlog::critical("pull: {}", r.status().ToString());
           std::exit(1);

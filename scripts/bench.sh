@@ -17,7 +17,12 @@ run() {
 run transport build/bin/ps_bench_transport --seconds 1 --rounds 3
 run apply build/bin/ps_bench_apply --seconds 1
 run train build/bin/ps_bench_train --vs_pytorch --encodings f32,bf16,topk
-run train_overlap build/bin/ps_bench_train --mode asp --overlap --encodings f32
+# The same MLP runs with payloads in the gRPC messages (workers on other hosts than their shards).
+run train_grpc build/bin/ps_bench_train --vs_pytorch --models mlp --configs 1x1,2x2 \
+  --encodings f32 --shared_memory=false
+run train_overlap build/bin/ps_bench_train --vs_pytorch --mode asp --overlap --encodings f32
+run train_async build/bin/ps_bench_train --vs_pytorch --mode asp --overlap --async_push \
+  --encodings f32
 run train_priority build/bin/ps_bench_train --configs 1x1,2x2 --encodings f32 \
   --schedules whole,priority
 if [[ $(id -u) -eq 0 ]]; then  # network namespaces need root

@@ -301,9 +301,10 @@ int GrpcParameterClient::shared_memory_shards() const {
   return static_cast<int>(std::count(attached_.begin(), attached_.end(), 1));
 }
 
-bool GrpcParameterClient::Lend(Area area, int shard, KeyRange range) {
+bool GrpcParameterClient::Lend(Area area, int shard, KeyRange range, bool direct) {
   absl::MutexLock lock(&mu_);
-  if (static_cast<size_t>(shard) >= attached_.size() || !attached_[shard] || range.size() <= 0) {
+  if (static_cast<size_t>(shard) >= attached_.size() || !attached_[shard] || range.size() <= 0 ||
+      taken_[static_cast<int>(area)] != direct) {
     return false;
   }
   std::vector<KeyRange>& lent = lent_[static_cast<int>(area)];
@@ -319,6 +320,27 @@ void GrpcParameterClient::GiveBack(Area area, KeyRange range) {
   std::vector<KeyRange>& lent = lent_[static_cast<int>(area)];
   auto it = std::find(lent.begin(), lent.end(), range);
   if (it != lent.end()) lent.erase(it);
+}
+
+TransportBuffers GrpcParameterClient::TakeTransportBuffers() {
+  TransportBuffers buffers;
+  if (shared_ == nullptr) return buffers;
+  absl::MutexLock lock(&mu_);
+  const size_t n = static_cast<size_t>(options_.total_params);
+  if (options_.pull_encoding == TensorEncoding::kF32) {
+    taken_[static_cast<int>(Area::kWeights)] = true;
+    buffers.weights = {reinterpret_cast<float*>(AreaAt(Area::kWeights, 0)), n};
+  }
+  if (options_.push_encoding == TensorEncoding::kF32) {
+    taken_[static_cast<int>(Area::kGradient)] = true;
+    buffers.gradient = {reinterpret_cast<float*>(AreaAt(Area::kGradient, 0)), n};
+  }
+  return buffers;
+}
+
+bool GrpcParameterClient::IsTaken(Area area, const float* data) const {
+  absl::MutexLock lock(&mu_);
+  return taken_[static_cast<int>(area)] && data == reinterpret_cast<const float*>(AreaAt(area, 0));
 }
 
 char* GrpcParameterClient::AreaAt(Area area, int64_t begin) const {
@@ -418,10 +440,12 @@ absl::StatusOr<PullStats> GrpcParameterClient::PullPieces(
       if (shared[i]) GiveBack(Area::kWeights, pieces[i].range);
     }
   };
+  // Into the caller's own copy of the weights area: the shards write the values in place.
+  const bool direct = IsTaken(Area::kWeights, params.data());
   for (size_t i = 0; i < pieces.size(); ++i) {
     const Piece& piece = pieces[i];
     // Observer reads (no_wait) carry no worker identity, so they cannot use the region.
-    shared[i] = !no_wait && Lend(Area::kWeights, piece.shard, piece.range);
+    shared[i] = !no_wait && Lend(Area::kWeights, piece.shard, piece.range, direct);
     ps::v1::PullRequest header;
     header.set_into_shared_memory(shared[i]);
     header.set_layout_fingerprint(options_.fingerprint);
@@ -475,7 +499,8 @@ absl::StatusOr<PullStats> GrpcParameterClient::PullPieces(
       }
       return;
     }
-    values->DecodeInto(params.subspan(r.begin, r.size()));
+    if (!(direct && header.in_shared_memory()))
+      values->DecodeInto(params.subspan(r.begin, r.size()));
     stats.payload_bytes += values->payload_bytes();
     stats.versions[piece.shard] = std::min(stats.versions[piece.shard], header.version());
     stats.server_wait = std::max(stats.server_wait, absl::Microseconds(header.wait_us()));
@@ -524,6 +549,8 @@ absl::StatusOr<PushStats> GrpcParameterClient::PushParts(int64_t clock,
     }
   };
   PushStats stats;
+  // From the caller's own copy of the gradient area: the shards read it in place.
+  const bool direct = IsTaken(Area::kGradient, gradient.data());
   for (size_t i = 0; i < pieces.size(); ++i) {
     const Piece& piece = pieces[i];
     const KeyRange r = piece.range;
@@ -561,10 +588,11 @@ absl::StatusOr<PushStats> GrpcParameterClient::PushParts(int64_t clock,
     std::vector<grpc::Slice> payload_slices;
     // A shard that shares the region reads the payload there; a top-k payload larger than the
     // area's part (ratio above 1/2) stays in the message.
-    shared[i] =
-        bytes.size() <= 4 * static_cast<size_t>(r.size()) && Lend(Area::kGradient, piece.shard, r);
+    shared[i] = bytes.size() <= 4 * static_cast<size_t>(r.size()) &&
+                Lend(Area::kGradient, piece.shard, r, direct);
     if (shared[i]) {
-      std::memcpy(AreaAt(Area::kGradient, r.begin), bytes.data(), bytes.size());
+      // In place already when direct (a float32 payload is the caller's slice itself).
+      if (!direct) std::memcpy(AreaAt(Area::kGradient, r.begin), bytes.data(), bytes.size());
       header.set_shared_bytes(static_cast<int64_t>(bytes.size()));
     } else {
       payload_slices.push_back(borrowed.Borrow(bytes.data(), bytes.size()));

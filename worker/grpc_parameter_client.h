@@ -83,6 +83,9 @@ class GrpcParameterClient final : public ParameterClient {
                                       absl::Span<const KeyRange> parts) override;
   absl::StatusOr<std::vector<ShardReport>> Status() override;
   void Cancel() override;
+  // The region's areas (common/shared_memory.h), float32 transfers only: `weights` when weights
+  // are pulled as f32, `gradient` when gradients are pushed as f32.
+  TransportBuffers TakeTransportBuffers() override;
   uint64_t incarnation() const { return options_.incarnation; }
   // Shards whose payloads go through shared memory (since the last Register).
   int shared_memory_shards() const;
@@ -154,8 +157,10 @@ class GrpcParameterClient final : public ParameterClient {
   // Offers the region to every shard; the shards that can open it take payloads through it.
   void AttachSharedMemory(const std::vector<uint64_t>& shard_incarnation);
   // Lends `range` of `area` for a call to `shard`: false when shared memory is not attached to
-  // that shard or the range overlaps a part already lent.
-  bool Lend(Area area, int shard, KeyRange range);
+  // that shard, the range overlaps a part already lent, or `direct` (the call's buffer is the
+  // area itself) differs from whether the caller took the area (a taken area is no bounce
+  // buffer; an area not taken holds nobody's data).
+  bool Lend(Area area, int shard, KeyRange range, bool direct);
   void GiveBack(Area area, KeyRange range);
   // The bytes of element `begin` of `area`.
   char* AreaAt(Area area, int64_t begin) const;
@@ -168,6 +173,10 @@ class GrpcParameterClient final : public ParameterClient {
   std::unique_ptr<SharedMemory> shared_;                // created at the first Register; null: none
   std::vector<char> attached_ ABSL_GUARDED_BY(mu_);     // per shard
   std::vector<KeyRange> lent_[2] ABSL_GUARDED_BY(mu_);  // per Area
+  // Per Area: handed to the caller by TakeTransportBuffers (no longer a bounce buffer).
+  bool taken_[2] ABSL_GUARDED_BY(mu_) = {false, false};
+  // Whether `data` is the start of an area the caller took.
+  bool IsTaken(Area area, const float* data) const;
 };
 
 }  // namespace ps

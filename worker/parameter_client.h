@@ -76,9 +76,22 @@ struct ShardReport {
   std::vector<Worker> workers;
 };
 
+// Buffers the transport itself reads and writes (a shared-memory region): a caller that keeps
+// its weights in `weights` and its gradient in `gradient` lets the shards write and read them in
+// place, with no copy on the worker. Empty spans: no such buffers.
+struct TransportBuffers {
+  absl::Span<float> weights;
+  absl::Span<float> gradient;
+};
+
 class ParameterClient {
  public:
   virtual ~ParameterClient() = default;
+  // Hands the caller the transport's own buffers, if it has any (after Register). A pull into
+  // exactly `weights` and a push from exactly `gradient` then move no bytes on the worker's side;
+  // from this call on, pulls and pushes of other buffers carry their payloads in the messages,
+  // since the caller now owns those buffers. The spans stay valid as long as the client.
+  virtual TransportBuffers TakeTransportBuffers() { return {}; }
   // Registers `rank` with every shard (waiting up to `timeout` for them to come up) and checks
   // that they agree on the cluster: FAILED_PRECONDITION when a shard has another id, shard
   // count, worker count or mode than its position in the list implies.

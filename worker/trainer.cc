@@ -154,6 +154,15 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   // while step c computes and pushes. BSP's pull of c+1 needs this worker's push of c, so there
   // is nothing to gain there.
   const bool overlap = options_.overlap && cluster.mode != "bsp";
+  // With one buffer of each kind and a CPU device (which needs no pinned memory), the weights
+  // and the gradient can live in the transport's own buffers (shared memory with the shards):
+  // pulls land and pushes leave with no copy on this side. Double buffers (overlap,
+  // asynchronous pushes) keep their own memory.
+  if (device_.name() == "cpu" && !overlap && !(options_.async_push && cluster.mode != "bsp")) {
+    const TransportBuffers transport = client_.TakeTransportBuffers();
+    if (transport.weights.size() == static_cast<size_t>(n)) params = transport.weights;
+    if (transport.gradient.size() == static_cast<size_t>(n)) grads = transport.gradient;
+  }
   DeviceBuffer prefetch_host;
   absl::Span<float> prefetch_params;
   if (overlap) {

@@ -357,6 +357,46 @@ TEST(SharedMemoryClient, FallsBackToMessagesWhenTheShardRefuses) {
   }
 }
 
+// Zero copy: the caller keeps its weights and gradient in the transport's buffers; the shard
+// writes and reads them in place. Other buffers then travel in the messages (the areas are the
+// caller's now, no longer bounce buffers), with the same results.
+TEST(SharedMemoryClient, TakenBuffersAreReadAndWrittenInPlaceOthersTravelInMessages) {
+  ShardServerOptions so;
+  so.shard.consistency.mode = ConsistencyMode::kAsp;
+  so.shard.consistency.num_workers = 1;
+  so.shard.optimizer.lr = 1.0f;
+  auto server = ShardServer::Start(so);
+  ASSERT_TRUE(server.ok()) << server.status();
+  GrpcClientOptions o;
+  o.servers = {"127.0.0.1:" + std::to_string((*server)->port())};
+  o.fingerprint = kFp;
+  o.total_params = 3;
+  o.shared_memory = true;
+  auto client = GrpcParameterClient::Create(o);
+  ASSERT_TRUE(client.ok());
+  EXPECT_TRUE((*client)->TakeTransportBuffers().weights.empty());  // none before Register
+  ASSERT_TRUE((*client)->Register(0, absl::Seconds(10)).ok());
+  ASSERT_TRUE((*client)->Init(std::vector<float>{1, 2, 3}).ok());
+  const TransportBuffers buffers = (*client)->TakeTransportBuffers();
+  ASSERT_EQ(buffers.weights.size(), 3u);
+  ASSERT_EQ(buffers.gradient.size(), 3u);
+  std::fill(buffers.gradient.begin(), buffers.gradient.end(), 1.0f);
+  ASSERT_TRUE((*client)->Push(0, {0}, 1, buffers.gradient).ok());
+  auto pulled = (*client)->Pull(1, false, buffers.weights);
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  EXPECT_EQ(std::vector<float>(buffers.weights.begin(), buffers.weights.end()),
+            (std::vector<float>{0, 1, 2}));
+  EXPECT_EQ((*server)->service().shared_memory_payloads(), 2);
+  // Another buffer: the values come in the message and the taken area is left alone.
+  std::vector<float> other(3, -1.0f);
+  buffers.weights[0] = 42.0f;
+  ASSERT_TRUE((*client)->Push(1, {1}, 1, std::vector<float>{1, 1, 1}).ok());
+  ASSERT_TRUE((*client)->Pull(2, false, absl::MakeSpan(other)).ok());
+  EXPECT_EQ(other, (std::vector<float>{-1, 0, 1}));
+  EXPECT_EQ(buffers.weights[0], 42.0f);
+  EXPECT_EQ((*server)->service().shared_memory_payloads(), 2);
+}
+
 TEST_F(ServiceTest, ClientRegistersPullsAndPushesThroughAllShards) {
   GrpcClientOptions o;
   o.servers = {"127.0.0.1:" + std::to_string(server_->port())};
