@@ -655,6 +655,7 @@ absl::StatusOr<std::vector<ShardReport>> GrpcParameterClient::Status() {
     rep.pushes_accepted = r.pushes_accepted();
     rep.pushes_duplicate = r.pushes_duplicate();
     rep.pieces_received = r.pieces_received();
+    rep.shared_memory_workers = r.shared_memory_workers();
     rep.shared_memory_payloads = r.shared_memory_payloads();
     rep.rejected_unauthenticated = r.rejected_unauthenticated();
     for (const auto& w : r.workers()) {

@@ -60,6 +60,7 @@ struct ShardReport {
   int64_t pushes_accepted = 0;
   int64_t pushes_duplicate = 0;
   int64_t pieces_received = 0;         // pushes of part of a range (priority scheduling)
+  int shared_memory_workers = 0;       // worker processes with a shared region attached
   int64_t shared_memory_payloads = 0;  // pushes and pulls whose payload used shared memory
   int64_t rejected_unauthenticated = 0;
   struct Worker {

@@ -132,6 +132,9 @@ int main(int argc, char** argv) {
                               .Add("checkpoint_version", r.checkpoint_version)
                               .Add("pushes_accepted", r.pushes_accepted)
                               .Add("pushes_duplicate", r.pushes_duplicate)
+                              .Add("pieces_received", r.pieces_received)
+                              .Add("shared_memory_workers", r.shared_memory_workers)
+                              .Add("shared_memory_payloads", r.shared_memory_payloads)
                               .Add("rejected_unauthenticated", r.rejected_unauthenticated)
                               .AddRaw("workers", workers)
                               .str()
@@ -153,6 +156,9 @@ int main(int argc, char** argv) {
         static_cast<long long>(r.pushes_accepted), static_cast<long long>(r.pushes_duplicate),
         static_cast<long long>(r.checkpoint_version), static_cast<long long>(r.restored_version),
         static_cast<long long>(r.rejected_unauthenticated));
+    std::printf("  pieces received %lld; shared memory: %d workers, %lld payloads\n",
+                static_cast<long long>(r.pieces_received), r.shared_memory_workers,
+                static_cast<long long>(r.shared_memory_payloads));
     std::printf("  %-5s %-8s %8s %8s %7s %5s %9s %9s  %s\n", "rank", "state", "clock", "applied",
                 "dropped", "late", "max_stale", "mean_stale", "staleness histogram (0,1,2,...)");
     for (const auto& w : r.workers) {
