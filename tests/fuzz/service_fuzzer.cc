@@ -6,6 +6,10 @@
 // - the version never goes backwards and the weights stay finite;
 // - a snapshot restores into a fresh shard with the same weights and version.
 //
+// Shared memory: an attach record gets a real region of this process (the fuzzed request names
+// its rank, incarnation and size; pid, fd and nonce are the region's), so later pushes with
+// `shared_bytes` and pulls into shared memory reach the bounds checks and the region itself.
+//
 // Input: byte 0 picks the configuration (mode, optimizer, update rule, token on or off); then
 // records of [op][length (1 byte)][length bytes of a serialized request].
 
@@ -13,9 +17,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "common/shared_memory.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "server/service.h"
 #include "server/shard.h"
@@ -70,6 +77,32 @@ grpc::Status Call(ps::ParameterServerService& service, Method method, const uint
   return (service.*method)(request, &response);
 }
 
+// One region per size, kept for the whole run (regions are few and small).
+ps::SharedMemory* RegionFor(int64_t total_params) {
+  static std::map<int64_t, std::unique_ptr<ps::SharedMemory>> regions;
+  if (total_params <= 0 || total_params > 4096) return nullptr;
+  auto& region = regions[total_params];
+  if (region == nullptr) {
+    auto created = ps::SharedMemory::Create(8 * static_cast<size_t>(total_params));
+    if (!created.ok()) std::abort();
+    region = std::move(*created);
+  }
+  return region.get();
+}
+
+grpc::Status Attach(ps::ParameterServerService& service, const uint8_t* data, size_t size) {
+  ps::v1::AttachSharedMemoryRequest request;
+  if (!request.ParseFromArray(data, static_cast<int>(size))) return grpc::Status::CANCELLED;
+  if (const ps::SharedMemory* region = RegionFor(request.total_params())) {
+    request.set_pid(region->pid());
+    request.set_fd(region->fd());
+    request.set_nonce(region->nonce());
+  }
+  const grpc::Status auth = service.Authenticate({});
+  if (!auth.ok()) return auth;
+  return service.HandleAttachSharedMemory(request);
+}
+
 grpc::ByteBuffer Raw(const uint8_t* data, size_t size) {
   grpc::Slice slice(data, size);
   return grpc::ByteBuffer(&slice, 1);
@@ -91,7 +124,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::vector<float> before = w.shard->Values();
     const int64_t version_before = w.shard->GetStatus().version;
     grpc::Status st;
-    switch (op % 7) {
+    switch (op % 8) {
       case 0:
         st = Call<ps::v1::RegisterRequest, ps::v1::RegisterResponse>(*w.service, &S::HandleRegister,
                                                                      body, length);
@@ -130,6 +163,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (copy.shard->GetStatus().version != snapshot.version) std::abort();
         break;
       }
+      case 7:
+        st = Attach(*w.service, body, length);
+        break;
     }
     const int64_t version = w.shard->GetStatus().version;
     if (!st.ok() && (w.shard->Values() != before || version != version_before)) std::abort();
