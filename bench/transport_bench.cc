@@ -5,14 +5,17 @@
 //   `bytes` fields, and a client that does the same (ratio_vs_grpc);
 // - memcpy of the same number of bytes, warm buffers, one thread (ratio_vs_memcpy).
 // "push" and "pull" are the cluster's real path: ps_server's shard and service (ASP, plain SGD, so
-// a push includes the shard applying the update) and ps_worker's client, over loopback TCP.
+// a push includes the shard applying the update) and ps_worker's client, over loopback TCP, with
+// the payloads in the messages ("transport":"grpc"), through shared memory ("shm"), and through
+// shared memory with the caller's buffers being the region's ("shm_direct", zero copy).
 // W workers (threads, each its own client and channels) and S shards; a worker moves the whole
 // model per call, split over the shards; gbps counts the bytes of all workers. One JSON line per
 // measurement:
-//   {"bench":"transport","op":"push","mib":16,"workers":1,"shards":1,"gbps":...,
+//   {"bench":"transport","op":"push","transport":"shm","mib":16,"workers":1,"shards":1,"gbps":...,
 //    "grpc_gbps":...,"memcpy_gbps":...,"ratio_vs_grpc":...,"ratio_vs_memcpy":...}
 //
 //   ps_bench_transport [--mib 1,16,64] [--configs 1x1,2x2] [--seconds 1.5] [--rounds 3]
+//                      [--transports grpc,shm,shm_direct] [--chunk_mib 0] [--connections 1]
 
 #include <algorithm>
 #include <atomic>
@@ -253,7 +256,8 @@ int main(int argc, char** argv) {
   ps::TuneMallocForLargeMessages();  // as ps_server and ps_worker do; the references get it too
   ps::ParseCommandLine(argc, argv,
                        "Push and pull throughput against plain gRPC and memcpy.\n"
-                       "  ps_bench_transport [--mib 1,16,64] [--configs 1x1,2x2] [--seconds 1.5]");
+                       "  ps_bench_transport [--mib 1,16,64] [--configs 1x1,2x2] [--seconds 1.5]\n"
+                       "                     [--transports grpc,shm,shm_direct]");
   spdlog::set_level(spdlog::level::warn);
   const double seconds = absl::GetFlag(FLAGS_seconds);
   const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
