@@ -325,35 +325,47 @@ TEST_F(SharedMemoryServiceTest, AttachRefusesWhatItCannotMapOrTrust) {
   EXPECT_EQ(PushCode(SharedPush({1, 1, 1})), grpc::StatusCode::ABORTED);
 }
 
+// One ASP shard of 3 parameters (SGD, lr 1) and a client that asks for shared memory.
+struct OneShard {
+  std::unique_ptr<ShardServer> server;
+  std::unique_ptr<GrpcParameterClient> client;
+};
+OneShard StartOneShard(bool accept_shared_memory) {
+  ShardServerOptions so;
+  so.shard.consistency.mode = ConsistencyMode::kAsp;
+  so.shard.consistency.num_workers = 1;
+  so.shard.optimizer.lr = 1.0f;
+  so.accept_shared_memory = accept_shared_memory;
+  auto server = ShardServer::Start(so);
+  EXPECT_TRUE(server.ok()) << server.status();
+  GrpcClientOptions o;
+  o.servers = {"127.0.0.1:" + std::to_string((*server)->port())};
+  o.fingerprint = kFp;
+  o.total_params = 3;
+  o.shared_memory = true;
+  auto client = GrpcParameterClient::Create(o);
+  EXPECT_TRUE(client.ok());
+  return OneShard{std::move(*server), std::move(*client)};
+}
+
 // A shard started with --shared_memory=false refuses, and the client then carries its payloads
 // in the messages: same results.
 TEST(SharedMemoryClient, FallsBackToMessagesWhenTheShardRefuses) {
   for (bool accept : {true, false}) {
-    ShardServerOptions so;
-    so.shard.consistency.mode = ConsistencyMode::kAsp;
-    so.shard.consistency.num_workers = 1;
-    so.shard.optimizer.lr = 1.0f;
-    so.accept_shared_memory = accept;
-    auto server = ShardServer::Start(so);
-    ASSERT_TRUE(server.ok()) << server.status();
-    GrpcClientOptions o;
-    o.servers = {"127.0.0.1:" + std::to_string((*server)->port())};
-    o.fingerprint = kFp;
-    o.total_params = 3;
-    o.shared_memory = true;
-    auto client = GrpcParameterClient::Create(o);
-    ASSERT_TRUE(client.ok());
-    ASSERT_TRUE((*client)->Register(0, absl::Seconds(10)).ok());
-    EXPECT_EQ((*client)->shared_memory_shards(), accept ? 1 : 0);
-    ASSERT_TRUE((*client)->Init(std::vector<float>{1, 2, 3}).ok());
-    auto pushed = (*client)->Push(0, {0}, 1, std::vector<float>{1, 1, 1});
+    OneShard one = StartOneShard(accept);
+    auto& server = one.server;
+    auto& client = one.client;
+    ASSERT_TRUE(client->Register(0, absl::Seconds(10)).ok());
+    EXPECT_EQ(client->shared_memory_shards(), accept ? 1 : 0);
+    ASSERT_TRUE(client->Init(std::vector<float>{1, 2, 3}).ok());
+    auto pushed = client->Push(0, {0}, 1, std::vector<float>{1, 1, 1});
     ASSERT_TRUE(pushed.ok()) << pushed.status();
     std::vector<float> w(3);
-    auto pulled = (*client)->Pull(1, false, absl::MakeSpan(w));
+    auto pulled = client->Pull(1, false, absl::MakeSpan(w));
     ASSERT_TRUE(pulled.ok()) << pulled.status();
     EXPECT_EQ(w, (std::vector<float>{0, 1, 2}));
     EXPECT_EQ(pulled->versions, (std::vector<int64_t>{1}));
-    EXPECT_EQ((*server)->service().shared_memory_payloads(), accept ? 2 : 0);
+    EXPECT_EQ(server->service().shared_memory_payloads(), accept ? 2 : 0);
   }
 }
 
@@ -361,40 +373,30 @@ TEST(SharedMemoryClient, FallsBackToMessagesWhenTheShardRefuses) {
 // writes and reads them in place. Other buffers then travel in the messages (the areas are the
 // caller's now, no longer bounce buffers), with the same results.
 TEST(SharedMemoryClient, TakenBuffersAreReadAndWrittenInPlaceOthersTravelInMessages) {
-  ShardServerOptions so;
-  so.shard.consistency.mode = ConsistencyMode::kAsp;
-  so.shard.consistency.num_workers = 1;
-  so.shard.optimizer.lr = 1.0f;
-  auto server = ShardServer::Start(so);
-  ASSERT_TRUE(server.ok()) << server.status();
-  GrpcClientOptions o;
-  o.servers = {"127.0.0.1:" + std::to_string((*server)->port())};
-  o.fingerprint = kFp;
-  o.total_params = 3;
-  o.shared_memory = true;
-  auto client = GrpcParameterClient::Create(o);
-  ASSERT_TRUE(client.ok());
-  EXPECT_TRUE((*client)->TakeTransportBuffers().weights.empty());  // none before Register
-  ASSERT_TRUE((*client)->Register(0, absl::Seconds(10)).ok());
-  ASSERT_TRUE((*client)->Init(std::vector<float>{1, 2, 3}).ok());
-  const TransportBuffers buffers = (*client)->TakeTransportBuffers();
+  OneShard one = StartOneShard(/*accept_shared_memory=*/true);
+  auto& server = one.server;
+  auto& client = one.client;
+  EXPECT_TRUE(client->TakeTransportBuffers().weights.empty());  // none before Register
+  ASSERT_TRUE(client->Register(0, absl::Seconds(10)).ok());
+  ASSERT_TRUE(client->Init(std::vector<float>{1, 2, 3}).ok());
+  const TransportBuffers buffers = client->TakeTransportBuffers();
   ASSERT_EQ(buffers.weights.size(), 3u);
   ASSERT_EQ(buffers.gradient.size(), 3u);
   std::fill(buffers.gradient.begin(), buffers.gradient.end(), 1.0f);
-  ASSERT_TRUE((*client)->Push(0, {0}, 1, buffers.gradient).ok());
-  auto pulled = (*client)->Pull(1, false, buffers.weights);
+  ASSERT_TRUE(client->Push(0, {0}, 1, buffers.gradient).ok());
+  auto pulled = client->Pull(1, false, buffers.weights);
   ASSERT_TRUE(pulled.ok()) << pulled.status();
   EXPECT_EQ(std::vector<float>(buffers.weights.begin(), buffers.weights.end()),
             (std::vector<float>{0, 1, 2}));
-  EXPECT_EQ((*server)->service().shared_memory_payloads(), 2);
+  EXPECT_EQ(server->service().shared_memory_payloads(), 2);
   // Another buffer: the values come in the message and the taken area is left alone.
   std::vector<float> other(3, -1.0f);
   buffers.weights[0] = 42.0f;
-  ASSERT_TRUE((*client)->Push(1, {1}, 1, std::vector<float>{1, 1, 1}).ok());
-  ASSERT_TRUE((*client)->Pull(2, false, absl::MakeSpan(other)).ok());
+  ASSERT_TRUE(client->Push(1, {1}, 1, std::vector<float>{1, 1, 1}).ok());
+  ASSERT_TRUE(client->Pull(2, false, absl::MakeSpan(other)).ok());
   EXPECT_EQ(other, (std::vector<float>{-1, 0, 1}));
   EXPECT_EQ(buffers.weights[0], 42.0f);
-  EXPECT_EQ((*server)->service().shared_memory_payloads(), 2);
+  EXPECT_EQ(server->service().shared_memory_payloads(), 2);
 }
 
 TEST_F(ServiceTest, ClientRegistersPullsAndPushesThroughAllShards) {
