@@ -499,8 +499,10 @@ absl::StatusOr<PullStats> GrpcParameterClient::PullPieces(
       }
       return;
     }
-    if (!(direct && header.in_shared_memory()))
+    // Written in place already when the caller's buffer is the area itself.
+    if (!(direct && header.in_shared_memory())) {
       values->DecodeInto(params.subspan(r.begin, r.size()));
+    }
     stats.payload_bytes += values->payload_bytes();
     stats.versions[piece.shard] = std::min(stats.versions[piece.shard], header.version());
     stats.server_wait = std::max(stats.server_wait, absl::Microseconds(header.wait_us()));
