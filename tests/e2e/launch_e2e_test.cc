@@ -75,6 +75,15 @@ TEST_F(LaunchE2e, BspDataParallelismEqualsOneLargeBatch) {
   const std::string summary = ReadAll(two + "/summary.json");
   EXPECT_EQ(Field(summary, "max_staleness"), 0);
   EXPECT_EQ(Field(summary, "workers"), 2);
+  // The payloads went through shared memory (the default between local processes); with
+  // --shared_memory=false they travel in the messages, and BSP gives the same weights bit for bit.
+  EXPECT_GT(Field(summary, "shared_memory_payloads"), 0);
+  const std::string messages = RunDir("two_workers_messages");
+  ASSERT_EQ(RunLaunch(messages, With(With(Common("640"), sgd),
+                                     {"--workers=2", "--batch_size=32", "--shared_memory=false"})),
+            0);
+  EXPECT_EQ(Field(ReadAll(messages + "/summary.json"), "shared_memory_payloads"), 0);
+  EXPECT_EQ(ReadWeights(messages + "/weights.f32"), ReadWeights(two + "/weights.f32"));
 }
 
 // SSP(1) with 3 workers, one 4x slower: no gradient staler than (W-1)(2s+1) = 6.
