@@ -9,9 +9,8 @@
 // W processes for W workers), run by Debian's python3.
 //
 //   ps_bench_train [--models mlp,cnn] [--configs 1x1,2x1,2x2,4x2] [--encodings f32,bf16]
-//                  [--mode bsp] [--overlap] [--async_push] [--schedules whole,priority] [--steps
-//                  200]
-//                  [--cnn_steps 40] [--vs_pytorch]
+//                  [--mode bsp] [--overlap] [--async_push] [--push_pull=false]
+//                  [--schedules whole,priority] [--steps 200] [--cnn_steps 40] [--vs_pytorch]
 
 #include <atomic>
 #include <cstdio>
@@ -54,6 +53,9 @@ ABSL_FLAG(int32_t, staleness, 1, "SSP bound.");
 ABSL_FLAG(bool, overlap, false, "SSP/ASP workers prefetch the next step's weights.");
 ABSL_FLAG(bool, async_push, false,
           "SSP/ASP workers push each step while the next one pulls and computes.");
+ABSL_FLAG(bool, push_pull, true,
+          "Workers whose steps run one after another push a step and pull the next in one round "
+          "trip per shard; false: a Push and a Pull call.");
 ABSL_FLAG(std::vector<std::string>, schedules, std::vector<std::string>({"whole"}),
           "How each step's tensors travel: whole (one call per shard after backward) and/or "
           "priority (layer by layer: first layer's weights first, last layer's gradient as soon "
@@ -167,6 +169,7 @@ absl::StatusOr<RunResult> RunCluster(const ps::ModelSpec& spec, const ps::Datase
       to.overlap = absl::GetFlag(FLAGS_overlap);
       to.priority = priority;
       to.async_push = absl::GetFlag(FLAGS_async_push);
+      to.push_pull = absl::GetFlag(FLAGS_push_pull);
       to.priority_min_part = absl::GetFlag(FLAGS_priority_min_part);
       ps::Trainer trainer(to, **model, dev, **client, data, nullptr, nullptr, nullptr);
       std::atomic<bool> stop{false};
@@ -290,6 +293,7 @@ int main(int argc, char** argv) {
               .Add("mode", absl::GetFlag(FLAGS_mode))
               .Add("overlap", absl::GetFlag(FLAGS_overlap))
               .Add("async_push", absl::GetFlag(FLAGS_async_push))
+              .Add("push_pull", absl::GetFlag(FLAGS_push_pull))
               .Add("schedule", schedule)
               .Add("shared_memory", absl::GetFlag(FLAGS_shared_memory))
               .Add("push_encoding", encoding_name)

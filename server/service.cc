@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "absl/time/clock.h"
 #include "common/grpc_security.h"
@@ -37,6 +38,8 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
 
 constexpr int kPushGradientField = ps::v1::PushRequest::kGradientFieldNumber;
 constexpr int kPullValuesField = ps::v1::PullResponse::kValuesFieldNumber;
+constexpr int kPushPullGradientField = ps::v1::PushPullRequest::kGradientFieldNumber;
+constexpr int kPushPullValuesField = ps::v1::PushPullResponse::kValuesFieldNumber;
 
 // The slice encoded into fresh payload slices (the one copy a pull makes: the shard's values
 // change under later pushes, so the reply must be a snapshot).
@@ -60,24 +63,31 @@ struct PullSink {
   TensorEncoding encoding = TensorEncoding::kF32;
   std::shared_ptr<SharedMemory> memory;  // when set, the values are written at `at`
   char* at = nullptr;
+  std::atomic<int64_t>* shared_payloads = nullptr;  // counts the values written at `at`
   std::vector<grpc::Slice> payload;
 
   void Fill(absl::Span<const float> values) {
     if (memory != nullptr) {
       EncodeDense(encoding, values, at);
+      shared_payloads->fetch_add(1);
     } else {
       payload = EncodeValues(encoding, values);
     }
   }
 
-  grpc::ByteBuffer Reply(const Shard::PullResult& r) {
+  // A PullResponse, or with `pushed` (PushPull) a PushPullResponse carrying both answers.
+  grpc::ByteBuffer Reply(const Shard::PullResult& r, const ps::v1::PushResponse* pushed) {
     ps::v1::PullResponse header;
     header.set_version(r.version);
     header.set_min_clock(r.min_clock);
     header.set_wait_us(absl::ToInt64Microseconds(r.waited));
     header.set_encoding(static_cast<ps::v1::TensorEncoding>(encoding));
     header.set_in_shared_memory(memory != nullptr);
-    return JoinPayloadMessage(header, kPullValuesField, std::move(payload));
+    if (pushed == nullptr) return JoinPayloadMessage(header, kPullValuesField, std::move(payload));
+    ps::v1::PushPullResponse both;
+    *both.mutable_push() = *pushed;
+    *both.mutable_pull() = std::move(header);
+    return JoinPayloadMessage(both, kPushPullValuesField, std::move(payload));
   }
 };
 
@@ -89,9 +99,7 @@ struct ParsedPull {
 
 namespace {
 
-absl::StatusOr<ParsedPull> ParsePull(const grpc::ByteBuffer& buffer) {
-  ps::v1::PullRequest req;
-  RETURN_IF_ERROR(ParseFromByteBuffer(buffer, &req));
+absl::StatusOr<ParsedPull> ParsePull(const ps::v1::PullRequest& req) {
   RETURN_IF_ERROR(CheckRange(req.begin(), req.end()));
   ParsedPull p;
   ASSIGN_OR_RETURN(p.encoding, TensorEncodingFromWire(req.encoding()));
@@ -109,6 +117,35 @@ absl::StatusOr<ParsedPull> ParsePull(const grpc::ByteBuffer& buffer) {
   return p;
 }
 
+absl::StatusOr<ParsedPull> ParsePull(const grpc::ByteBuffer& buffer) {
+  ps::v1::PullRequest req;
+  RETURN_IF_ERROR(ParseFromByteBuffer(buffer, &req));
+  return ParsePull(req);
+}
+
+// PushPull's two halves, checked to name one worker; the pull's unset identity fields are the
+// push's. INVALID_ARGUMENT for a gradient inside `push`, another worker or an observer read.
+absl::Status CheckPushPull(ps::v1::PushPullRequest& req) {
+  const ps::v1::PushRequest& push = req.push();
+  ps::v1::PullRequest& pull = *req.mutable_pull();
+  if (!push.gradient().empty()) {
+    return absl::InvalidArgumentError("PushPull carries its gradient in field 3, not in `push`");
+  }
+  if (pull.no_wait()) {
+    return absl::InvalidArgumentError("PushPull's pull is a worker's, not an observer read");
+  }
+  if (pull.rank() == 0) pull.set_rank(push.rank());
+  if (pull.incarnation() == 0) pull.set_incarnation(push.incarnation());
+  if (pull.shard_incarnation() == 0) pull.set_shard_incarnation(push.shard_incarnation());
+  if (pull.layout_fingerprint() == 0) pull.set_layout_fingerprint(push.layout_fingerprint());
+  if (pull.rank() != push.rank() || pull.incarnation() != push.incarnation() ||
+      pull.shard_incarnation() != push.shard_incarnation() ||
+      pull.layout_fingerprint() != push.layout_fingerprint()) {
+    return absl::InvalidArgumentError("PushPull's push and pull name different workers");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 // One pull in flight: it finishes from whichever thread settles it in the shard, and cancels
@@ -117,12 +154,15 @@ class ParameterServerService::PullReactor final : public grpc::ServerUnaryReacto
  public:
   PullReactor(Shard& shard, grpc::ByteBuffer* response) : shard_(shard), response_(response) {}
 
-  void Start(const ParsedPull& pull, PullSink sink, absl::Time deadline) {
+  // `pushed`: the answer to PushPull's push, sent along with the pull's.
+  void Start(const ParsedPull& pull, PullSink sink, absl::Time deadline,
+             std::optional<ps::v1::PushResponse> pushed = std::nullopt) {
     sink_ = std::move(sink);
+    pushed_ = std::move(pushed);
     const int64_t id = shard_.PullAsync(
         pull.args, deadline, [this](absl::Span<const float> values) { sink_.Fill(values); },
         [this](absl::StatusOr<Shard::PullResult> r) {
-          if (r.ok()) *response_ = sink_.Reply(*r);
+          if (r.ok()) *response_ = sink_.Reply(*r, pushed_.has_value() ? &*pushed_ : nullptr);
           Finish(r.ok() ? grpc::Status::OK : ToGrpcStatus(r.status()));
         });
     bool cancelled;
@@ -149,6 +189,7 @@ class ParameterServerService::PullReactor final : public grpc::ServerUnaryReacto
   Shard& shard_;
   grpc::ByteBuffer* const response_;
   PullSink sink_;
+  std::optional<ps::v1::PushResponse> pushed_;
   absl::Mutex mu_;
   int64_t id_ ABSL_GUARDED_BY(mu_) = 0;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
@@ -242,6 +283,29 @@ grpc::ServerUnaryReactor* ParameterServerService::Pull(grpc::CallbackServerConte
   return reactor;
 }
 
+grpc::ServerUnaryReactor* ParameterServerService::PushPull(grpc::CallbackServerContext* ctx,
+                                                           const grpc::ByteBuffer* req,
+                                                           grpc::ByteBuffer* resp) {
+  auto* reactor = new PullReactor(shard_, resp);
+  grpc::Status auth = Authenticate(ctx->client_metadata());
+  if (!auth.ok()) {
+    reactor->Finish(auth);
+    return reactor;
+  }
+  ParsedPull pull;
+  PullSink sink;
+  ps::v1::PushResponse pushed;
+  const absl::Status s = PushThenPreparePull(*req, &pull, &sink, &pushed);
+  if (!s.ok()) {
+    reactor->Finish(ToGrpcStatus(s));
+    return reactor;
+  }
+  reactor->Start(pull, std::move(sink),
+                 std::min(absl::FromChrono(ctx->deadline()), absl::Now() + options_.max_pull_wait),
+                 std::move(pushed));
+  return reactor;
+}
+
 grpc::Status ParameterServerService::HandleRegister(const ps::v1::RegisterRequest& req,
                                                     ps::v1::RegisterResponse* resp) {
   absl::StatusOr<Shard::RegisterResult> r =
@@ -299,8 +363,38 @@ grpc::Status ParameterServerService::HandlePull(const grpc::ByteBuffer& req, abs
       shard_.Pull(pull->args, std::min(deadline, absl::Now() + options_.max_pull_wait),
                   [&](absl::Span<const float> values) { sink->Fill(values); });
   if (!r.ok()) return ToGrpcStatus(r.status());
-  *resp = sink->Reply(*r);
+  *resp = sink->Reply(*r, nullptr);
   return grpc::Status::OK;
+}
+
+grpc::Status ParameterServerService::HandlePushPull(const grpc::ByteBuffer& req,
+                                                    absl::Time deadline, grpc::ByteBuffer* resp) {
+  ParsedPull pull;
+  PullSink sink;
+  ps::v1::PushResponse pushed;
+  const absl::Status s = PushThenPreparePull(req, &pull, &sink, &pushed);
+  if (!s.ok()) return ToGrpcStatus(s);
+  absl::StatusOr<Shard::PullResult> r =
+      shard_.Pull(pull.args, std::min(deadline, absl::Now() + options_.max_pull_wait),
+                  [&](absl::Span<const float> values) { sink.Fill(values); });
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *resp = sink.Reply(*r, &pushed);
+  return grpc::Status::OK;
+}
+
+absl::Status ParameterServerService::PushThenPreparePull(const grpc::ByteBuffer& req,
+                                                         ParsedPull* pull, PullSink* sink,
+                                                         ps::v1::PushResponse* pushed) {
+  ps::v1::PushPullRequest header;
+  SplitMessage split;  // holds gRPC's buffers: the gradient is read in place
+  RETURN_IF_ERROR(SplitPayloadMessage(req, kPushPullGradientField, &header, &split));
+  RETURN_IF_ERROR(CheckPushPull(header));
+  // The pull is checked before the push, so that a pull that could not be answered (malformed,
+  // or outside the worker's region) changes nothing.
+  ASSIGN_OR_RETURN(*pull, ParsePull(header.pull()));
+  ASSIGN_OR_RETURN(*sink, SinkFor(*pull));
+  ASSIGN_OR_RETURN(*pushed, ApplyPush(header.push(), split));
+  return absl::OkStatus();
 }
 
 grpc::Status ParameterServerService::HandlePush(const grpc::ByteBuffer& req,
@@ -308,20 +402,26 @@ grpc::Status ParameterServerService::HandlePush(const grpc::ByteBuffer& req,
   ps::v1::PushRequest header;
   SplitMessage split;  // holds gRPC's buffers: the gradient is read in place
   absl::Status s = SplitPayloadMessage(req, kPushGradientField, &header, &split);
-  if (s.ok()) s = CheckRange(header.begin(), header.end());
   if (!s.ok()) return ToGrpcStatus(s);
-  absl::StatusOr<TensorEncoding> encoding = TensorEncodingFromWire(header.encoding());
-  if (!encoding.ok()) return ToGrpcStatus(encoding.status());
+  absl::StatusOr<ps::v1::PushResponse> out = ApplyPush(header, split);
+  if (!out.ok()) return ToGrpcStatus(out.status());
+  *resp = SerializeToByteBuffer(*out);
+  return grpc::Status::OK;
+}
+
+absl::StatusOr<ps::v1::PushResponse> ParameterServerService::ApplyPush(
+    const ps::v1::PushRequest& header, SplitMessage& split) {
+  RETURN_IF_ERROR(CheckRange(header.begin(), header.end()));
+  ASSIGN_OR_RETURN(const TensorEncoding encoding, TensorEncodingFromWire(header.encoding()));
   // A gradient in the worker's shared region is read in place, like gRPC's buffers.
   absl::StatusOr<Attachment> shared;
   if (header.shared_bytes() != 0) {
     shared = AttachmentOf(header.rank(), header.incarnation());
-    if (!shared.ok()) return ToGrpcStatus(shared.status());
+    RETURN_IF_ERROR(shared.status());
     const int64_t n = header.end() - header.begin();
     if (!split.payload.empty() || header.shared_bytes() < 0 || header.shared_bytes() > 4 * n ||
         header.end() > shared->total_params) {
-      return grpc::Status(
-          grpc::StatusCode::INVALID_ARGUMENT,
+      return absl::InvalidArgumentError(
           absl::StrCat("a shared gradient of ", header.shared_bytes(), " bytes for [",
                        header.begin(), ", ", header.end(), ") does not fit the worker's region of ",
                        shared->total_params, " elements (or the message ",
@@ -331,9 +431,8 @@ grpc::Status ParameterServerService::HandlePush(const grpc::ByteBuffer& req,
                                                    header.shared_bytes()));
     shared_payloads_.fetch_add(1);
   }
-  absl::StatusOr<EncodedTensor> gradient =
-      EncodedTensor::FromChunks(*encoding, header.end() - header.begin(), split.payload);
-  if (!gradient.ok()) return ToGrpcStatus(gradient.status());
+  ASSIGN_OR_RETURN(EncodedTensor gradient,
+                   EncodedTensor::FromChunks(encoding, header.end() - header.begin(), split.payload));
   Shard::PushArgs args;
   args.rank = header.rank();
   args.incarnation = header.incarnation();
@@ -342,25 +441,22 @@ grpc::Status ParameterServerService::HandlePush(const grpc::ByteBuffer& req,
   args.range = RangeOf(header.begin(), header.end());
   args.clock = header.clock();
   args.base_version = header.base_version();
-  args.gradient = std::move(*gradient);
-  absl::StatusOr<Shard::PushResult> r = shard_.Push(args);
-  if (!r.ok()) return ToGrpcStatus(r.status());
+  args.gradient = std::move(gradient);
+  ASSIGN_OR_RETURN(const Shard::PushResult r, shard_.Push(args));
   const int every = options_.drop_push_reply_every;
   if (every > 0 && (pushes_seen_.fetch_add(1) + 1) % every == 0) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                        "fault injection: the reply of this accepted push was dropped");
+    return absl::UnavailableError("fault injection: the reply of this accepted push was dropped");
   }
   ps::v1::PushResponse out;
-  out.set_applied(r->applied);
-  out.set_buffered(r->buffered);
-  out.set_duplicate(r->duplicate);
-  out.set_version(r->version);
-  out.set_staleness(r->staleness);
-  out.set_dropped(r->dropped);
-  out.set_late(r->late);
-  out.set_staged(r->staged);
-  *resp = SerializeToByteBuffer(out);
-  return grpc::Status::OK;
+  out.set_applied(r.applied);
+  out.set_buffered(r.buffered);
+  out.set_duplicate(r.duplicate);
+  out.set_version(r.version);
+  out.set_staleness(r.staleness);
+  out.set_dropped(r.dropped);
+  out.set_late(r.late);
+  out.set_staged(r.staged);
+  return out;
 }
 
 grpc::Status ParameterServerService::HandleAttachSharedMemory(
@@ -424,7 +520,7 @@ absl::StatusOr<PullSink> ParameterServerService::SinkFor(const ParsedPull& pull)
                      ") is outside the worker's region of ", shared.total_params, " elements"));
   }
   sink.at = shared.memory->data() + 4 * (shared.total_params + pull.args.range.begin);
-  shared_payloads_.fetch_add(1);
+  sink.shared_payloads = &shared_payloads_;
   sink.memory = std::move(shared.memory);
   return sink;
 }

@@ -21,6 +21,7 @@ namespace ps {
 
 struct ParsedPull;
 struct PullSink;
+struct SplitMessage;
 
 struct ServiceOptions {
   absl::Duration max_pull_wait = absl::Minutes(5);  // a pull without a client deadline
@@ -49,7 +50,8 @@ using ParameterServerServiceBase = ps::v1::ParameterServer::WithCallbackMethod_R
                 ps::v1::ParameterServer::WithRawCallbackMethod_Push<
                     ps::v1::ParameterServer::WithCallbackMethod_GetStatus<
                         ps::v1::ParameterServer::WithCallbackMethod_AttachSharedMemory<
-                            ps::v1::ParameterServer::Service>>>>>>>;
+                            ps::v1::ParameterServer::WithRawCallbackMethod_PushPull<
+                                ps::v1::ParameterServer::Service>>>>>>>>;
 
 class ParameterServerService final : public ParameterServerServiceBase {
  public:
@@ -63,6 +65,7 @@ class ParameterServerService final : public ParameterServerServiceBase {
   using ParameterServerServiceBase::Init;
   using ParameterServerServiceBase::Pull;
   using ParameterServerServiceBase::Push;
+  using ParameterServerServiceBase::PushPull;
   using ParameterServerServiceBase::Register;
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
@@ -77,6 +80,8 @@ class ParameterServerService final : public ParameterServerServiceBase {
                                  grpc::ByteBuffer* resp) override;
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
                                  grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* PushPull(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                     grpc::ByteBuffer* resp) override;
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx,
                                       const ps::v1::GetStatusRequest* req,
                                       ps::v1::GetStatusResponse* resp) override;
@@ -85,13 +90,16 @@ class ParameterServerService final : public ParameterServerServiceBase {
                                                ps::v1::AttachSharedMemoryResponse* resp) override;
 
   // The handlers behind the rpcs, callable without a call (tests and fuzzers). The token check
-  // (Authenticate) comes before them in every rpc. HandlePull blocks while the pull waits.
+  // (Authenticate) comes before them in every rpc. HandlePull and HandlePushPull block while the
+  // pull waits.
   grpc::Status HandleRegister(const ps::v1::RegisterRequest& req, ps::v1::RegisterResponse* resp);
   grpc::Status HandleHeartbeat(const ps::v1::HeartbeatRequest& req,
                                ps::v1::HeartbeatResponse* resp);
   grpc::Status HandleInit(const ps::v1::InitRequest& req, ps::v1::InitResponse* resp);
   grpc::Status HandlePush(const grpc::ByteBuffer& req, grpc::ByteBuffer* resp);
   grpc::Status HandlePull(const grpc::ByteBuffer& req, absl::Time deadline, grpc::ByteBuffer* resp);
+  grpc::Status HandlePushPull(const grpc::ByteBuffer& req, absl::Time deadline,
+                              grpc::ByteBuffer* resp);
   grpc::Status HandleGetStatus(ps::v1::GetStatusResponse* resp);
   grpc::Status HandleAttachSharedMemory(const ps::v1::AttachSharedMemoryRequest& req);
   // OK when no token is configured or `metadata` carries it; UNAUTHENTICATED (counted) otherwise.
@@ -118,6 +126,14 @@ class ParameterServerService final : public ParameterServerServiceBase {
   absl::StatusOr<Attachment> AttachmentOf(int rank, uint64_t incarnation) const;
   // Where `pull`'s values go: the reply, or the caller's attached region.
   absl::StatusOr<PullSink> SinkFor(const ParsedPull& pull);
+  // Push and PushPull: applies the push whose header and payload (gRPC's buffers, or a span of
+  // the worker's region this fills in) are given; the answer to send.
+  absl::StatusOr<ps::v1::PushResponse> ApplyPush(const ps::v1::PushRequest& header,
+                                                 SplitMessage& split);
+  // PushPull up to its pull: parses the request, prepares the pull's sink, then applies the
+  // push. Nothing changes unless the push is applied.
+  absl::Status PushThenPreparePull(const grpc::ByteBuffer& req, ParsedPull* pull, PullSink* sink,
+                                   ps::v1::PushResponse* pushed);
 
   Shard& shard_;
   const ServiceOptions options_;

@@ -446,20 +446,8 @@ absl::StatusOr<PullStats> GrpcParameterClient::PullPieces(
     const Piece& piece = pieces[i];
     // Observer reads (no_wait) carry no worker identity, so they cannot use the region.
     shared[i] = !no_wait && Lend(Area::kWeights, piece.shard, piece.range, direct);
-    ps::v1::PullRequest header;
-    header.set_into_shared_memory(shared[i]);
-    header.set_layout_fingerprint(options_.fingerprint);
-    header.set_begin(piece.range.begin);
-    header.set_end(piece.range.end);
-    header.set_rank(options_.rank);
-    header.set_clock(clock);
-    header.set_no_wait(no_wait);
-    header.set_encoding(static_cast<ps::v1::TensorEncoding>(options_.pull_encoding));
-    if (!no_wait) {
-      header.set_incarnation(options_.incarnation);
-      header.set_shard_incarnation(shard_incarnation[piece.shard]);
-    }
-    requests[i] = SerializeToByteBuffer(header);
+    requests[i] = SerializeToByteBuffer(
+        PullHeader(piece, clock, no_wait, shared[i], shard_incarnation[piece.shard]));
     ++missing[piece.part];
   }
   PullStats stats;
@@ -467,46 +455,16 @@ absl::StatusOr<PullStats> GrpcParameterClient::PullPieces(
   absl::Status decoded = absl::OkStatus();
   // Decodes a piece the moment it arrives, so the caller can use its part while others travel.
   const auto on_arrival = [&](size_t i, const grpc::ByteBuffer& reply) {
-    const Piece& piece = pieces[i];
-    const KeyRange r = piece.range;
     ps::v1::PullResponse header;
     SplitMessage split;  // the values are decoded from gRPC's buffers into `params`
     absl::Status ok =
         SplitPayloadMessage(reply, ps::v1::PullResponse::kValuesFieldNumber, &header, &split);
-    absl::StatusOr<TensorEncoding> encoding = TensorEncodingFromWire(header.encoding());
-    if (ok.ok()) ok = encoding.status();
-    if (ok.ok() && header.in_shared_memory()) {
-      if (!shared[i] || !split.payload.empty()) {
-        ok = absl::InvalidArgumentError("values in shared memory that was not lent to this call");
-      } else {
-        split.payload.assign(1, absl::Span<const char>(AreaAt(Area::kWeights, r.begin),
-                                                       r.size() * UnitBytes(*encoding)));
-      }
-    }
-    absl::StatusOr<EncodedTensor> values =
-        ok.ok() ? EncodedTensor::FromChunks(*encoding, r.size(), split.payload)
-                : absl::StatusOr<EncodedTensor>(ok);
-    if (values.ok() && (!values->dense() || !values->CheckShape("values").ok())) {
-      values = absl::InvalidArgumentError(absl::StrCat(values->units(), " ",
-                                                       TensorEncodingName(values->encoding()),
-                                                       " values for a range of ", r.size()));
-    }
-    if (!values.ok()) {
-      if (decoded.ok()) {
-        decoded = absl::DataLossError(
-            absl::StrCat("Pull: shard ", piece.shard,
-                         " sent a reply that does not fit: ", values.status().message()));
-      }
+    if (ok.ok()) ok = DecodePulled(pieces[i], header, split, shared[i], direct, params, &stats);
+    if (!ok.ok()) {
+      if (decoded.ok()) decoded = ReplyDoesNotFit("Pull", pieces[i].shard, ok);
       return;
     }
-    // Written in place already when the caller's buffer is the area itself.
-    if (!(direct && header.in_shared_memory())) {
-      values->DecodeInto(params.subspan(r.begin, r.size()));
-    }
-    stats.payload_bytes += values->payload_bytes();
-    stats.versions[piece.shard] = std::min(stats.versions[piece.shard], header.version());
-    stats.server_wait = std::max(stats.server_wait, absl::Microseconds(header.wait_us()));
-    if (--missing[piece.part] == 0 && on_part) on_part(piece.part);
+    if (--missing[pieces[i].part] == 0 && on_part) on_part(pieces[i].part);
   };
   std::vector<grpc::ByteBuffer> replies;
   RETURN_IF_ERROR(CallRaw("Pull", RawMethod{"/ps.v1.ParameterServer/Pull"}, pieces, requests,
@@ -554,53 +512,13 @@ absl::StatusOr<PushStats> GrpcParameterClient::PushParts(int64_t clock,
   // From the caller's own copy of the gradient area: the shards read it in place.
   const bool direct = IsTaken(Area::kGradient, gradient.data());
   for (size_t i = 0; i < pieces.size(); ++i) {
-    const Piece& piece = pieces[i];
-    const KeyRange r = piece.range;
-    ps::v1::PushRequest header;
-    header.set_layout_fingerprint(options_.fingerprint);
-    header.set_begin(r.begin);
-    header.set_end(r.end);
-    header.set_rank(options_.rank);
-    header.set_incarnation(options_.incarnation);
-    header.set_shard_incarnation(shard_incarnation[piece.shard]);
-    header.set_clock(clock);
-    header.set_base_version(base_versions[piece.shard]);
-    header.set_num_samples(num_samples);
-    header.set_encoding(static_cast<ps::v1::TensorEncoding>(options_.push_encoding));
-    const absl::Span<const float> slice = gradient.subspan(r.begin, r.size());
-    std::vector<char>& encoded = encoded_[i];
-    // The payload's bytes: the caller's gradient itself (float32) or an encoding of it.
-    absl::Span<const char> bytes;
-    switch (options_.push_encoding) {
-      case TensorEncoding::kF32:
-        bytes = {reinterpret_cast<const char*>(slice.data()), slice.size() * sizeof(float)};
-        break;
-      case TensorEncoding::kBf16:
-      case TensorEncoding::kF16:
-        encoded.resize(slice.size() * UnitBytes(options_.push_encoding));
-        EncodeDense(options_.push_encoding, slice, encoded.data());
-        bytes = {encoded.data(), encoded.size()};
-        break;
-      case TensorEncoding::kTopK:
-        topk_->Compress(gradient, r.begin, r.end, &encoded);
-        bytes = {encoded.data(), encoded.size()};
-        break;
-    }
-    stats.payload_bytes += static_cast<int64_t>(bytes.size());
-    std::vector<grpc::Slice> payload_slices;
-    // A shard that shares the region reads the payload there; a top-k payload larger than the
-    // area's part (ratio above 1/2) stays in the message.
-    shared[i] = bytes.size() <= 4 * static_cast<size_t>(r.size()) &&
-                Lend(Area::kGradient, piece.shard, r, direct);
-    if (shared[i]) {
-      // In place already when direct (a float32 payload is the caller's slice itself).
-      if (!direct) std::memcpy(AreaAt(Area::kGradient, r.begin), bytes.data(), bytes.size());
-      header.set_shared_bytes(static_cast<int64_t>(bytes.size()));
-    } else {
-      payload_slices.push_back(borrowed.Borrow(bytes.data(), bytes.size()));
-    }
-    requests[i] = JoinPayloadMessage(header, ps::v1::PushRequest::kGradientFieldNumber,
-                                     std::move(payload_slices));
+    PreparedPush push = PreparePush(i, pieces[i], clock, base_versions[pieces[i].shard],
+                                    num_samples, gradient, direct,
+                                    shard_incarnation[pieces[i].shard], borrowed);
+    shared[i] = push.shared;
+    stats.payload_bytes += push.payload_bytes;
+    requests[i] = JoinPayloadMessage(push.header, ps::v1::PushRequest::kGradientFieldNumber,
+                                     std::move(push.payload));
   }
   const RawMethod push{"/ps.v1.ParameterServer/Push"};
   std::vector<grpc::ByteBuffer> replies;
@@ -622,15 +540,194 @@ absl::StatusOr<PushStats> GrpcParameterClient::PushParts(int64_t clock,
       }
     }
   }
-  for (const auto& r : responses) {
-    stats.applied += r.applied();
-    stats.buffered += r.buffered();
-    stats.duplicates += r.duplicate() && !r.staged();
-    stats.dropped += r.dropped();
-    stats.late += r.late();
-    if (r.applied()) stats.max_staleness = std::max(stats.max_staleness, r.staleness());
+  for (const auto& r : responses) CountPush(r, &stats);
+  return stats;
+}
+
+absl::StatusOr<PushPullStats> GrpcParameterClient::PushPull(
+    int64_t clock, const std::vector<int64_t>& base_versions, int num_samples,
+    absl::Span<const float> gradient, absl::Span<float> params) {
+  // Sending every push twice checks exactly-once on Push; the two-call path does that.
+  if (options_.duplicate_pushes) {
+    return ParameterClient::PushPull(clock, base_versions, num_samples, gradient, params);
+  }
+  if (static_cast<int64_t>(gradient.size()) != options_.total_params ||
+      static_cast<int64_t>(params.size()) != options_.total_params ||
+      base_versions.size() != stubs_.size()) {
+    return absl::InvalidArgumentError(
+        "PushPull: gradient, weights or base versions do not fit the layout");
+  }
+  const KeyRange whole{0, options_.total_params};
+  ASSIGN_OR_RETURN(const std::vector<Piece> pieces,
+                   SplitAtShards(absl::MakeConstSpan(&whole, 1)));
+  BorrowedPayload borrowed;  // destroyed last: Push's contract on `gradient`
+  const std::vector<uint64_t> shard_incarnation = shard_incarnations();
+  std::vector<grpc::ByteBuffer> requests(pieces.size());
+  if (encoded_.size() < pieces.size()) encoded_.resize(pieces.size());
+  // The parts of each area these calls borrow, given back when they have all finished.
+  std::vector<char> shared_gradient(pieces.size(), 0), shared_weights(pieces.size(), 0);
+  const absl::Cleanup give_back = [&] {
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      if (shared_gradient[i]) GiveBack(Area::kGradient, pieces[i].range);
+      if (shared_weights[i]) GiveBack(Area::kWeights, pieces[i].range);
+    }
+  };
+  const bool direct_gradient = IsTaken(Area::kGradient, gradient.data());
+  const bool direct_weights = IsTaken(Area::kWeights, params.data());
+  PushPullStats stats;
+  stats.pulled.versions.assign(stubs_.size(), std::numeric_limits<int64_t>::max());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& piece = pieces[i];
+    const uint64_t incarnation = shard_incarnation[piece.shard];
+    PreparedPush push = PreparePush(i, piece, clock, base_versions[piece.shard], num_samples,
+                                    gradient, direct_gradient, incarnation, borrowed);
+    shared_gradient[i] = push.shared;
+    stats.pushed.payload_bytes += push.payload_bytes;
+    shared_weights[i] = Lend(Area::kWeights, piece.shard, piece.range, direct_weights);
+    ps::v1::PushPullRequest header;
+    *header.mutable_push() = std::move(push.header);
+    *header.mutable_pull() =
+        PullHeader(piece, clock + 1, /*no_wait=*/false, shared_weights[i], incarnation);
+    requests[i] = JoinPayloadMessage(header, ps::v1::PushPullRequest::kGradientFieldNumber,
+                                     std::move(push.payload));
+  }
+  absl::Status decoded = absl::OkStatus();
+  std::vector<grpc::ByteBuffer> replies;
+  RETURN_IF_ERROR(CallRaw(
+      "PushPull", RawMethod{"/ps.v1.ParameterServer/PushPull"}, pieces, requests, &replies,
+      options_.pull_timeout, [&](size_t i) {
+        ps::v1::PushPullResponse header;
+        SplitMessage split;  // the values are decoded from gRPC's buffers into `params`
+        absl::Status ok = SplitPayloadMessage(
+            replies[i], ps::v1::PushPullResponse::kValuesFieldNumber, &header, &split);
+        if (ok.ok()) {
+          ok = DecodePulled(pieces[i], header.pull(), split, shared_weights[i], direct_weights,
+                            params, &stats.pulled);
+        }
+        if (!ok.ok()) {
+          if (decoded.ok()) decoded = ReplyDoesNotFit("PushPull", pieces[i].shard, ok);
+          return;
+        }
+        CountPush(header.push(), &stats.pushed);
+      }));
+  RETURN_IF_ERROR(decoded);
+  for (int64_t& v : stats.pulled.versions) {
+    if (v == std::numeric_limits<int64_t>::max()) v = 0;  // a shard with no piece
   }
   return stats;
+}
+
+GrpcParameterClient::PreparedPush GrpcParameterClient::PreparePush(
+    size_t i, const Piece& piece, int64_t clock, int64_t base_version, int num_samples,
+    absl::Span<const float> gradient, bool direct, uint64_t shard_incarnation,
+    BorrowedPayload& borrowed) {
+  const KeyRange r = piece.range;
+  PreparedPush out;
+  ps::v1::PushRequest& header = out.header;
+  header.set_layout_fingerprint(options_.fingerprint);
+  header.set_begin(r.begin);
+  header.set_end(r.end);
+  header.set_rank(options_.rank);
+  header.set_incarnation(options_.incarnation);
+  header.set_shard_incarnation(shard_incarnation);
+  header.set_clock(clock);
+  header.set_base_version(base_version);
+  header.set_num_samples(num_samples);
+  header.set_encoding(static_cast<ps::v1::TensorEncoding>(options_.push_encoding));
+  const absl::Span<const float> slice = gradient.subspan(r.begin, r.size());
+  std::vector<char>& encoded = encoded_[i];
+  // The payload's bytes: the caller's gradient itself (float32) or an encoding of it.
+  absl::Span<const char> bytes;
+  switch (options_.push_encoding) {
+    case TensorEncoding::kF32:
+      bytes = {reinterpret_cast<const char*>(slice.data()), slice.size() * sizeof(float)};
+      break;
+    case TensorEncoding::kBf16:
+    case TensorEncoding::kF16:
+      encoded.resize(slice.size() * UnitBytes(options_.push_encoding));
+      EncodeDense(options_.push_encoding, slice, encoded.data());
+      bytes = {encoded.data(), encoded.size()};
+      break;
+    case TensorEncoding::kTopK:
+      topk_->Compress(gradient, r.begin, r.end, &encoded);
+      bytes = {encoded.data(), encoded.size()};
+      break;
+  }
+  out.payload_bytes = static_cast<int64_t>(bytes.size());
+  // A shard that shares the region reads the payload there; a top-k payload larger than the
+  // area's part (ratio above 1/2) stays in the message.
+  out.shared = bytes.size() <= 4 * static_cast<size_t>(r.size()) &&
+               Lend(Area::kGradient, piece.shard, r, direct);
+  if (out.shared) {
+    // In place already when direct (a float32 payload is the caller's slice itself).
+    if (!direct) std::memcpy(AreaAt(Area::kGradient, r.begin), bytes.data(), bytes.size());
+    header.set_shared_bytes(static_cast<int64_t>(bytes.size()));
+  } else {
+    out.payload.push_back(borrowed.Borrow(bytes.data(), bytes.size()));
+  }
+  return out;
+}
+
+ps::v1::PullRequest GrpcParameterClient::PullHeader(const Piece& piece, int64_t clock,
+                                                    bool no_wait, bool shared,
+                                                    uint64_t shard_incarnation) const {
+  ps::v1::PullRequest header;
+  header.set_into_shared_memory(shared);
+  header.set_layout_fingerprint(options_.fingerprint);
+  header.set_begin(piece.range.begin);
+  header.set_end(piece.range.end);
+  header.set_rank(options_.rank);
+  header.set_clock(clock);
+  header.set_no_wait(no_wait);
+  header.set_encoding(static_cast<ps::v1::TensorEncoding>(options_.pull_encoding));
+  if (!no_wait) {
+    header.set_incarnation(options_.incarnation);
+    header.set_shard_incarnation(shard_incarnation);
+  }
+  return header;
+}
+
+absl::Status GrpcParameterClient::DecodePulled(const Piece& piece,
+                                               const ps::v1::PullResponse& header,
+                                               SplitMessage& split, bool shared, bool direct,
+                                               absl::Span<float> params, PullStats* stats) const {
+  const KeyRange r = piece.range;
+  ASSIGN_OR_RETURN(const TensorEncoding encoding, TensorEncodingFromWire(header.encoding()));
+  if (header.in_shared_memory()) {
+    if (!shared || !split.payload.empty()) {
+      return absl::InvalidArgumentError("values in shared memory that was not lent to this call");
+    }
+    split.payload.assign(1, absl::Span<const char>(AreaAt(Area::kWeights, r.begin),
+                                                   r.size() * UnitBytes(encoding)));
+  }
+  ASSIGN_OR_RETURN(const EncodedTensor values,
+                   EncodedTensor::FromChunks(encoding, r.size(), split.payload));
+  if (!values.dense() || !values.CheckShape("values").ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(values.units(), " ",
+                                                   TensorEncodingName(values.encoding()),
+                                                   " values for a range of ", r.size()));
+  }
+  // Written in place already when the caller's buffer is the area itself.
+  if (!(direct && header.in_shared_memory())) values.DecodeInto(params.subspan(r.begin, r.size()));
+  stats->payload_bytes += values.payload_bytes();
+  stats->versions[piece.shard] = std::min(stats->versions[piece.shard], header.version());
+  stats->server_wait = std::max(stats->server_wait, absl::Microseconds(header.wait_us()));
+  return absl::OkStatus();
+}
+
+absl::Status GrpcParameterClient::ReplyDoesNotFit(const char* method, int shard,
+                                                  const absl::Status& why) {
+  return absl::DataLossError(absl::StrCat(method, ": shard ", shard,
+                                          " sent a reply that does not fit: ", why.message()));
+}
+
+void GrpcParameterClient::CountPush(const ps::v1::PushResponse& r, PushStats* stats) {
+  stats->applied += r.applied();
+  stats->buffered += r.buffered();
+  stats->duplicates += r.duplicate() && !r.staged();
+  stats->dropped += r.dropped();
+  stats->late += r.late();
+  if (r.applied()) stats->max_staleness = std::max(stats->max_staleness, r.staleness());
 }
 
 absl::StatusOr<std::vector<ShardReport>> GrpcParameterClient::Status() {

@@ -23,6 +23,7 @@
 #include "common/grpc_security.h"
 #include "common/shared_memory.h"
 #include "common/tensor_codec.h"
+#include "common/tensor_wire.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/parameter_server.grpc.pb.h"
@@ -81,6 +82,11 @@ class GrpcParameterClient final : public ParameterClient {
   absl::StatusOr<PushStats> PushParts(int64_t clock, const std::vector<int64_t>& base_versions,
                                       int num_samples, absl::Span<const float> gradient,
                                       absl::Span<const KeyRange> parts) override;
+  // One PushPull call per shard (or chunk), with `gradient` and `params` each in the shared
+  // region as Push and Pull would use it.
+  absl::StatusOr<PushPullStats> PushPull(int64_t clock, const std::vector<int64_t>& base_versions,
+                                         int num_samples, absl::Span<const float> gradient,
+                                         absl::Span<float> params) override;
   absl::StatusOr<std::vector<ShardReport>> Status() override;
   void Cancel() override;
   // The region's areas (common/shared_memory.h), float32 transfers only: `weights` when weights
@@ -113,6 +119,29 @@ class GrpcParameterClient final : public ParameterClient {
   // `parts` cut at the shards' boundaries and into chunks of at most chunk_bytes, in order.
   // INVALID_ARGUMENT for an empty part or one outside the layout.
   absl::StatusOr<std::vector<Piece>> SplitAtShards(absl::Span<const KeyRange> parts) const;
+  // A piece's push: its header, and its payload (empty when `shared`: in the region).
+  struct PreparedPush {
+    ps::v1::PushRequest header;
+    std::vector<grpc::Slice> payload;
+    bool shared = false;  // the gradient area's part of the piece is lent to this call
+    int64_t payload_bytes = 0;
+  };
+  // Encodes piece i (of a push or PushPull) of `gradient`: borrowed by `borrowed`, in the
+  // client's encode buffer i, or in the gradient area (lent to the call; `direct`: the caller's
+  // buffer is that area).
+  PreparedPush PreparePush(size_t i, const Piece& piece, int64_t clock, int64_t base_version,
+                           int num_samples, absl::Span<const float> gradient, bool direct,
+                           uint64_t shard_incarnation, BorrowedPayload& borrowed);
+  // A piece's pull request (`shared`: into the weights area, lent to the call).
+  ps::v1::PullRequest PullHeader(const Piece& piece, int64_t clock, bool no_wait, bool shared,
+                                 uint64_t shard_incarnation) const;
+  // Decodes a piece's pulled values (in `split` or the weights area) into `params` and adds to
+  // `stats`; INVALID_ARGUMENT for values that do not fit the piece.
+  absl::Status DecodePulled(const Piece& piece, const ps::v1::PullResponse& header,
+                            SplitMessage& split, bool shared, bool direct,
+                            absl::Span<float> params, PullStats* stats) const;
+  static absl::Status ReplyDoesNotFit(const char* method, int shard, const absl::Status& why);
+  static void CountPush(const ps::v1::PushResponse& r, PushStats* stats);
   // Pull and PullParts: one raw call per piece; each piece is decoded into `params` as it
   // arrives, and on_part(i) runs once part i's pieces have all arrived.
   absl::StatusOr<PullStats> PullPieces(int64_t clock, bool no_wait,

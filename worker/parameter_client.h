@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/param_layout.h"
+#include "common/status_macros.h"
 
 namespace ps {
 
@@ -41,6 +42,11 @@ struct PushStats {
   int dropped = 0;            // shards whose drop rule refused it as too stale
   int late = 0;               // shards that had applied its BSP round without it
   int64_t payload_bytes = 0;  // tensor bytes sent (after compression)
+};
+
+struct PushPullStats {
+  PushStats pushed;
+  PullStats pulled;  // of the next step
 };
 
 struct ShardReport {
@@ -105,6 +111,18 @@ class ParameterClient {
   // Sends each shard its range of the mean gradient of step `clock`.
   virtual absl::StatusOr<PushStats> Push(int64_t clock, const std::vector<int64_t>& base_versions,
                                          int num_samples, absl::Span<const float> gradient) = 0;
+  // Push of step `clock`, then Pull of step clock + 1 into `params`: what the two calls would
+  // do, in one round trip per shard where the transport can. An error may come after the push
+  // landed (the pull failed); the shards' clocks say whether it did, as after a failed Push.
+  virtual absl::StatusOr<PushPullStats> PushPull(int64_t clock,
+                                                 const std::vector<int64_t>& base_versions,
+                                                 int num_samples, absl::Span<const float> gradient,
+                                                 absl::Span<float> params) {
+    PushPullStats stats;
+    ASSIGN_OR_RETURN(stats.pushed, Push(clock, base_versions, num_samples, gradient));
+    ASSIGN_OR_RETURN(stats.pulled, Pull(clock + 1, /*no_wait=*/false, params));
+    return stats;
+  }
 
   // Priority scheduling (P3, BytePS): the step's weights and gradients travel in parts, key
   // ranges of the flat buffer (one per layer, say), so that the first layers' weights can be used

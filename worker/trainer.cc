@@ -197,6 +197,11 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   } wait_for_push{in_flight};
   std::future<absl::StatusOr<PullStats>> prefetch;
   int64_t prefetch_step = -1;
+  // PushPull: `params` already holds the weights of step `carried_step`, pulled with the last
+  // push (-1: none). Anything else that writes `params` (an evaluation, a rejoin) drops them.
+  const bool push_pull = options_.push_pull && !overlap && !async_push && !options_.priority;
+  int64_t carried_step = -1;
+  PullStats carried;
   // Settles the calls in flight (a prefetch, an asynchronous push) before anything else talks to
   // the shards (rejoin, errors). A push settled here is not accounted for: the worker resumes at
   // the clock the shards report, which counts it if it landed.
@@ -206,6 +211,7 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   };
   auto drain_calls = [&] {
     drain_prefetch();
+    carried_step = -1;
     if (in_flight.has_value()) {
       in_flight->result.get().IgnoreError();
       in_flight.reset();
@@ -296,6 +302,7 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
     const bool epoch_end = (step + 1) % plan.steps_per_epoch() == 0;
     const bool periodic = options_.evaluate_every > 0 && (step + 1) % options_.evaluate_every == 0;
     if (periodic && !epoch_end && test_ != nullptr && metrics_ != nullptr) {
+      carried_step = -1;  // the evaluation reads the freshest weights into `params`
       int64_t updates = 0;
       ASSIGN_OR_RETURN(BatchStats test,
                        EvaluateFresh(step, params, params_dev.as<float>(), &updates));
@@ -314,6 +321,7 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
     if (epoch_end && epochs_done > reported_epochs && options_.evaluate_each_epoch &&
         test_ != nullptr) {
       reported_epochs = epochs_done;
+      carried_step = -1;  // the evaluation reads the freshest weights into `params`
       int64_t updates = 0;
       ASSIGN_OR_RETURN(BatchStats test,
                        EvaluateFresh(step, params, params_dev.as<float>(), &updates));
@@ -400,6 +408,9 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
         if (prefetch.valid() && prefetch_step == step) {
           pull = prefetch.get();  // only what is left of it is waited for
           std::swap(params, prefetch_params);
+        } else if (carried_step == step) {
+          pull = std::move(carried);  // arrived with the last step's push
+          carried_step = -1;
         } else {
           drain_prefetch();  // a prefetch of another step (after a rejoin); not the push
           pull = client_.Pull(step, /*no_wait=*/false, params);
@@ -456,8 +467,20 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
           std::swap(grads, spare_grads);  // the next step computes while this one is pushed
           continue;                       // accounted for when its push is settled
         }
-        absl::StatusOr<PushStats> push =
-            client_.Push(step, pulled.versions, static_cast<int>(step_stats.count), grads);
+        absl::StatusOr<PushStats> push;
+        if (push_pull && step + 1 < total_steps) {
+          absl::StatusOr<PushPullStats> both = client_.PushPull(
+              step, pulled.versions, static_cast<int>(step_stats.count), grads, params);
+          if (both.ok()) {
+            push = both->pushed;
+            carried = std::move(both->pulled);
+            carried_step = step + 1;
+          } else {
+            push = both.status();
+          }
+        } else {
+          push = client_.Push(step, pulled.versions, static_cast<int>(step_stats.count), grads);
+        }
         if (push.status().code() == absl::StatusCode::kAborted) {
           drain_calls();
           ASSIGN_OR_RETURN(cluster, Rejoin(push.status(), params));

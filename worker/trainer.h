@@ -50,6 +50,11 @@ struct TrainerOptions {
   // the shards enforce). A step's push time is what the worker waited for it. With `overlap` the
   // pull, the compute and the push of three consecutive steps run at once.
   bool async_push = false;
+  // Steps that run one after another (no `overlap`, `async_push` or `priority`) push step c and
+  // pull step c+1 in one round trip per shard (ParameterClient::PushPull). The shards do exactly
+  // what a Push and then a Pull would; a step's push time then includes the next step's pull,
+  // whose own pull time is what remained of it (nothing).
+  bool push_pull = true;
   // Priority scheduling (P3, BytePS), any mode: weights are pulled one layer per call, first layer
   // first, and each layer's forward starts as soon as its weights have arrived; each layer's
   // gradient is pushed as soon as backward has produced it, last layer first, while backward

@@ -86,6 +86,10 @@ ABSL_FLAG(bool, overlap, false,
 ABSL_FLAG(bool, async_push, false,
           "SSP/ASP: push each step's gradient on another thread while the next step pulls and "
           "computes (adds up to one update of staleness). Ignored under BSP.");
+ABSL_FLAG(bool, push_pull, true,
+          "Push each step's gradient and pull the next step's weights in one round trip per "
+          "shard (steps that run one after another: not with --overlap, --async_push or "
+          "--priority). Same results; false: two calls.");
 ABSL_FLAG(bool, priority, false,
           "Priority scheduling, any mode: pull weights layer by layer, first layer first, and "
           "start each layer's forward as soon as its weights arrived; push each layer's gradient "
@@ -358,6 +362,7 @@ int main(int argc, char** argv) {
   options.overlap = absl::GetFlag(FLAGS_overlap);
   options.priority = absl::GetFlag(FLAGS_priority);
   options.async_push = absl::GetFlag(FLAGS_async_push);
+  options.push_pull = absl::GetFlag(FLAGS_push_pull);
   options.priority_min_part = absl::GetFlag(FLAGS_priority_min_part);
   options.delays.slowdown = absl::GetFlag(FLAGS_slowdown);
   {

@@ -112,6 +112,8 @@ ABSL_FLAG(bool, overlap, false,
           "SSP/ASP workers pull the next step's weights while they compute (passed on).");
 ABSL_FLAG(bool, async_push, false,
           "SSP/ASP workers push each step while the next one computes (passed on).");
+ABSL_FLAG(bool, push_pull, true,
+          "Workers push a step and pull the next in one round trip per shard (passed on).");
 ABSL_FLAG(bool, priority, false,
           "Workers pull and push layer by layer, in the order forward and backward need them "
           "(passed on).");
@@ -473,6 +475,7 @@ int main(int argc, char** argv) {
         absl::StrCat("--overlap=", absl::GetFlag(FLAGS_overlap)),
         absl::StrCat("--priority=", absl::GetFlag(FLAGS_priority)),
         absl::StrCat("--async_push=", absl::GetFlag(FLAGS_async_push)),
+        absl::StrCat("--push_pull=", absl::GetFlag(FLAGS_push_pull)),
         absl::StrCat("--priority_min_part=", absl::GetFlag(FLAGS_priority_min_part)),
         absl::StrCat("--chunk_mib=", absl::GetFlag(FLAGS_chunk_mib)),
         absl::StrCat("--connections=", absl::GetFlag(FLAGS_connections)),
