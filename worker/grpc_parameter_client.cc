@@ -546,10 +546,11 @@ absl::StatusOr<PushStats> GrpcParameterClient::PushParts(int64_t clock,
 
 absl::StatusOr<PushPullStats> GrpcParameterClient::PushPull(
     int64_t clock, const std::vector<int64_t>& base_versions, int num_samples,
-    absl::Span<const float> gradient, absl::Span<float> params) {
+    absl::Span<const float> gradient, int64_t pull_clock, absl::Span<float> params) {
   // Sending every push twice checks exactly-once on Push; the two-call path does that.
   if (options_.duplicate_pushes) {
-    return ParameterClient::PushPull(clock, base_versions, num_samples, gradient, params);
+    return ParameterClient::PushPull(clock, base_versions, num_samples, gradient, pull_clock,
+                                     params);
   }
   if (static_cast<int64_t>(gradient.size()) != options_.total_params ||
       static_cast<int64_t>(params.size()) != options_.total_params ||
@@ -587,7 +588,7 @@ absl::StatusOr<PushPullStats> GrpcParameterClient::PushPull(
     ps::v1::PushPullRequest header;
     *header.mutable_push() = std::move(push.header);
     *header.mutable_pull() =
-        PullHeader(piece, clock + 1, /*no_wait=*/false, shared_weights[i], incarnation);
+        PullHeader(piece, pull_clock, /*no_wait=*/false, shared_weights[i], incarnation);
     requests[i] = JoinPayloadMessage(header, ps::v1::PushPullRequest::kGradientFieldNumber,
                                      std::move(push.payload));
   }

@@ -86,7 +86,7 @@ class GrpcParameterClient final : public ParameterClient {
   // region as Push and Pull would use it.
   absl::StatusOr<PushPullStats> PushPull(int64_t clock, const std::vector<int64_t>& base_versions,
                                          int num_samples, absl::Span<const float> gradient,
-                                         absl::Span<float> params) override;
+                                         int64_t pull_clock, absl::Span<float> params) override;
   absl::StatusOr<std::vector<ShardReport>> Status() override;
   void Cancel() override;
   // The region's areas (common/shared_memory.h), float32 transfers only: `weights` when weights

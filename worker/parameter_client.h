@@ -111,16 +111,17 @@ class ParameterClient {
   // Sends each shard its range of the mean gradient of step `clock`.
   virtual absl::StatusOr<PushStats> Push(int64_t clock, const std::vector<int64_t>& base_versions,
                                          int num_samples, absl::Span<const float> gradient) = 0;
-  // Push of step `clock`, then Pull of step clock + 1 into `params`: what the two calls would
-  // do, in one round trip per shard where the transport can. An error may come after the push
-  // landed (the pull failed); the shards' clocks say whether it did, as after a failed Push.
+  // Push of step `clock`, then Pull of step `pull_clock` (clock + 1, or later for a worker that
+  // runs ahead) into `params`: what the two calls would do, in one round trip per shard where
+  // the transport can. An error may come after the push landed (the pull failed); the shards'
+  // clocks say whether it did, as after a failed Push.
   virtual absl::StatusOr<PushPullStats> PushPull(int64_t clock,
                                                  const std::vector<int64_t>& base_versions,
                                                  int num_samples, absl::Span<const float> gradient,
-                                                 absl::Span<float> params) {
+                                                 int64_t pull_clock, absl::Span<float> params) {
     PushPullStats stats;
     ASSIGN_OR_RETURN(stats.pushed, Push(clock, base_versions, num_samples, gradient));
-    ASSIGN_OR_RETURN(stats.pulled, Pull(clock + 1, /*no_wait=*/false, params));
+    ASSIGN_OR_RETURN(stats.pulled, Pull(pull_clock, /*no_wait=*/false, params));
     return stats;
   }
 

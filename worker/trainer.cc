@@ -179,12 +179,15 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
     ASSIGN_OR_RETURN(spare_grads_host, device_.AllocateHost(n * sizeof(float)));
     spare_grads = absl::Span<float>(spare_grads_host.as<float>(), n);
   }
+  // A push in flight; pipelined, it also pulls step `pull_clock` into `weights`.
   struct InFlightPush {
     int64_t step = 0;
     PullStats pulled;
     BatchStats step_stats;
     absl::Time t0, t1, t2, t2s;
-    std::future<absl::StatusOr<PushStats>> result;
+    int64_t pull_clock = -1;  // -1: a push alone
+    absl::Span<float> weights;
+    std::future<absl::StatusOr<PushPullStats>> result;
   };
   std::optional<InFlightPush> in_flight;
   // Declared after the buffers a push reads, so destroyed before them: whatever way Run returns,
@@ -197,11 +200,20 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   } wait_for_push{in_flight};
   std::future<absl::StatusOr<PullStats>> prefetch;
   int64_t prefetch_step = -1;
-  // PushPull: `params` already holds the weights of step `carried_step`, pulled with the last
-  // push (-1: none). Anything else that writes `params` (an evaluation, a rejoin) drops them.
+  // PushPull, steps one after another: each push brings the next step's weights into `params`.
   const bool push_pull = options_.push_pull && !overlap && !async_push && !options_.priority;
+  // PushPull with overlap and asynchronous pushes: one call per step, in flight while the next
+  // step computes. Step c's call pushes c and pulls c+2 into the buffer step c computed from, while
+  // step c+1 computes on the weights step c-1's call brought. The pull of c+2 right after the
+  // push of c needs the shards to allow this worker a clock ahead of its own (SSP bound >= 1).
+  const bool pipelined = options_.push_pull && overlap && async_push && !options_.priority &&
+                         !(cluster.mode == "ssp" && cluster.staleness < 1);
+  // The weights of step `carried_step` (-1: none) are in `carried_weights` (`params` or
+  // `prefetch_params`), pulled with an earlier push. Anything else that writes those buffers
+  // (an evaluation, a rejoin) drops them.
   int64_t carried_step = -1;
   PullStats carried;
+  absl::Span<float> carried_weights;
   // Settles the calls in flight (a prefetch, an asynchronous push) before anything else talks to
   // the shards (rejoin, errors). A push settled here is not accounted for: the worker resumes at
   // the clock the shards report, which counts it if it landed.
@@ -361,16 +373,31 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
 
   // Waits for the push in flight, if any, and accounts for its step; the time waited is that
   // step's push time. An error (ABORTED: register again) is the push's.
+  // Weights it pulled are carried (before finish_step, whose evaluation may drop them).
   const auto settle_push = [&]() -> absl::Status {
     if (!in_flight.has_value()) return absl::OkStatus();
     const absl::Time wait_start = absl::Now();
-    absl::StatusOr<PushStats> pushed = in_flight->result.get();
+    absl::StatusOr<PushPullStats> both = in_flight->result.get();
     const InFlightPush done = std::move(*in_flight);
     in_flight.reset();
-    RETURN_IF_ERROR(pushed.status());
+    RETURN_IF_ERROR(both.status());
     last_push = absl::Now() - wait_start;
-    return finish_step(done.step, done.pulled, *pushed, done.step_stats, done.t0, done.t1, done.t2,
-                       done.t2s, done.t2s + last_push);
+    if (done.pull_clock >= 0) {
+      carried = std::move(both->pulled);
+      carried_step = done.pull_clock;
+      carried_weights = done.weights;
+    }
+    return finish_step(done.step, done.pulled, both->pushed, done.step_stats, done.t0, done.t1,
+                       done.t2, done.t2s, done.t2s + last_push);
+  };
+  // An ABORTED call (lease expired, shard restarted) makes the worker register again: true when
+  // it did, and the step loop resumes at the shards' clock. Other errors end the run.
+  const auto rejoin_if_aborted = [&](const absl::Status& s) -> absl::StatusOr<bool> {
+    if (s.ok()) return false;
+    drain_calls();
+    if (s.code() != absl::StatusCode::kAborted) return s;
+    ASSIGN_OR_RETURN(cluster, Rejoin(s, params));
+    return true;
   };
   std::unique_ptr<TaskPool> push_thread;
   if (async_push) push_thread = std::make_unique<TaskPool>(1);
@@ -404,32 +431,44 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
         t2 = t2s = t1 + times.compute;
         t3 = t2 + times.push;
       } else {
+        // Pipelined: the call in flight may be bringing this step's weights.
+        if (pipelined && carried_step != step && in_flight.has_value() &&
+            in_flight->pull_clock == step) {
+          ASSIGN_OR_RETURN(const bool rejoined, rejoin_if_aborted(settle_push()));
+          if (rejoined) {
+            step = cluster.resume_clock - 1;  // the loop's ++step resumes at the shards' clock
+            continue;
+          }
+        }
         absl::StatusOr<PullStats> pull;
         if (prefetch.valid() && prefetch_step == step) {
           pull = prefetch.get();  // only what is left of it is waited for
           std::swap(params, prefetch_params);
         } else if (carried_step == step) {
-          pull = std::move(carried);  // arrived with the last step's push
+          pull = std::move(carried);  // arrived with an earlier push
           carried_step = -1;
+          if (carried_weights.data() != params.data()) std::swap(params, prefetch_params);
         } else {
           drain_prefetch();  // a prefetch of another step (after a rejoin); not the push
           pull = client_.Pull(step, /*no_wait=*/false, params);
         }
-        if (overlap && pull.ok() && step + 1 < total_steps) {
+        // Pipelined, the call in flight brings the next step's weights; a prefetch starts the
+        // pipeline (first step, or after an evaluation or rejoin dropped carried weights).
+        const bool next_coming = pipelined && (carried_step == step + 1 ||
+                                               (in_flight.has_value() &&
+                                                in_flight->pull_clock == step + 1));
+        if (overlap && !next_coming && pull.ok() && step + 1 < total_steps) {
           prefetch_step = step + 1;
           prefetch = std::async(std::launch::async, [this, next = step + 1, out = prefetch_params] {
             return client_.Pull(next, /*no_wait=*/false, out);
           });
         }
-        if (pull.status().code() == absl::StatusCode::kAborted) {
-          drain_calls();
-          ASSIGN_OR_RETURN(cluster, Rejoin(pull.status(), params));
-          step = cluster.resume_clock - 1;  // the loop's ++step resumes at the shards' clock
-          continue;
-        }
-        if (!pull.ok()) {
-          drain_calls();
-          return pull.status();
+        {
+          ASSIGN_OR_RETURN(const bool rejoined, rejoin_if_aborted(pull.status()));
+          if (rejoined) {
+            step = cluster.resume_clock - 1;
+            continue;
+          }
         }
         pulled = *std::move(pull);
         t1 = absl::Now();
@@ -440,19 +479,27 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
         const absl::Duration delay = delays.DelayFor(step, (t2 - t0) + last_push);
         if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
         t2s = absl::Now();
+        const int count = static_cast<int>(step_stats.count);
         if (async_push) {
-          const absl::Status settled = settle_push();
-          if (settled.code() == absl::StatusCode::kAborted) {
-            drain_calls();
-            ASSIGN_OR_RETURN(cluster, Rejoin(settled, params));
-            step = cluster.resume_clock - 1;  // this step's gradient is dropped with the rest
-            continue;
+          {
+            ASSIGN_OR_RETURN(const bool rejoined, rejoin_if_aborted(settle_push()));
+            if (rejoined) {
+              step = cluster.resume_clock - 1;  // this step's gradient is dropped with the rest
+              continue;
+            }
           }
-          if (!settled.ok()) {
-            drain_calls();
-            return settled;
+          // Pipelined: pull the step after next into the buffer this step computed from (free
+          // now) when the next step's weights are here or being prefetched (into the other
+          // buffer), else the next step's into the other buffer; nothing past the last step.
+          int64_t pull_clock = -1;
+          absl::Span<float> into;
+          if (pipelined) {
+            const bool next_here =
+                carried_step == step + 1 || (prefetch.valid() && prefetch_step == step + 1);
+            pull_clock = next_here ? step + 2 : step + 1;
+            into = next_here ? params : prefetch_params;
+            if (pull_clock >= total_steps) pull_clock = -1;
           }
-          const int count = static_cast<int>(step_stats.count);
           in_flight = InFlightPush{
               step,
               pulled,
@@ -461,35 +508,41 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
               t1,
               t2,
               t2s,
-              push_thread->Submit([this, step, count, g = grads, versions = pulled.versions] {
-                return client_.Push(step, versions, count, g);
+              pull_clock,
+              into,
+              push_thread->Submit([this, step, count, pull_clock, into, g = grads,
+                                   versions = pulled.versions]() -> absl::StatusOr<PushPullStats> {
+                if (pull_clock >= 0) {
+                  return client_.PushPull(step, versions, count, g, pull_clock, into);
+                }
+                PushPullStats only_pushed;
+                ASSIGN_OR_RETURN(only_pushed.pushed, client_.Push(step, versions, count, g));
+                return only_pushed;
               })};
           std::swap(grads, spare_grads);  // the next step computes while this one is pushed
           continue;                       // accounted for when its push is settled
         }
         absl::StatusOr<PushStats> push;
         if (push_pull && step + 1 < total_steps) {
-          absl::StatusOr<PushPullStats> both = client_.PushPull(
-              step, pulled.versions, static_cast<int>(step_stats.count), grads, params);
+          absl::StatusOr<PushPullStats> both =
+              client_.PushPull(step, pulled.versions, count, grads, step + 1, params);
           if (both.ok()) {
             push = both->pushed;
             carried = std::move(both->pulled);
             carried_step = step + 1;
+            carried_weights = params;
           } else {
             push = both.status();
           }
         } else {
-          push = client_.Push(step, pulled.versions, static_cast<int>(step_stats.count), grads);
+          push = client_.Push(step, pulled.versions, count, grads);
         }
-        if (push.status().code() == absl::StatusCode::kAborted) {
-          drain_calls();
-          ASSIGN_OR_RETURN(cluster, Rejoin(push.status(), params));
-          step = cluster.resume_clock - 1;
-          continue;
-        }
-        if (!push.ok()) {
-          drain_calls();
-          return push.status();
+        {
+          ASSIGN_OR_RETURN(const bool rejoined, rejoin_if_aborted(push.status()));
+          if (rejoined) {
+            step = cluster.resume_clock - 1;
+            continue;
+          }
         }
         pushed = *push;
         t3 = absl::Now();
@@ -497,13 +550,8 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
 
       RETURN_IF_ERROR(finish_step(step, pulled, pushed, step_stats, t0, t1, t2, t2s, t3));
     }
-    const absl::Status settled = settle_push();
-    if (settled.code() == absl::StatusCode::kAborted) {
-      drain_calls();
-      ASSIGN_OR_RETURN(cluster, Rejoin(settled, params));
-      continue;
-    }
-    RETURN_IF_ERROR(settled);
+    ASSIGN_OR_RETURN(const bool rejoined, rejoin_if_aborted(settle_push()));
+    if (rejoined) continue;
     break;
   }
   drain_calls();  // a prefetch is never started past the last step; this is for `break`
