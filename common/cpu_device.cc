@@ -73,7 +73,8 @@ absl::Status CpuDevice::AddBias(int rows, int cols, const float* bias, float* x)
 }
 
 absl::Status CpuDevice::SumRows(int rows, int cols, const float* x, float beta, float* out) {
-  for (int j = 0; j < cols; ++j) out[j] *= beta;
+  // beta 0: `out` is not read (BLAS's convention), so whatever it held (NaN too) is gone.
+  for (int j = 0; j < cols; ++j) out[j] = beta == 0.0f ? 0.0f : out[j] * beta;
   for (int r = 0; r < rows; ++r) {
     const float* row = x + static_cast<int64_t>(r) * cols;
     for (int j = 0; j < cols; ++j) out[j] += row[j];
@@ -87,7 +88,11 @@ absl::Status CpuDevice::ReluForward(int64_t n, const float* x, float* y) {
 }
 
 absl::Status CpuDevice::ReluBackward(int64_t n, const float* y, const float* dy, float* dx) {
-  for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+  // dy is read whatever y holds: a load under the condition would keep the loop from vectorising.
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = dy[i];
+    dx[i] = y[i] > 0.0f ? g : 0.0f;
+  }
   return absl::OkStatus();
 }
 

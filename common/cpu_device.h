@@ -14,6 +14,7 @@ class CpuDevice final : public Device {
   // processes: OpenBLAS's spinning helper threads otherwise steal the cores the servers need.
   explicit CpuDevice(int blas_threads = 1);
   std::string name() const override { return "cpu"; }
+  bool host_addressable() const override { return true; }
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
   // Host and device memory are the same here.
   absl::StatusOr<DeviceBuffer> AllocateHost(size_t bytes) override { return Allocate(bytes); }

@@ -40,6 +40,9 @@ class Device {
  public:
   virtual ~Device() = default;
   virtual std::string name() const = 0;
+  // True when device memory is ordinary host memory (the CPU device): host buffers may then be
+  // passed to the ops directly, and the copies to and from the device can be skipped.
+  virtual bool host_addressable() const { return false; }
 
   // Memory. Allocate returns zero-filled device memory or RESOURCE_EXHAUSTED.
   virtual absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) = 0;
@@ -58,7 +61,8 @@ class Device {
                             const float* a, const float* b, float beta, float* c) = 0;
   // x (rows, cols) += bias (cols), broadcast over rows.
   virtual absl::Status AddBias(int rows, int cols, const float* bias, float* x) = 0;
-  // out (cols) = beta * out + sum over rows of x (rows, cols).
+  // out (cols) = beta * out + sum over rows of x (rows, cols). beta 0: `out` is not read, as in
+  // BLAS (Gemm's beta 0 likewise), so it may hold anything.
   virtual absl::Status SumRows(int rows, int cols, const float* x, float beta, float* out) = 0;
   // y = max(x, 0), elementwise over n; y may alias x.
   virtual absl::Status ReluForward(int64_t n, const float* x, float* y) = 0;

@@ -25,12 +25,13 @@ absl::Status Linear::Forward(Device& dev, const float* params, const float* x, i
 }
 
 absl::Status Linear::Backward(Device& dev, const float* params, const float* x, const float*,
-                              const float* dy, int batch, float* dx, float* grads) {
+                              const float* dy, int batch, float* dx, float* grads,
+                              float grads_beta) {
   float* dw = grads;
   float* db = grads + in_ * out_;
-  // dW (in, out) += x^T (in, batch) dy (batch, out); db += column sums of dy.
-  RETURN_IF_ERROR(dev.Gemm(true, false, in_, out_, batch, 1.0f, x, dy, 1.0f, dw));
-  RETURN_IF_ERROR(dev.SumRows(batch, out_, dy, 1.0f, db));
+  // dW (in, out) = beta dW + x^T (in, batch) dy (batch, out); db = beta db + column sums of dy.
+  RETURN_IF_ERROR(dev.Gemm(true, false, in_, out_, batch, 1.0f, x, dy, grads_beta, dw));
+  RETURN_IF_ERROR(dev.SumRows(batch, out_, dy, grads_beta, db));
   if (dx == nullptr) return absl::OkStatus();
   // dx (batch, in) = dy (batch, out) W^T (out, in).
   return dev.Gemm(false, true, batch, in_, out_, 1.0f, dy, params, 0.0f, dx);
@@ -41,7 +42,7 @@ absl::Status Relu::Forward(Device& dev, const float*, const float* x, int batch,
 }
 
 absl::Status Relu::Backward(Device& dev, const float*, const float*, const float* y,
-                            const float* dy, int batch, float* dx, float*) {
+                            const float* dy, int batch, float* dx, float*, float) {
   if (dx == nullptr) return absl::OkStatus();
   return dev.ReluBackward(static_cast<int64_t>(batch) * size_, y, dy, dx);
 }
@@ -86,12 +87,13 @@ absl::Status Conv2d::Forward(Device& dev, const float* params, const float* x, i
 }
 
 absl::Status Conv2d::Backward(Device& dev, const float* params, const float*, const float*,
-                              const float* dy, int batch, float* dx, float* grads) {
+                              const float* dy, int batch, float* dx, float* grads,
+                              float grads_beta) {
   const int rows = batch * out_h_ * out_w_;
   float* cols = cols_.as<float>();
-  // dW (patch, out) += cols^T (patch, rows) dy (rows, out); db += column sums of dy.
-  RETURN_IF_ERROR(dev.Gemm(true, false, patch_, out_, rows, 1.0f, cols, dy, 1.0f, grads));
-  RETURN_IF_ERROR(dev.SumRows(rows, out_, dy, 1.0f, grads + patch_ * out_));
+  // dW (patch, out) = beta dW + cols^T (patch, rows) dy (rows, out); db likewise.
+  RETURN_IF_ERROR(dev.Gemm(true, false, patch_, out_, rows, 1.0f, cols, dy, grads_beta, grads));
+  RETURN_IF_ERROR(dev.SumRows(rows, out_, dy, grads_beta, grads + patch_ * out_));
   if (dx == nullptr) return absl::OkStatus();
   // dcols (rows, patch) = dy (rows, out) W^T (out, patch), written over the forward's cols,
   // which are no longer needed; then scattered back onto the image.
@@ -113,7 +115,7 @@ absl::Status MaxPool2d::Forward(Device& dev, const float*, const float* x, int b
 }
 
 absl::Status MaxPool2d::Backward(Device& dev, const float*, const float*, const float*,
-                                 const float* dy, int batch, float* dx, float*) {
+                                 const float* dy, int batch, float* dx, float*, float) {
   if (dx == nullptr) return absl::OkStatus();
   return dev.MaxPoolBackward(int64_t{batch} * output_size(), dy, argmax_.as<int32_t>(),
                              int64_t{batch} * input_size(), dx);

@@ -31,10 +31,12 @@ class Layer {
   // x (batch, input_size) -> y (batch, output_size).
   virtual absl::Status Forward(Device& dev, const float* params, const float* x, int batch,
                                float* y) = 0;
-  // Given x, y of the forward pass and dy, adds the parameter gradients to `grads` and writes dx
+  // Given x, y of the forward pass and dy, sets grads = grads_beta * grads + the parameter
+  // gradients (grads_beta 0: `grads` is only written, whatever it held) and writes dx
   // (batch, input_size) unless dx is null (the first layer needs no input gradient).
   virtual absl::Status Backward(Device& dev, const float* params, const float* x, const float* y,
-                                const float* dy, int batch, float* dx, float* grads) = 0;
+                                const float* dy, int batch, float* dx, float* grads,
+                        float grads_beta) = 0;
 };
 
 // y = x W + b with W (in, out) and b (out). Initialised like PyTorch's nn.Linear:
@@ -49,7 +51,8 @@ class Linear final : public Layer {
   absl::Status Forward(Device& dev, const float* params, const float* x, int batch,
                        float* y) override;
   absl::Status Backward(Device& dev, const float* params, const float* x, const float* y,
-                        const float* dy, int batch, float* dx, float* grads) override;
+                        const float* dy, int batch, float* dx, float* grads,
+                        float grads_beta) override;
 
  private:
   std::string name_;
@@ -68,7 +71,8 @@ class Relu final : public Layer {
   absl::Status Forward(Device& dev, const float* params, const float* x, int batch,
                        float* y) override;
   absl::Status Backward(Device& dev, const float* params, const float* x, const float* y,
-                        const float* dy, int batch, float* dx, float* grads) override;
+                        const float* dy, int batch, float* dx, float* grads,
+                        float grads_beta) override;
 
  private:
   int64_t size_;
@@ -90,7 +94,8 @@ class Conv2d final : public Layer {
   absl::Status Forward(Device& dev, const float* params, const float* x, int batch,
                        float* y) override;
   absl::Status Backward(Device& dev, const float* params, const float* x, const float* y,
-                        const float* dy, int batch, float* dx, float* grads) override;
+                        const float* dy, int batch, float* dx, float* grads,
+                        float grads_beta) override;
 
  private:
   std::string name_;
@@ -114,7 +119,8 @@ class MaxPool2d final : public Layer {
   absl::Status Forward(Device& dev, const float* params, const float* x, int batch,
                        float* y) override;
   absl::Status Backward(Device& dev, const float* params, const float* x, const float* y,
-                        const float* dy, int batch, float* dx, float* grads) override;
+                        const float* dy, int batch, float* dx, float* grads,
+                        float grads_beta) override;
 
  private:
   int height_, width_, channels_, pool_;

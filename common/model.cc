@@ -105,7 +105,7 @@ absl::StatusOr<BatchStats> Model::Evaluate(const float* params, const float* x,
 absl::StatusOr<BatchStats> Model::ForwardBackward(const float* params, const float* x,
                                                   const int32_t* labels, int batch,
                                                   float grad_scale, float* grads,
-                                                  const LayerHooks& hooks) {
+                                                  const LayerHooks& hooks, bool overwrite_grads) {
   ASSIGN_OR_RETURN(BatchStats stats, Forward(params, x, labels, batch, hooks));
   const size_t last = layers_.size() - 1;
   RETURN_IF_ERROR(device_.SoftmaxCrossEntropyBackward(batch, num_classes(), probs_.as<float>(),
@@ -116,7 +116,8 @@ absl::StatusOr<BatchStats> Model::ForwardBackward(const float* params, const flo
     float* din = i == 0 ? nullptr : gradients_[i - 1].as<float>();
     RETURN_IF_ERROR(layers_[i]->Backward(device_, params + param_offsets_[i], in,
                                          activations_[i].as<float>(), gradients_[i].as<float>(),
-                                         batch, din, grads + param_offsets_[i]));
+                                         batch, din, grads + param_offsets_[i],
+                                         overwrite_grads ? 0.0f : 1.0f));
     const KeyRange own = LayerParams(i);
     if (hooks.after_backward && own.size() > 0) RETURN_IF_ERROR(hooks.after_backward(own));
   }

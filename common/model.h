@@ -53,10 +53,12 @@ class Model {
 
   // Forward and backward over `batch` <= max_batch() samples x (batch, input_size) and labels
   // (batch), all device memory. Adds grad_scale * d(mean loss over the batch)/d(params) to
-  // `grads`; a caller accumulating K micro-batches zeroes grads first and passes 1/K.
+  // `grads`; a caller accumulating K micro-batches passes 1/K. With `overwrite_grads`, `grads`
+  // is set to that instead, whatever it held (the first micro-batch needs no zeroed buffer).
   absl::StatusOr<BatchStats> ForwardBackward(const float* params, const float* x,
                                              const int32_t* labels, int batch, float grad_scale,
-                                             float* grads, const LayerHooks& hooks = {});
+                                             float* grads, const LayerHooks& hooks = {},
+                                             bool overwrite_grads = false);
   // Forward only: the loss and accuracy sums of the batch.
   absl::StatusOr<BatchStats> Evaluate(const float* params, const float* x, const int32_t* labels,
                                       int batch);

@@ -30,9 +30,11 @@ absl::StatusOr<std::unique_ptr<StepGradient>> StepGradient::Create(
 
 absl::StatusOr<BatchStats> StepGradient::Compute(int64_t step, absl::Span<const float> params,
                                                  absl::Span<float> grads) {
+  // Host memory is the device's own: forward reads `params` and backward writes `grads` in place.
+  if (device_.host_addressable()) return Run(step, nullptr, params.data(), grads.data(), grads);
   RETURN_IF_ERROR(device_.CopyToDevice(params.data(), model_.layout().total() * sizeof(float),
                                        params_dev_.as<float>()));
-  return Run(step, nullptr, grads);
+  return Run(step, nullptr, params_dev_.as<float>(), grads_dev_.as<float>(), grads);
 }
 
 absl::StatusOr<BatchStats> StepGradient::ComputeByLayer(int64_t step,
@@ -60,17 +62,17 @@ absl::StatusOr<BatchStats> StepGradient::ComputeByLayer(int64_t step,
     }
     return hooks;
   };
-  return Run(step, &hooks_for, grads);
+  return Run(step, &hooks_for, params_dev, grads_dev, grads);
 }
 
 absl::StatusOr<BatchStats> StepGradient::Run(int64_t step,
                                              const std::function<LayerHooks(int)>* hooks_for,
+                                             const float* params_dev, float* grads_dev,
                                              absl::Span<float> grads) {
   const int64_t n = model_.layout().total();
   const int64_t features = train_.features();
   float* x = x_host_.as<float>();
   int32_t* y = y_host_.as<int32_t>();
-  RETURN_IF_ERROR(device_.Fill(0.0f, n, grads_dev_.as<float>()));
   BatchStats stats;
   for (int micro = 0; micro < accumulate_; ++micro) {
     plan_.MicroBatch(step, micro, &indices_);
@@ -80,14 +82,15 @@ absl::StatusOr<BatchStats> StepGradient::Run(int64_t step,
     const LayerHooks hooks = hooks_for != nullptr ? (*hooks_for)(micro) : LayerHooks();
     ASSIGN_OR_RETURN(
         BatchStats s,
-        model_.ForwardBackward(params_dev_.as<float>(), x_dev_.as<float>(), y_dev_.as<int32_t>(),
-                               batch_, 1.0f / accumulate_, grads_dev_.as<float>(), hooks));
+        model_.ForwardBackward(params_dev, x_dev_.as<float>(), y_dev_.as<int32_t>(), batch_,
+                               1.0f / accumulate_, grads_dev, hooks,
+                               /*overwrite_grads=*/micro == 0));
     stats.loss_sum += s.loss_sum;
     stats.correct += s.correct;
     stats.count += s.count;
   }
-  if (hooks_for == nullptr) {
-    RETURN_IF_ERROR(device_.CopyToHost(grads_dev_.as<float>(), n * sizeof(float), grads.data()));
+  if (hooks_for == nullptr && grads_dev != grads.data()) {
+    RETURN_IF_ERROR(device_.CopyToHost(grads_dev, n * sizeof(float), grads.data()));
   }
   return stats;
 }

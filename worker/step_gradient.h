@@ -64,8 +64,11 @@ class StepGradient {
   int batch_;
   int accumulate_;
   // Both entry points: `hooks_for(micro)` gives the model's hooks of micro-batch `micro` (none:
-  // the whole buffers are copied before and after).
+  // the whole gradient is copied to `grads` after, unless `grads_dev` is `grads` itself). The
+  // model reads `params_dev` and accumulates into `grads_dev` (device memory, or host memory on
+  // a host-addressable device).
   absl::StatusOr<BatchStats> Run(int64_t step, const std::function<LayerHooks(int)>* hooks_for,
+                                 const float* params_dev, float* grads_dev,
                                  absl::Span<float> grads);
   DeviceBuffer params_dev_, grads_dev_, x_dev_, y_dev_;
   DeviceBuffer x_host_, y_host_;  // the device's preferred host memory (pinned for CUDA)

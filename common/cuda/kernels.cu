@@ -37,7 +37,7 @@ __global__ void SumRowsKernel(int rows, int cols, const float* x, float beta, fl
   for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < cols; j += blockDim.x * gridDim.x) {
     float sum = 0.0f;
     for (int r = 0; r < rows; ++r) sum += x[int64_t{r} * cols + j];
-    out[j] = beta * out[j] + sum;
+    out[j] = beta == 0.0f ? sum : beta * out[j] + sum;  // beta 0: `out` is not read (BLAS)
   }
 }
 

@@ -40,7 +40,7 @@ void CheckLayerGradients(Layer& layer, std::vector<float> x, int batch, double t
   std::vector<float> dx(x.size());
   ASSERT_TRUE(layer
                   .Backward(dev, params.data(), x.data(), y.data(), r.data(), batch, dx.data(),
-                            grads.data())
+                            grads.data(), /*grads_beta=*/1.0f)
                   .ok());
   const float h = 1e-2f;
   for (int64_t i = 0; i < num_params; ++i) {
@@ -317,6 +317,34 @@ TEST(Mlp, GradScaleScalesAndAccumulates) {
             .ok());
   }
   for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(twice_half[i], once[i], 1e-6) << i;
+}
+
+// The first micro-batch overwrites the gradient buffer: whatever it held (NaN here) is gone, and
+// the result is bit for bit the accumulation into zeros. Both models: the CNN's convolution and
+// pooling write their gradients the same way.
+TEST(Model, OverwritingGradientsEqualsAccumulatingIntoZeros) {
+  CpuDevice dev;
+  for (const char* name : {"mlp", "cnn"}) {
+    auto model = MakeModel(ModelSpec{name, {6}}, ImageShape{16, 16, 1}, 3, dev, 4);
+    ASSERT_TRUE(model.ok()) << model.status();
+    const int64_t n = (*model)->layout().total();
+    std::vector<float> params(n);
+    (*model)->InitParams(3, params.data());
+    Rng rng(5);
+    std::vector<float> x(4 * 256);
+    for (float& v : x) v = rng.Uniform(-1.0f, 1.0f);
+    const std::vector<int32_t> labels = {0, 2, 1, 2};
+    std::vector<float> zeroed(n, 0.0f), overwritten(n, std::nanf(""));
+    ASSERT_TRUE((*model)
+                    ->ForwardBackward(params.data(), x.data(), labels.data(), 4, 0.5f,
+                                      zeroed.data())
+                    .ok());
+    ASSERT_TRUE((*model)
+                    ->ForwardBackward(params.data(), x.data(), labels.data(), 4, 0.5f,
+                                      overwritten.data(), {}, /*overwrite_grads=*/true)
+                    .ok());
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(overwritten[i], zeroed[i]) << name << " " << i;
+  }
 }
 
 TEST(Model, RejectsMismatchedLayerSizes) {
