@@ -123,8 +123,10 @@ absl::StatusOr<ParsedPull> ParsePull(const grpc::ByteBuffer& buffer) {
   return ParsePull(req);
 }
 
-// PushPull's two halves, checked to name one worker; the pull's unset identity fields are the
-// push's. INVALID_ARGUMENT for a gradient inside `push`, another worker or an observer read.
+// PushPull's two halves, checked to name one worker and one key range; the pull's unset identity
+// fields are the push's. INVALID_ARGUMENT for a gradient inside `push`, another worker, other
+// keys or an observer read: the pull is then refused on the same grounds as the push, so once
+// the push is applied only its waiting can fail.
 absl::Status CheckPushPull(ps::v1::PushPullRequest& req) {
   const ps::v1::PushRequest& push = req.push();
   ps::v1::PullRequest& pull = *req.mutable_pull();
@@ -142,6 +144,11 @@ absl::Status CheckPushPull(ps::v1::PushPullRequest& req) {
       pull.shard_incarnation() != push.shard_incarnation() ||
       pull.layout_fingerprint() != push.layout_fingerprint()) {
     return absl::InvalidArgumentError("PushPull's push and pull name different workers");
+  }
+  if (pull.begin() != push.begin() || pull.end() != push.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PushPull pulls [", pull.begin(), ", ", pull.end(), ") but pushes [", push.begin(), ", ",
+        push.end(), "): one call moves one key range"));
   }
   return absl::OkStatus();
 }

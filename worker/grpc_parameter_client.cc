@@ -561,6 +561,12 @@ absl::StatusOr<PushPullStats> GrpcParameterClient::PushPull(
   const KeyRange whole{0, options_.total_params};
   ASSIGN_OR_RETURN(const std::vector<Piece> pieces,
                    SplitAtShards(absl::MakeConstSpan(&whole, 1)));
+  // A shard applies a step cut into chunks only once all its chunks are in, so a chunk's pull
+  // must wait for the other chunks' pushes: two rounds, as Push then Pull.
+  if (pieces.size() != stubs_.size()) {
+    return ParameterClient::PushPull(clock, base_versions, num_samples, gradient, pull_clock,
+                                     params);
+  }
   BorrowedPayload borrowed;  // destroyed last: Push's contract on `gradient`
   const std::vector<uint64_t> shard_incarnation = shard_incarnations();
   std::vector<grpc::ByteBuffer> requests(pieces.size());

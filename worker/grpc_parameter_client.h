@@ -82,8 +82,9 @@ class GrpcParameterClient final : public ParameterClient {
   absl::StatusOr<PushStats> PushParts(int64_t clock, const std::vector<int64_t>& base_versions,
                                       int num_samples, absl::Span<const float> gradient,
                                       absl::Span<const KeyRange> parts) override;
-  // One PushPull call per shard (or chunk), with `gradient` and `params` each in the shared
-  // region as Push and Pull would use it.
+  // One PushPull call per shard, with `gradient` and `params` each in the shared region as Push
+  // and Pull would use it. Transfers cut into chunks take a Push and a Pull: a shard applies
+  // the step only once all its chunks are in, so no chunk's pull may start before that.
   absl::StatusOr<PushPullStats> PushPull(int64_t clock, const std::vector<int64_t>& base_versions,
                                          int num_samples, absl::Span<const float> gradient,
                                          int64_t pull_clock, absl::Span<float> params) override;

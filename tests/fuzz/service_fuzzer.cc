@@ -2,7 +2,8 @@
 // parsed as requests in arbitrary order; Push and Pull bytes go raw through the in-place wire
 // splitter (common/tensor_wire.h), as the rpcs receive them. Checks, besides what ASan and UBSan
 // catch:
-// - a refused request leaves the weights and the version unchanged;
+// - a refused request leaves the weights and the version unchanged (but a PushPull whose pull
+//   timed out has applied its push);
 // - the version never goes backwards and the weights stay finite;
 // - a snapshot restores into a fresh shard with the same weights and version.
 //
@@ -124,7 +125,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::vector<float> before = w.shard->Values();
     const int64_t version_before = w.shard->GetStatus().version;
     grpc::Status st;
-    switch (op % 8) {
+    bool pushed_then_waited = false;  // PushPull: applied its push, then its pull timed out
+    switch (op % 9) {
       case 0:
         st = Call<ps::v1::RegisterRequest, ps::v1::RegisterResponse>(*w.service, &S::HandleRegister,
                                                                      body, length);
@@ -166,9 +168,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 7:
         st = Attach(*w.service, body, length);
         break;
+      case 8: {
+        grpc::ByteBuffer reply;
+        st = w.service->Authenticate({});
+        if (st.ok()) st = w.service->HandlePushPull(Raw(body, length), absl::Now(), &reply);
+        pushed_then_waited = st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+        break;
+      }
     }
     const int64_t version = w.shard->GetStatus().version;
-    if (!st.ok() && (w.shard->Values() != before || version != version_before)) std::abort();
+    if (!st.ok() && !pushed_then_waited &&
+        (w.shard->Values() != before || version != version_before)) {
+      std::abort();
+    }
     if (version < last_version) std::abort();
     last_version = version;
     // Finite gradients on finite weights may still overflow to Inf with a huge learning rate;

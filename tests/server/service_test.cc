@@ -157,6 +157,69 @@ TEST_F(ServiceTest, GoodPushIsAppliedAndItsRetryIsADuplicate) {
   EXPECT_EQ(Weights(), (std::vector<float>{0, 1, 2}));
 }
 
+// PushPull from a plain protobuf client: the push is applied, then the pull answered with the
+// weights after it, in one call; its retry finds the push a duplicate and pulls the same values.
+TEST_F(ServiceTest, PushPullAppliesThePushThenAnswersThePull) {
+  ps::v1::PushPullRequest req;
+  *req.mutable_push() = GoodPush();
+  req.mutable_push()->clear_gradient();
+  req.set_gradient(Bytes({1, 1, 1}));
+  req.mutable_pull()->set_begin(0);
+  req.mutable_pull()->set_end(3);
+  req.mutable_pull()->set_clock(1);
+  for (bool retry : {false, true}) {
+    ps::v1::PushPullResponse resp;
+    ASSERT_TRUE(Call(&ps::v1::ParameterServer::Stub::PushPull, req, &resp).ok());
+    EXPECT_EQ(resp.push().applied(), !retry);
+    EXPECT_EQ(resp.push().duplicate(), retry);
+    EXPECT_EQ(resp.push().version(), 1);
+    EXPECT_EQ(resp.pull().version(), 1);
+    EXPECT_FALSE(resp.pull().in_shared_memory());
+    EXPECT_TRUE(resp.pull().values().empty());  // the values are field 3
+    EXPECT_EQ(resp.values(), Bytes({0, 1, 2}));
+  }
+  EXPECT_EQ(Weights(), (std::vector<float>{0, 1, 2}));
+}
+
+TEST_F(ServiceTest, BadPushPullsAreRefusedAndChangeNothing) {
+  ps::v1::PushPullRequest good;
+  *good.mutable_push() = GoodPush();
+  good.mutable_push()->clear_gradient();
+  good.set_gradient(Bytes({1, 1, 1}));
+  good.mutable_pull()->set_begin(0);
+  good.mutable_pull()->set_end(3);
+  good.mutable_pull()->set_clock(1);
+  const auto code = [&](const ps::v1::PushPullRequest& req) {
+    ps::v1::PushPullResponse resp;
+    return Call(&ps::v1::ParameterServer::Stub::PushPull, req, &resp).error_code();
+  };
+  auto other_worker = good;
+  other_worker.mutable_pull()->set_rank(1);
+  EXPECT_EQ(code(other_worker), grpc::StatusCode::INVALID_ARGUMENT);
+  auto other_model = good;
+  other_model.mutable_pull()->set_layout_fingerprint(kFp + 1);
+  EXPECT_EQ(code(other_model), grpc::StatusCode::INVALID_ARGUMENT);
+  auto other_keys = good;
+  other_keys.mutable_pull()->set_begin(1);
+  EXPECT_EQ(code(other_keys), grpc::StatusCode::INVALID_ARGUMENT);
+  auto observer = good;
+  observer.mutable_pull()->set_no_wait(true);
+  EXPECT_EQ(code(observer), grpc::StatusCode::INVALID_ARGUMENT);
+  auto gradient_inside = good;
+  gradient_inside.mutable_push()->set_gradient(Bytes({1, 1, 1}));
+  EXPECT_EQ(code(gradient_inside), grpc::StatusCode::INVALID_ARGUMENT);
+  auto topk_weights = good;
+  topk_weights.mutable_pull()->set_encoding(ps::v1::TOPK);
+  EXPECT_EQ(code(topk_weights), grpc::StatusCode::INVALID_ARGUMENT);
+  auto short_gradient = good;
+  short_gradient.set_gradient(Bytes({1, 1}));
+  EXPECT_EQ(code(short_gradient), grpc::StatusCode::INVALID_ARGUMENT);
+  auto wrong_model = good;  // the push's own check; the pull's fields follow the push's
+  wrong_model.mutable_push()->set_layout_fingerprint(kFp + 1);
+  EXPECT_EQ(code(wrong_model), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(Weights(), (std::vector<float>{1, 2, 3}));
+}
+
 // Pieces on the wire, from a plain protobuf client: a push of part of the range is `staged`, the
 // one completing the step is applied, and an overlapping one is refused; a pull may read a part.
 TEST_F(ServiceTest, PiecesOfAPushAreStagedThenAppliedAndAPartCanBePulled) {
@@ -306,6 +369,27 @@ TEST_F(SharedMemoryServiceTest, BadSharedPushesAreRefusedAndChangeNothing) {
   EXPECT_EQ(Weights(), (std::vector<float>{1, 2, 3}));
 }
 
+TEST_F(SharedMemoryServiceTest, PushPullMovesBothPayloadsThroughTheRegion) {
+  ps::v1::PushPullRequest req;
+  *req.mutable_push() = SharedPush({1, 1, 1});
+  req.mutable_pull()->set_begin(0);
+  req.mutable_pull()->set_end(3);
+  req.mutable_pull()->set_clock(1);
+  req.mutable_pull()->set_into_shared_memory(true);
+  ps::v1::PushPullResponse resp;
+  // Not attached: the pull could not be answered, so the push is not applied either.
+  EXPECT_EQ(Call(&ps::v1::ParameterServer::Stub::PushPull, req, &resp).error_code(),
+            grpc::StatusCode::ABORTED);
+  EXPECT_EQ(Weights(), (std::vector<float>{1, 2, 3}));
+  ASSERT_EQ(AttachCode(Attach()), grpc::StatusCode::OK);
+  ASSERT_TRUE(Call(&ps::v1::ParameterServer::Stub::PushPull, req, &resp).ok());
+  EXPECT_TRUE(resp.push().applied());
+  EXPECT_TRUE(resp.pull().in_shared_memory());
+  EXPECT_TRUE(resp.values().empty());
+  EXPECT_EQ(WeightsArea(), (std::vector<float>{0, 1, 2}));
+  EXPECT_EQ(SharedPayloads(), 2);
+}
+
 TEST_F(SharedMemoryServiceTest, AttachRefusesWhatItCannotMapOrTrust) {
   auto wrong_nonce = Attach();
   wrong_nonce.set_nonce(region_->nonce() + 1);
@@ -325,12 +409,13 @@ TEST_F(SharedMemoryServiceTest, AttachRefusesWhatItCannotMapOrTrust) {
   EXPECT_EQ(PushCode(SharedPush({1, 1, 1})), grpc::StatusCode::ABORTED);
 }
 
-// One ASP shard of 3 parameters (SGD, lr 1) and a client that asks for shared memory.
+// One ASP shard of 3 parameters (SGD, lr 1) and a client that asks for shared memory (and cuts
+// transfers into chunks of `chunk_bytes`, 0: none).
 struct OneShard {
   std::unique_ptr<ShardServer> server;
   std::unique_ptr<GrpcParameterClient> client;
 };
-OneShard StartOneShard(bool accept_shared_memory) {
+OneShard StartOneShard(bool accept_shared_memory, int64_t chunk_bytes = 0) {
   ShardServerOptions so;
   so.shard.consistency.mode = ConsistencyMode::kAsp;
   so.shard.consistency.num_workers = 1;
@@ -343,6 +428,7 @@ OneShard StartOneShard(bool accept_shared_memory) {
   o.fingerprint = kFp;
   o.total_params = 3;
   o.shared_memory = true;
+  o.chunk_bytes = chunk_bytes;
   auto client = GrpcParameterClient::Create(o);
   EXPECT_TRUE(client.ok());
   return OneShard{std::move(*server), std::move(*client)};
@@ -397,6 +483,67 @@ TEST(SharedMemoryClient, TakenBuffersAreReadAndWrittenInPlaceOthersTravelInMessa
   EXPECT_EQ(other, (std::vector<float>{-1, 0, 1}));
   EXPECT_EQ(buffers.weights[0], 42.0f);
   EXPECT_EQ(server->service().shared_memory_payloads(), 2);
+}
+
+// The client's PushPull gives what Push then Pull give, over messages and shared memory, whole
+// and in chunks; it takes the zero-copy buffers in place.
+TEST(PushPullClient, GivesWhatPushThenPullGive) {
+  for (bool shared : {false, true}) {
+    for (int64_t chunk_bytes : {0, 4}) {
+      OneShard one = StartOneShard(/*accept_shared_memory=*/shared, chunk_bytes);
+      const int64_t calls = chunk_bytes > 0 ? 3 : 1;  // one float per chunk
+      auto& client = one.client;
+      ASSERT_TRUE(client->Register(0, absl::Seconds(10)).ok());
+      ASSERT_TRUE(client->Init(std::vector<float>{1, 2, 3}).ok());
+      std::vector<float> w(3, -1.0f);
+      auto both = client->PushPull(0, {0}, 1, std::vector<float>{1, 1, 1}, 1, absl::MakeSpan(w));
+      ASSERT_TRUE(both.ok()) << both.status();
+      EXPECT_EQ(w, (std::vector<float>{0, 1, 2}));
+      EXPECT_EQ(both->pushed.applied, 1);
+      EXPECT_EQ(both->pushed.payload_bytes, 12);
+      EXPECT_EQ(both->pulled.versions, (std::vector<int64_t>{1}));
+      EXPECT_EQ(both->pulled.payload_bytes, 12);
+      EXPECT_EQ(one.server->service().shared_memory_payloads(), shared ? 2 * calls : 0);
+      // Zero copy: the gradient is read and the weights written in the taken areas.
+      const TransportBuffers buffers = client->TakeTransportBuffers();
+      if (shared) {
+        ASSERT_EQ(buffers.weights.size(), 3u);
+        std::fill(buffers.gradient.begin(), buffers.gradient.end(), 2.0f);
+        ASSERT_TRUE(client->PushPull(1, {1}, 1, buffers.gradient, 2, buffers.weights).ok());
+        EXPECT_EQ(std::vector<float>(buffers.weights.begin(), buffers.weights.end()),
+                  (std::vector<float>{-2, -1, 0}));
+        EXPECT_EQ(one.server->service().shared_memory_payloads(), 4 * calls);
+      }
+    }
+  }
+}
+
+// A lost reply (the shard accepted the push): the client retries, the push is a duplicate, and
+// the pull answers with the weights after the one application.
+TEST(PushPullClient, RetryAfterALostReplyPullsWithoutApplyingTwice) {
+  ShardServerOptions so;
+  so.shard.consistency.mode = ConsistencyMode::kAsp;
+  so.shard.consistency.num_workers = 1;
+  so.shard.optimizer.lr = 1.0f;
+  so.drop_push_reply_every = 2;  // the first Init is no push; the first PushPull's reply is lost
+  auto server = ShardServer::Start(so);
+  ASSERT_TRUE(server.ok()) << server.status();
+  GrpcClientOptions o;
+  o.servers = {"127.0.0.1:" + std::to_string((*server)->port())};
+  o.fingerprint = kFp;
+  o.total_params = 3;
+  o.initial_backoff = absl::Milliseconds(1);
+  auto client = GrpcParameterClient::Create(o);
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->Register(0, absl::Seconds(10)).ok());
+  ASSERT_TRUE((*client)->Init(std::vector<float>{1, 2, 3}).ok());
+  ASSERT_TRUE((*client)->Push(0, {0}, 1, std::vector<float>{1, 1, 1}).ok());  // seen: 1
+  std::vector<float> w(3);
+  auto both = (*client)->PushPull(1, {1}, 1, std::vector<float>{1, 1, 1}, 2, absl::MakeSpan(w));
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(both->pushed.duplicates, 1);
+  EXPECT_EQ(w, (std::vector<float>{-1, 0, 1}));
+  EXPECT_EQ(both->pulled.versions, (std::vector<int64_t>{2}));
 }
 
 TEST_F(ServiceTest, ClientRegistersPullsAndPushesThroughAllShards) {

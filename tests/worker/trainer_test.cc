@@ -57,11 +57,59 @@ Cluster StartCluster(int shards, int workers, ConsistencyMode mode, int stalenes
   return c;
 }
 
-// Trains `rank` for `epochs` on the cluster; returns the status of Run().
+// The calls a trainer made, passed on to the real client.
+struct CallCounts {
+  std::atomic<int> pulls{0}, pushes{0}, push_pulls{0};
+};
+class CountingClient final : public ParameterClient {
+ public:
+  CountingClient(ParameterClient& inner, CallCounts& counts) : inner_(inner), counts_(counts) {}
+  TransportBuffers TakeTransportBuffers() override { return inner_.TakeTransportBuffers(); }
+  absl::StatusOr<ClusterInfo> Register(int rank, absl::Duration timeout) override {
+    return inner_.Register(rank, timeout);
+  }
+  absl::Status Heartbeat() override { return inner_.Heartbeat(); }
+  absl::Status Init(absl::Span<const float> params) override { return inner_.Init(params); }
+  absl::StatusOr<PullStats> Pull(int64_t clock, bool no_wait, absl::Span<float> params) override {
+    ++counts_.pulls;
+    return inner_.Pull(clock, no_wait, params);
+  }
+  absl::StatusOr<PushStats> Push(int64_t clock, const std::vector<int64_t>& base_versions,
+                                 int num_samples, absl::Span<const float> gradient) override {
+    ++counts_.pushes;
+    return inner_.Push(clock, base_versions, num_samples, gradient);
+  }
+  absl::StatusOr<PushPullStats> PushPull(int64_t clock, const std::vector<int64_t>& base_versions,
+                                         int num_samples, absl::Span<const float> gradient,
+                                         int64_t pull_clock, absl::Span<float> params) override {
+    ++counts_.push_pulls;
+    return inner_.PushPull(clock, base_versions, num_samples, gradient, pull_clock, params);
+  }
+  absl::StatusOr<PullStats> PullParts(int64_t clock, absl::Span<const KeyRange> parts,
+                                      absl::Span<float> params,
+                                      const std::function<void(size_t)>& on_part) override {
+    return inner_.PullParts(clock, parts, params, on_part);
+  }
+  absl::StatusOr<PushStats> PushParts(int64_t clock, const std::vector<int64_t>& base_versions,
+                                      int num_samples, absl::Span<const float> gradient,
+                                      absl::Span<const KeyRange> parts) override {
+    return inner_.PushParts(clock, base_versions, num_samples, gradient, parts);
+  }
+  absl::StatusOr<std::vector<ShardReport>> Status() override { return inner_.Status(); }
+  void Cancel() override { inner_.Cancel(); }
+
+ private:
+  ParameterClient& inner_;
+  CallCounts& counts_;
+};
+
+// Trains `rank` for `epochs` on the cluster; returns the status of Run(). `counts`, if given,
+// receives the client calls the trainer made.
 absl::Status TrainWorker(const Cluster& cluster, const Dataset& train, int rank, int batch,
                          int accumulate, int epochs, bool overlap = false, bool priority = false,
                          int64_t chunk_bytes = 0, int connections = 1, bool async_push = false,
-                         bool shared_memory = false) {
+                         bool shared_memory = false, bool push_pull = true,
+                         CallCounts* counts = nullptr) {
   CpuDevice dev;
   auto model = MakeMlp(16, {8}, 4, dev, 64);
   EXPECT_TRUE(model.ok());
@@ -84,8 +132,11 @@ absl::Status TrainWorker(const Cluster& cluster, const Dataset& train, int rank,
   o.overlap = overlap;
   o.priority = priority;
   o.async_push = async_push;
+  o.push_pull = push_pull;
   o.priority_min_part = 0;  // one part per layer, however small: these tests are about pieces
-  Trainer trainer(o, **model, dev, **client, train, nullptr, nullptr, nullptr);
+  CallCounts unused;
+  CountingClient counting(**client, counts != nullptr ? *counts : unused);
+  Trainer trainer(o, **model, dev, counting, train, nullptr, nullptr, nullptr);
   std::atomic<bool> stop{false};
   return trainer.Run(stop);
 }
@@ -270,6 +321,102 @@ TEST(Trainer, SharedMemoryGivesTheSameWeightsBitForBit) {
   EXPECT_EQ(run(true, false, 40 * sizeof(float)), messages);
 }
 
+// BSP, 2 workers on 2 shards: pushing a step and pulling the next in one call per shard gives
+// the weights of separate Push and Pull calls to the bit, over messages and shared memory. The
+// shards hold each PushPull's pull until the round of its push is complete.
+TEST(Trainer, PushPullGivesTheSameWeightsBitForBit) {
+  const Dataset train = SyntheticData(256, 12);
+  const auto run = [&](bool push_pull, bool shared_memory, CallCounts* counts) {
+    Cluster c = StartCluster(2, 2, ConsistencyMode::kBsp);
+    absl::Status s[2];
+    std::thread workers[2];
+    for (int r = 0; r < 2; ++r) {
+      workers[r] = std::thread([&, r] {
+        s[r] = TrainWorker(c, train, r, 16, 1, 2, false, false, 0, 1, false, shared_memory,
+                           push_pull, &counts[r]);
+      });
+    }
+    for (auto& w : workers) w.join();
+    EXPECT_TRUE(s[0].ok()) << s[0];
+    EXPECT_TRUE(s[1].ok()) << s[1];
+    for (const auto& server : c.servers) {
+      EXPECT_EQ(server->shard().GetStatus().pushes_accepted, 32);  // 8 steps x 2 epochs x 2
+      EXPECT_EQ(server->shard().GetStatus().pushes_duplicate, 0);
+    }
+    return AllWeights(c);
+  };
+  CallCounts separate[2], fused[2], fused_shared[2];
+  const std::vector<float> reference = run(false, false, separate);
+  EXPECT_EQ(run(true, false, fused), reference);
+  EXPECT_EQ(run(true, true, fused_shared), reference);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(separate[r].pulls, 16);
+    EXPECT_EQ(separate[r].pushes, 16);
+    EXPECT_EQ(separate[r].push_pulls, 0);
+    for (const CallCounts* c : {&fused[r], &fused_shared[r]}) {
+      EXPECT_EQ(c->pulls, 1);  // the first step's; every later one came with a push
+      EXPECT_EQ(c->push_pulls, 15);
+      EXPECT_EQ(c->pushes, 1);  // the last step's
+    }
+  }
+}
+
+// ASP with overlap and asynchronous pushes: one PushPull per step, in flight while the next step
+// computes. A prefetch starts the pipeline; the last two steps pull nothing. Each gradient lacks
+// at most this worker's own previous one (staleness <= 1, where separate calls allow 2).
+TEST(Trainer, PipelinedPushPullUnderAspStaysWithinOneUpdateOfStalenessAndLearns) {
+  const Dataset train = SyntheticData(512, 11);
+  Cluster c = StartCluster(1, 1, ConsistencyMode::kAsp);
+  CallCounts counts;
+  ASSERT_TRUE(TrainWorker(c, train, 0, 16, 1, 5, /*overlap=*/true, false, 0, 1,
+                          /*async_push=*/true, false, /*push_pull=*/true, &counts)
+                  .ok());
+  const ShardStatus status = c.servers[0]->shard().GetStatus();
+  EXPECT_EQ(status.version, 160);
+  EXPECT_EQ(status.pushes_duplicate, 0);
+  EXPECT_LE(status.workers[0].staleness.max(), 1);
+  EXPECT_EQ(counts.pulls, 2);  // steps 0 and 1 (the prefetch)
+  EXPECT_EQ(counts.push_pulls, 158);
+  EXPECT_EQ(counts.pushes, 2);
+  EXPECT_GT(TrainAccuracy(c, train), 0.9);
+}
+
+// SSP s = 0 allows no worker a clock ahead of its own pushes, so the pipeline (which pulls step
+// c+2 right after pushing c) is off: the same weights as plain steps, and no call waits forever.
+TEST(Trainer, OverlapAndAsyncPushUnderSspZeroGiveTheSameWeights) {
+  const Dataset train = SyntheticData(256, 10);
+  Cluster plain = StartCluster(2, 1, ConsistencyMode::kSsp, 0);
+  ASSERT_TRUE(TrainWorker(plain, train, 0, 32, 1, 2).ok());
+  Cluster both = StartCluster(2, 1, ConsistencyMode::kSsp, 0);
+  CallCounts counts;
+  ASSERT_TRUE(TrainWorker(both, train, 0, 32, 1, 2, /*overlap=*/true, false, 0, 1,
+                          /*async_push=*/true, false, /*push_pull=*/true, &counts)
+                  .ok());
+  EXPECT_EQ(AllWeights(both), AllWeights(plain));
+  EXPECT_EQ(counts.push_pulls, 0);
+}
+
+// SSP s = 1 with two workers: the pipeline runs, and the shards hold each pull to the bound.
+TEST(Trainer, PipelinedPushPullUnderSspOneFinishesAndLearns) {
+  const Dataset train = SyntheticData(512, 13);
+  Cluster c = StartCluster(1, 2, ConsistencyMode::kSsp, 1);
+  CallCounts counts[2];
+  absl::Status s[2];
+  std::thread workers[2];
+  for (int r = 0; r < 2; ++r) {
+    workers[r] = std::thread([&, r] {
+      s[r] = TrainWorker(c, train, r, 16, 1, 5, /*overlap=*/true, false, 0, 1,
+                         /*async_push=*/true, false, /*push_pull=*/true, &counts[r]);
+    });
+  }
+  for (auto& w : workers) w.join();
+  ASSERT_TRUE(s[0].ok()) << s[0];
+  ASSERT_TRUE(s[1].ok()) << s[1];
+  EXPECT_EQ(c.servers[0]->shard().GetStatus().version, 160);  // 80 steps x 2 workers
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(counts[r].push_pulls, 78);
+  EXPECT_GT(TrainAccuracy(c, train), 0.9);
+}
+
 TEST(MergeParts, SmallLayersJoinThePartBeforeThemAndTheFirstLayerStaysAlone) {
   const std::vector<KeyRange> layers = {{0, 5}, {5, 100}, {100, 103}, {103, 300}, {300, 302}};
   EXPECT_EQ(MergeParts(layers, 0), layers);
@@ -298,14 +445,17 @@ TEST(Trainer, AsyncPushUnderSspZeroGivesTheSameWeights) {
   EXPECT_EQ(AllWeights(async), AllWeights(plain));
 }
 
-// ASP with the prefetch and the asynchronous push: step c+1's weights are pulled while step c's
-// push travels, so a gradient may lack this worker's own last two, never more.
+// ASP with the prefetch and the asynchronous push as separate calls (--push_pull=false): step
+// c+1's weights are pulled while step c's push travels, so a gradient may lack this worker's own
+// last two, never more.
 TEST(Trainer, AsyncPushWithOverlapUnderAspStaysWithinTwoUpdatesOfStalenessAndLearns) {
   const Dataset train = SyntheticData(512, 11);
   Cluster c = StartCluster(1, 1, ConsistencyMode::kAsp);
+  CallCounts counts;
   ASSERT_TRUE(TrainWorker(c, train, 0, 16, 1, 5, /*overlap=*/true, false, 0, 1,
-                          /*async_push=*/true)
+                          /*async_push=*/true, false, /*push_pull=*/false, &counts)
                   .ok());
+  EXPECT_EQ(counts.push_pulls, 0);
   const ShardStatus status = c.servers[0]->shard().GetStatus();
   EXPECT_EQ(status.version, 160);
   EXPECT_EQ(status.pushes_duplicate, 0);
