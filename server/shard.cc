@@ -526,13 +526,19 @@ void Shard::MaybeApplyRound() {
       !controller_.RoundReady()) {
     return;
   }
-  // Sum in rank order so that the result does not depend on arrival order.
-  std::fill(round_sum_.begin(), round_sum_.end(), 0.0f);
+  // Sum in rank order so that the result does not depend on arrival order. The first gradient
+  // is added to zeros in the same pass that writes it (0 + g, so -0 becomes +0 exactly as a
+  // zero-filled sum would make it), and a mean of one gradient is not scaled (x * 1 == x):
+  // two passes over the slice fewer, the same bits.
   int contributors = 0;
   for (size_t r = 0; r < round_gradients_.size(); ++r) {
     if (!round_has_gradient_[r]) continue;
     const std::vector<float>& g = round_gradients_[r];
-    for (size_t i = 0; i < g.size(); ++i) round_sum_[i] += g[i];
+    if (contributors == 0) {
+      for (size_t i = 0; i < g.size(); ++i) round_sum_[i] = 0.0f + g[i];
+    } else {
+      for (size_t i = 0; i < g.size(); ++i) round_sum_[i] += g[i];
+    }
     staleness_[r].Record(version_ - round_base_versions_[r]);
     round_has_gradient_[r] = false;
     ++contributors;
@@ -540,8 +546,10 @@ void Shard::MaybeApplyRound() {
   // RoundReady() implies some worker pushed this round; an empty round would divide by zero.
   assert(contributors > 0);
   if (contributors == 0) return;
-  const float inv = 1.0f / static_cast<float>(contributors);
-  for (float& x : round_sum_) x *= inv;
+  if (contributors > 1) {
+    const float inv = 1.0f / static_cast<float>(contributors);
+    for (float& x : round_sum_) x *= inv;
+  }
   ApplyGradient(EncodedTensor::OfFloats(round_sum_));
   controller_.CompleteRound();
   MaybeSnapshot();
