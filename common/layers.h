@@ -36,7 +36,7 @@ class Layer {
   // (batch, input_size) unless dx is null (the first layer needs no input gradient).
   virtual absl::Status Backward(Device& dev, const float* params, const float* x, const float* y,
                                 const float* dy, int batch, float* dx, float* grads,
-                        float grads_beta) = 0;
+                                float grads_beta) = 0;
 };
 
 // y = x W + b with W (in, out) and b (out). Initialised like PyTorch's nn.Linear:

@@ -146,9 +146,9 @@ absl::Status CheckPushPull(ps::v1::PushPullRequest& req) {
     return absl::InvalidArgumentError("PushPull's push and pull name different workers");
   }
   if (pull.begin() != push.begin() || pull.end() != push.end()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "PushPull pulls [", pull.begin(), ", ", pull.end(), ") but pushes [", push.begin(), ", ",
-        push.end(), "): one call moves one key range"));
+    return absl::InvalidArgumentError(absl::StrCat("PushPull pulls [", pull.begin(), ", ",
+                                                   pull.end(), ") but pushes [", push.begin(), ", ",
+                                                   push.end(), "): one call moves one key range"));
   }
   return absl::OkStatus();
 }
@@ -428,18 +428,18 @@ absl::StatusOr<ps::v1::PushResponse> ParameterServerService::ApplyPush(
     const int64_t n = header.end() - header.begin();
     if (!split.payload.empty() || header.shared_bytes() < 0 || header.shared_bytes() > 4 * n ||
         header.end() > shared->total_params) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("a shared gradient of ", header.shared_bytes(), " bytes for [",
-                       header.begin(), ", ", header.end(), ") does not fit the worker's region of ",
-                       shared->total_params, " elements (or the message ",
-                       "carries a payload too)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a shared gradient of ", header.shared_bytes(), " bytes for [", header.begin(), ", ",
+          header.end(), ") does not fit the worker's region of ", shared->total_params,
+          " elements (or the message ", "carries a payload too)"));
     }
     split.payload.assign(1, absl::Span<const char>(shared->memory->data() + 4 * header.begin(),
                                                    header.shared_bytes()));
     shared_payloads_.fetch_add(1);
   }
-  ASSIGN_OR_RETURN(EncodedTensor gradient,
-                   EncodedTensor::FromChunks(encoding, header.end() - header.begin(), split.payload));
+  ASSIGN_OR_RETURN(
+      EncodedTensor gradient,
+      EncodedTensor::FromChunks(encoding, header.end() - header.begin(), split.payload));
   Shard::PushArgs args;
   args.rank = header.rank();
   args.incarnation = header.incarnation();

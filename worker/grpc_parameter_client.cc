@@ -512,9 +512,9 @@ absl::StatusOr<PushStats> GrpcParameterClient::PushParts(int64_t clock,
   // From the caller's own copy of the gradient area: the shards read it in place.
   const bool direct = IsTaken(Area::kGradient, gradient.data());
   for (size_t i = 0; i < pieces.size(); ++i) {
-    PreparedPush push = PreparePush(i, pieces[i], clock, base_versions[pieces[i].shard],
-                                    num_samples, gradient, direct,
-                                    shard_incarnation[pieces[i].shard], borrowed);
+    PreparedPush push =
+        PreparePush(i, pieces[i], clock, base_versions[pieces[i].shard], num_samples, gradient,
+                    direct, shard_incarnation[pieces[i].shard], borrowed);
     shared[i] = push.shared;
     stats.payload_bytes += push.payload_bytes;
     requests[i] = JoinPayloadMessage(push.header, ps::v1::PushRequest::kGradientFieldNumber,
@@ -559,8 +559,7 @@ absl::StatusOr<PushPullStats> GrpcParameterClient::PushPull(
         "PushPull: gradient, weights or base versions do not fit the layout");
   }
   const KeyRange whole{0, options_.total_params};
-  ASSIGN_OR_RETURN(const std::vector<Piece> pieces,
-                   SplitAtShards(absl::MakeConstSpan(&whole, 1)));
+  ASSIGN_OR_RETURN(const std::vector<Piece> pieces, SplitAtShards(absl::MakeConstSpan(&whole, 1)));
   // A shard applies a step cut into chunks only once all its chunks are in, so a chunk's pull
   // must wait for the other chunks' pushes: two rounds, as Push then Pull.
   if (pieces.size() != stubs_.size()) {
@@ -600,23 +599,23 @@ absl::StatusOr<PushPullStats> GrpcParameterClient::PushPull(
   }
   absl::Status decoded = absl::OkStatus();
   std::vector<grpc::ByteBuffer> replies;
-  RETURN_IF_ERROR(CallRaw(
-      "PushPull", RawMethod{"/ps.v1.ParameterServer/PushPull"}, pieces, requests, &replies,
-      options_.pull_timeout, [&](size_t i) {
-        ps::v1::PushPullResponse header;
-        SplitMessage split;  // the values are decoded from gRPC's buffers into `params`
-        absl::Status ok = SplitPayloadMessage(
-            replies[i], ps::v1::PushPullResponse::kValuesFieldNumber, &header, &split);
-        if (ok.ok()) {
-          ok = DecodePulled(pieces[i], header.pull(), split, shared_weights[i], direct_weights,
-                            params, &stats.pulled);
-        }
-        if (!ok.ok()) {
-          if (decoded.ok()) decoded = ReplyDoesNotFit("PushPull", pieces[i].shard, ok);
-          return;
-        }
-        CountPush(header.push(), &stats.pushed);
-      }));
+  RETURN_IF_ERROR(
+      CallRaw("PushPull", RawMethod{"/ps.v1.ParameterServer/PushPull"}, pieces, requests, &replies,
+              options_.pull_timeout, [&](size_t i) {
+                ps::v1::PushPullResponse header;
+                SplitMessage split;  // the values are decoded from gRPC's buffers into `params`
+                absl::Status ok = SplitPayloadMessage(
+                    replies[i], ps::v1::PushPullResponse::kValuesFieldNumber, &header, &split);
+                if (ok.ok()) {
+                  ok = DecodePulled(pieces[i], header.pull(), split, shared_weights[i],
+                                    direct_weights, params, &stats.pulled);
+                }
+                if (!ok.ok()) {
+                  if (decoded.ok()) decoded = ReplyDoesNotFit("PushPull", pieces[i].shard, ok);
+                  return;
+                }
+                CountPush(header.push(), &stats.pushed);
+              }));
   RETURN_IF_ERROR(decoded);
   for (int64_t& v : stats.pulled.versions) {
     if (v == std::numeric_limits<int64_t>::max()) v = 0;  // a shard with no piece
@@ -675,9 +674,8 @@ GrpcParameterClient::PreparedPush GrpcParameterClient::PreparePush(
   return out;
 }
 
-ps::v1::PullRequest GrpcParameterClient::PullHeader(const Piece& piece, int64_t clock,
-                                                    bool no_wait, bool shared,
-                                                    uint64_t shard_incarnation) const {
+ps::v1::PullRequest GrpcParameterClient::PullHeader(const Piece& piece, int64_t clock, bool no_wait,
+                                                    bool shared, uint64_t shard_incarnation) const {
   ps::v1::PullRequest header;
   header.set_into_shared_memory(shared);
   header.set_layout_fingerprint(options_.fingerprint);
@@ -704,8 +702,8 @@ absl::Status GrpcParameterClient::DecodePulled(const Piece& piece,
     if (!shared || !split.payload.empty()) {
       return absl::InvalidArgumentError("values in shared memory that was not lent to this call");
     }
-    split.payload.assign(1, absl::Span<const char>(AreaAt(Area::kWeights, r.begin),
-                                                   r.size() * UnitBytes(encoding)));
+    split.payload.assign(
+        1, absl::Span<const char>(AreaAt(Area::kWeights, r.begin), r.size() * UnitBytes(encoding)));
   }
   ASSIGN_OR_RETURN(const EncodedTensor values,
                    EncodedTensor::FromChunks(encoding, r.size(), split.payload));
@@ -724,8 +722,8 @@ absl::Status GrpcParameterClient::DecodePulled(const Piece& piece,
 
 absl::Status GrpcParameterClient::ReplyDoesNotFit(const char* method, int shard,
                                                   const absl::Status& why) {
-  return absl::DataLossError(absl::StrCat(method, ": shard ", shard,
-                                          " sent a reply that does not fit: ", why.message()));
+  return absl::DataLossError(
+      absl::StrCat(method, ": shard ", shard, " sent a reply that does not fit: ", why.message()));
 }
 
 void GrpcParameterClient::CountPush(const ps::v1::PushResponse& r, PushStats* stats) {

@@ -139,8 +139,8 @@ class GrpcParameterClient final : public ParameterClient {
   // Decodes a piece's pulled values (in `split` or the weights area) into `params` and adds to
   // `stats`; INVALID_ARGUMENT for values that do not fit the piece.
   absl::Status DecodePulled(const Piece& piece, const ps::v1::PullResponse& header,
-                            SplitMessage& split, bool shared, bool direct,
-                            absl::Span<float> params, PullStats* stats) const;
+                            SplitMessage& split, bool shared, bool direct, absl::Span<float> params,
+                            PullStats* stats) const;
   static absl::Status ReplyDoesNotFit(const char* method, int shard, const absl::Status& why);
   static void CountPush(const ps::v1::PushResponse& r, PushStats* stats);
   // Pull and PullParts: one raw call per piece; each piece is decoded into `params` as it

@@ -80,11 +80,10 @@ absl::StatusOr<BatchStats> StepGradient::Run(int64_t step,
     RETURN_IF_ERROR(device_.CopyToDevice(x, sizeof(float) * batch_ * features, x_dev_.as<float>()));
     RETURN_IF_ERROR(device_.CopyToDevice(y, sizeof(int32_t) * batch_, y_dev_.as<int32_t>()));
     const LayerHooks hooks = hooks_for != nullptr ? (*hooks_for)(micro) : LayerHooks();
-    ASSIGN_OR_RETURN(
-        BatchStats s,
-        model_.ForwardBackward(params_dev, x_dev_.as<float>(), y_dev_.as<int32_t>(), batch_,
-                               1.0f / accumulate_, grads_dev, hooks,
-                               /*overwrite_grads=*/micro == 0));
+    ASSIGN_OR_RETURN(BatchStats s,
+                     model_.ForwardBackward(params_dev, x_dev_.as<float>(), y_dev_.as<int32_t>(),
+                                            batch_, 1.0f / accumulate_, grads_dev, hooks,
+                                            /*overwrite_grads=*/micro == 0));
     stats.loss_sum += s.loss_sum;
     stats.correct += s.correct;
     stats.count += s.count;

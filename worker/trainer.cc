@@ -454,9 +454,9 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
         }
         // Pipelined, the call in flight brings the next step's weights; a prefetch starts the
         // pipeline (first step, or after an evaluation or rejoin dropped carried weights).
-        const bool next_coming = pipelined && (carried_step == step + 1 ||
-                                               (in_flight.has_value() &&
-                                                in_flight->pull_clock == step + 1));
+        const bool next_coming =
+            pipelined && (carried_step == step + 1 ||
+                          (in_flight.has_value() && in_flight->pull_clock == step + 1));
         if (overlap && !next_coming && pull.ok() && step + 1 < total_steps) {
           prefetch_step = step + 1;
           prefetch = std::async(std::launch::async, [this, next = step + 1, out = prefetch_params] {

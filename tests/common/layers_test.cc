@@ -335,10 +335,10 @@ TEST(Model, OverwritingGradientsEqualsAccumulatingIntoZeros) {
     for (float& v : x) v = rng.Uniform(-1.0f, 1.0f);
     const std::vector<int32_t> labels = {0, 2, 1, 2};
     std::vector<float> zeroed(n, 0.0f), overwritten(n, std::nanf(""));
-    ASSERT_TRUE((*model)
-                    ->ForwardBackward(params.data(), x.data(), labels.data(), 4, 0.5f,
-                                      zeroed.data())
-                    .ok());
+    ASSERT_TRUE(
+        (*model)
+            ->ForwardBackward(params.data(), x.data(), labels.data(), 4, 0.5f, zeroed.data())
+            .ok());
     ASSERT_TRUE((*model)
                     ->ForwardBackward(params.data(), x.data(), labels.data(), 4, 0.5f,
                                       overwritten.data(), {}, /*overwrite_grads=*/true)
