@@ -9,7 +9,7 @@
 // W processes for W workers), run by Debian's python3.
 //
 //   ps_bench_train [--models mlp,cnn] [--configs 1x1,2x1,2x2,4x2] [--encodings f32,bf16]
-//                  [--mode bsp] [--overlap] [--async_push] [--push_pull=false]
+//                  [--mode bsp] [--overlap] [--async_push] [--push_pull=false|--compare_push_pull]
 //                  [--schedules whole,priority] [--steps 200] [--cnn_steps 40] [--vs_pytorch]
 
 #include <atomic>
@@ -56,6 +56,9 @@ ABSL_FLAG(bool, async_push, false,
 ABSL_FLAG(bool, push_pull, true,
           "Workers whose steps run one after another push a step and pull the next in one round "
           "trip per shard; false: a Push and a Pull call.");
+ABSL_FLAG(bool, compare_push_pull, false,
+          "Run each configuration with separate Push and Pull calls first, then with PushPull, "
+          "back to back; the PushPull line carries ratio_vs_separate.");
 ABSL_FLAG(std::vector<std::string>, schedules, std::vector<std::string>({"whole"}),
           "How each step's tensors travel: whole (one call per shard after backward) and/or "
           "priority (layer by layer: first layer's weights first, last layer's gradient as soon "
@@ -118,7 +121,7 @@ struct RunResult {
 // W trainer threads against S fresh shards; every worker runs `steps` steps of one epoch.
 absl::StatusOr<RunResult> RunCluster(const ps::ModelSpec& spec, const ps::Dataset& train,
                                      int workers, int shards, int steps, int batch,
-                                     ps::TensorEncoding encoding, bool priority) {
+                                     ps::TensorEncoding encoding, bool priority, bool push_pull) {
   ps::Dataset data = train;
   data.Truncate(int64_t{steps} * batch * workers);
   ASSIGN_OR_RETURN(ps::ConsistencyMode mode, ps::ParseConsistencyMode(absl::GetFlag(FLAGS_mode)));
@@ -169,7 +172,7 @@ absl::StatusOr<RunResult> RunCluster(const ps::ModelSpec& spec, const ps::Datase
       to.overlap = absl::GetFlag(FLAGS_overlap);
       to.priority = priority;
       to.async_push = absl::GetFlag(FLAGS_async_push);
-      to.push_pull = absl::GetFlag(FLAGS_push_pull);
+      to.push_pull = push_pull;
       to.priority_min_part = absl::GetFlag(FLAGS_priority_min_part);
       ps::Trainer trainer(to, **model, dev, **client, data, nullptr, nullptr, nullptr);
       std::atomic<bool> stop{false};
@@ -281,40 +284,50 @@ int main(int argc, char** argv) {
             return Fail(absl::InvalidArgumentError(
                 absl::StrCat("--schedules: '", schedule, "' is neither whole nor priority")));
           }
-          auto r = RunCluster(spec, *train, workers, shards, steps, batch, *encoding,
-                              schedule == "priority");
-          if (!r.ok()) return Fail(r.status());
-          ps::JsonObject line;
-          line.Add("bench", "train")
-              .Add("model", model_name)
-              .Add("params", (*model)->layout().total())
-              .Add("workers", workers)
-              .Add("shards", shards)
-              .Add("mode", absl::GetFlag(FLAGS_mode))
-              .Add("overlap", absl::GetFlag(FLAGS_overlap))
-              .Add("async_push", absl::GetFlag(FLAGS_async_push))
-              .Add("push_pull", absl::GetFlag(FLAGS_push_pull))
-              .Add("schedule", schedule)
-              .Add("shared_memory", absl::GetFlag(FLAGS_shared_memory))
-              .Add("push_encoding", encoding_name)
-              .Add("batch_size", batch)
-              .Add("steps", steps)
-              .Add("samples_per_sec", r->samples_per_sec)
-              .Add("comm_wait_share", r->comm_share)
-              .Add("pull_share", r->pull_share)
-              .Add("compute_share", r->compute_share)
-              .Add("push_share", r->push_share)
-              .Add("step_ms", r->step_ms)
-              .Add("push_bytes_per_step", r->push_bytes_per_step)
-              .Add("pull_bytes_per_step", r->pull_bytes_per_step)
-              .Add("local_samples_per_sec", *local)
-              .Add("ratio_vs_local", r->samples_per_sec / *local);
-          if (schedule == "whole") whole_rate = r->samples_per_sec;
-          if (schedule == "priority" && whole_rate.has_value()) {
-            line.Add("ratio_vs_whole", r->samples_per_sec / *whole_rate);
+          std::vector<bool> push_pulls = {absl::GetFlag(FLAGS_push_pull)};
+          if (absl::GetFlag(FLAGS_compare_push_pull)) push_pulls = {false, true};
+          std::optional<double> separate_rate;
+          absl::StatusOr<RunResult> r;
+          for (const bool push_pull : push_pulls) {
+            r = RunCluster(spec, *train, workers, shards, steps, batch, *encoding,
+                           schedule == "priority", push_pull);
+            if (!r.ok()) return Fail(r.status());
+            ps::JsonObject line;
+            line.Add("bench", "train")
+                .Add("model", model_name)
+                .Add("params", (*model)->layout().total())
+                .Add("workers", workers)
+                .Add("shards", shards)
+                .Add("mode", absl::GetFlag(FLAGS_mode))
+                .Add("overlap", absl::GetFlag(FLAGS_overlap))
+                .Add("async_push", absl::GetFlag(FLAGS_async_push))
+                .Add("push_pull", push_pull)
+                .Add("schedule", schedule)
+                .Add("shared_memory", absl::GetFlag(FLAGS_shared_memory))
+                .Add("push_encoding", encoding_name)
+                .Add("batch_size", batch)
+                .Add("steps", steps)
+                .Add("samples_per_sec", r->samples_per_sec)
+                .Add("comm_wait_share", r->comm_share)
+                .Add("pull_share", r->pull_share)
+                .Add("compute_share", r->compute_share)
+                .Add("push_share", r->push_share)
+                .Add("step_ms", r->step_ms)
+                .Add("push_bytes_per_step", r->push_bytes_per_step)
+                .Add("pull_bytes_per_step", r->pull_bytes_per_step)
+                .Add("local_samples_per_sec", *local)
+                .Add("ratio_vs_local", r->samples_per_sec / *local);
+            if (schedule == "whole") whole_rate = r->samples_per_sec;
+            if (schedule == "priority" && whole_rate.has_value()) {
+              line.Add("ratio_vs_whole", r->samples_per_sec / *whole_rate);
+            }
+            if (!push_pull) separate_rate = r->samples_per_sec;
+            if (push_pull && separate_rate.has_value()) {
+              line.Add("ratio_vs_separate", r->samples_per_sec / *separate_rate);
+            }
+            std::printf("%s\n", line.str().c_str());
+            std::fflush(stdout);
           }
-          std::printf("%s\n", line.str().c_str());
-          std::fflush(stdout);
           if (absl::GetFlag(FLAGS_vs_pytorch) && model_name == "mlp" &&
               *encoding == ps::TensorEncoding::kF32) {
             if (!theirs.has_value()) {

@@ -20,16 +20,14 @@ run train build/bin/ps_bench_train --vs_pytorch --encodings f32,bf16,topk
 # The same MLP runs with payloads in the gRPC messages (workers on other hosts than their shards).
 run train_grpc build/bin/ps_bench_train --vs_pytorch --models mlp --configs 1x1,2x2 \
   --encodings f32 --shared_memory=false
-# Each step's push and the next step's pull as two calls instead of one PushPull.
-run train_separate build/bin/ps_bench_train --vs_pytorch --models mlp --configs 1x1,2x2 \
-  --encodings f32 --push_pull=false
+# Each step's push and the next step's pull as two calls, then as one PushPull, back to back.
+run train_push_pull build/bin/ps_bench_train --models mlp --configs 1x1,2x2 --encodings f32 \
+  --compare_push_pull
 run train_overlap build/bin/ps_bench_train --vs_pytorch --mode asp --overlap --encodings f32
-# The pipeline: one PushPull per step in flight while the next step computes; then the same
-# schedule with a separate prefetch and push.
+# A separate prefetch and push per step, then the pipeline: one PushPull per step in flight while
+# the next step computes.
 run train_async build/bin/ps_bench_train --vs_pytorch --mode asp --overlap --async_push \
-  --encodings f32
-run train_async_separate build/bin/ps_bench_train --vs_pytorch --models mlp --mode asp --overlap \
-  --async_push --encodings f32 --push_pull=false
+  --encodings f32 --compare_push_pull
 run train_priority build/bin/ps_bench_train --configs 1x1,2x2 --encodings f32 \
   --schedules whole,priority
 if [[ $(id -u) -eq 0 ]]; then  # network namespaces need root
