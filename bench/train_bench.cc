@@ -160,6 +160,8 @@ absl::StatusOr<RunResult> RunCluster(const ps::ModelSpec& spec, const ps::Datase
       co.push_encoding = encoding;
       co.topk_ratio = absl::GetFlag(FLAGS_topk_ratio);
       co.shared_memory = absl::GetFlag(FLAGS_shared_memory);
+      co.shared_memory_slots =
+          absl::GetFlag(FLAGS_overlap) || absl::GetFlag(FLAGS_async_push) ? 2 : 1;
       auto client = ps::GrpcParameterClient::Create(co);
       if (!client.ok()) {
         status[w] = client.status();

@@ -309,7 +309,7 @@ int main(int argc, char** argv) {
         for (int w = 0; w < workers; ++w) {
           ps::TransportBuffers b;
           if (transports[c] == "shm_direct") {
-            b = clusters[c].workers[w]->TakeTransportBuffers();
+            b = clusters[c].workers[w]->TakeTransportBuffers(0);
             std::fill(b.gradient.begin(), b.gradient.end(), 1e-3f);
           } else {
             b.weights = absl::MakeSpan(params[w]);

@@ -95,6 +95,7 @@ struct ParsedPull {
   Shard::PullArgs args;
   TensorEncoding encoding = TensorEncoding::kF32;
   bool into_shared_memory = false;
+  int shared_slot = 0;
 };
 
 namespace {
@@ -114,6 +115,7 @@ absl::StatusOr<ParsedPull> ParsePull(const ps::v1::PullRequest& req) {
   p.args.clock = req.clock();
   p.args.no_wait = req.no_wait();
   p.into_shared_memory = req.into_shared_memory();
+  p.shared_slot = req.shared_slot();
   return p;
 }
 
@@ -427,14 +429,18 @@ absl::StatusOr<ps::v1::PushResponse> ParameterServerService::ApplyPush(
     RETURN_IF_ERROR(shared.status());
     const int64_t n = header.end() - header.begin();
     if (!split.payload.empty() || header.shared_bytes() < 0 || header.shared_bytes() > 4 * n ||
-        header.end() > shared->total_params) {
+        header.end() > shared->total_params || header.shared_slot() < 0 ||
+        header.shared_slot() >= shared->slots) {
       return absl::InvalidArgumentError(absl::StrCat(
           "a shared gradient of ", header.shared_bytes(), " bytes for [", header.begin(), ", ",
-          header.end(), ") does not fit the worker's region of ", shared->total_params,
-          " elements (or the message ", "carries a payload too)"));
+          header.end(), ") in slot ", header.shared_slot(), " does not fit the worker's region of ",
+          shared->slots, " x ", shared->total_params, " elements (or the message ",
+          "carries a payload too)"));
     }
-    split.payload.assign(1, absl::Span<const char>(shared->memory->data() + 4 * header.begin(),
-                                                   header.shared_bytes()));
+    split.payload.assign(
+        1, absl::Span<const char>(
+               shared->At(header.shared_slot(), /*weights=*/false, header.begin()),
+               header.shared_bytes()));
     shared_payloads_.fetch_add(1);
   }
   ASSIGN_OR_RETURN(
@@ -483,20 +489,26 @@ grpc::Status ParameterServerService::HandleAttachSharedMemory(
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrCat("total_params ", req.total_params(), " is out of range"));
   }
+  const int slots = std::max(req.slots(), 1);
+  if (req.slots() < 0 || slots > kMaxSharedSlots) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("slots ", req.slots(), " is not in [0, ", kMaxSharedSlots, "]"));
+  }
   {
     absl::MutexLock lock(&attach_mu_);
     auto it = attachments_.find(req.rank());
     if (it != attachments_.end() && it->second.incarnation == req.incarnation() &&
         it->second.memory->pid() == req.pid() && it->second.memory->nonce() == req.nonce() &&
-        it->second.total_params == req.total_params()) {
+        it->second.total_params == req.total_params() && it->second.slots == slots) {
       return grpc::Status::OK;  // a retry
     }
   }
   absl::StatusOr<std::unique_ptr<SharedMemory>> memory =
-      SharedMemory::OpenPeer(req.pid(), req.fd(), req.nonce(), 8 * req.total_params());
+      SharedMemory::OpenPeer(req.pid(), req.fd(), req.nonce(), 8 * req.total_params() * slots);
   if (!memory.ok()) return ToGrpcStatus(memory.status());
   absl::MutexLock lock(&attach_mu_);
-  attachments_[req.rank()] = Attachment{req.incarnation(), req.total_params(), std::move(*memory)};
+  attachments_[req.rank()] =
+      Attachment{req.incarnation(), req.total_params(), slots, std::move(*memory)};
   return grpc::Status::OK;
 }
 
@@ -521,12 +533,14 @@ absl::StatusOr<PullSink> ParameterServerService::SinkFor(const ParsedPull& pull)
   sink.encoding = pull.encoding;
   if (!pull.into_shared_memory) return sink;
   ASSIGN_OR_RETURN(Attachment shared, AttachmentOf(pull.args.rank, pull.args.incarnation));
-  if (pull.args.range.end > shared.total_params) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("range [", pull.args.range.begin, ", ", pull.args.range.end,
-                     ") is outside the worker's region of ", shared.total_params, " elements"));
+  if (pull.args.range.end > shared.total_params || pull.shared_slot < 0 ||
+      pull.shared_slot >= shared.slots) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "range [", pull.args.range.begin, ", ", pull.args.range.end, ") in slot ",
+        pull.shared_slot, " is outside the worker's region of ", shared.slots, " x ",
+        shared.total_params, " elements"));
   }
-  sink.at = shared.memory->data() + 4 * (shared.total_params + pull.args.range.begin);
+  sink.at = shared.At(pull.shared_slot, /*weights=*/true, pull.args.range.begin);
   sink.shared_payloads = &shared_payloads_;
   sink.memory = std::move(shared.memory);
   return sink;

@@ -19,6 +19,9 @@
 
 namespace ps {
 
+// A worker's shared region holds at most this many slots (pairs of gradient and weights areas).
+inline constexpr int kMaxSharedSlots = 16;
+
 struct ParsedPull;
 struct PullSink;
 struct SplitMessage;
@@ -120,7 +123,12 @@ class ParameterServerService final : public ParameterServerServiceBase {
   struct Attachment {
     uint64_t incarnation = 0;
     int64_t total_params = 0;
+    int slots = 1;                         // pairs of areas (gradient, weights)
     std::shared_ptr<SharedMemory> memory;  // handlers hold a reference while they use it
+    // Byte `4 x begin` of slot `slot`'s gradient area (weights: false) or weights area.
+    char* At(int slot, bool weights, int64_t begin) const {
+      return memory->data() + 4 * ((2 * int64_t{slot} + (weights ? 1 : 0)) * total_params + begin);
+    }
   };
   // The region of `rank` if `incarnation` attached it; ABORTED (register again) otherwise.
   absl::StatusOr<Attachment> AttachmentOf(int rank, uint64_t incarnation) const;

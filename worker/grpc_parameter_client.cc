@@ -31,6 +31,10 @@ absl::StatusOr<std::unique_ptr<GrpcParameterClient>> GrpcParameterClient::Create
   if (options.chunk_bytes < 0 || options.connections < 1) {
     return absl::InvalidArgumentError("chunk_bytes must be >= 0 and connections >= 1");
   }
+  if (options.shared_memory_slots < 1 || options.shared_memory_slots > 16) {
+    return absl::InvalidArgumentError(absl::StrCat("shared_memory_slots must be in [1, 16], not ",
+                                                   options.shared_memory_slots));
+  }
   if (options.push_encoding == TensorEncoding::kTopK &&
       !(options.topk_ratio > 0.0 && options.topk_ratio <= 1.0)) {
     return absl::InvalidArgumentError(
@@ -63,6 +67,8 @@ GrpcParameterClient::GrpcParameterClient(const GrpcClientOptions& options) : opt
   }
   shard_incarnations_.assign(stubs_.size(), 0);
   encoded_.resize(stubs_.size());
+  lent_.resize(2 * options_.shared_memory_slots);
+  taken_.assign(2 * options_.shared_memory_slots, 0);
   if (options_.push_encoding == TensorEncoding::kTopK) {
     topk_ = std::make_unique<TopKCompressor>(options_.total_params, options_.topk_ratio);
   }
@@ -262,7 +268,8 @@ absl::StatusOr<ClusterInfo> GrpcParameterClient::Register(int rank, absl::Durati
 void GrpcParameterClient::AttachSharedMemory(const std::vector<uint64_t>& shard_incarnation) {
   if (shared_ == nullptr) {
     absl::StatusOr<std::unique_ptr<SharedMemory>> region =
-        SharedMemory::Create(8 * static_cast<size_t>(std::max<int64_t>(options_.total_params, 1)));
+        SharedMemory::Create(8 * static_cast<size_t>(std::max<int64_t>(options_.total_params, 1)) *
+                             options_.shared_memory_slots);
     if (!region.ok()) {
       spdlog::warn("no shared memory, payloads go over gRPC: {}", region.status().ToString());
       options_.shared_memory = false;
@@ -280,6 +287,7 @@ void GrpcParameterClient::AttachSharedMemory(const std::vector<uint64_t>& shard_
     req.set_fd(shared_->fd());
     req.set_nonce(shared_->nonce());
     req.set_total_params(options_.total_params);
+    req.set_slots(options_.shared_memory_slots);
     ps::v1::AttachSharedMemoryResponse resp;
     grpc::ClientContext ctx;
     Prepare(&ctx, options_.call_timeout, /*wait_for_ready=*/false);
@@ -301,50 +309,64 @@ int GrpcParameterClient::shared_memory_shards() const {
   return static_cast<int>(std::count(attached_.begin(), attached_.end(), 1));
 }
 
-bool GrpcParameterClient::Lend(Area area, int shard, KeyRange range, bool direct) {
+int GrpcParameterClient::Lend(Area area, int shard, KeyRange range, int direct_slot) {
   absl::MutexLock lock(&mu_);
-  if (static_cast<size_t>(shard) >= attached_.size() || !attached_[shard] || range.size() <= 0 ||
-      taken_[static_cast<int>(area)] != direct) {
-    return false;
+  if (static_cast<size_t>(shard) >= attached_.size() || !attached_[shard] || range.size() <= 0) {
+    return -1;
   }
-  std::vector<KeyRange>& lent = lent_[static_cast<int>(area)];
-  for (const KeyRange& r : lent) {
-    if (r.begin < range.end && range.begin < r.end) return false;
+  for (int slot = 0; slot < options_.shared_memory_slots; ++slot) {
+    const int at = 2 * slot + static_cast<int>(area);
+    // The caller's own area, or else a bounce buffer: an area nobody took.
+    if (direct_slot >= 0 ? slot != direct_slot : taken_[at] != 0) continue;
+    std::vector<KeyRange>& lent = lent_[at];
+    const bool free = std::none_of(lent.begin(), lent.end(), [&](const KeyRange& r) {
+      return r.begin < range.end && range.begin < r.end;
+    });
+    if (!free) continue;
+    lent.push_back(range);
+    return slot;
   }
-  lent.push_back(range);
-  return true;
+  return -1;
 }
 
-void GrpcParameterClient::GiveBack(Area area, KeyRange range) {
+void GrpcParameterClient::GiveBack(Area area, int slot, KeyRange range) {
   absl::MutexLock lock(&mu_);
-  std::vector<KeyRange>& lent = lent_[static_cast<int>(area)];
+  std::vector<KeyRange>& lent = lent_[2 * slot + static_cast<int>(area)];
   auto it = std::find(lent.begin(), lent.end(), range);
   if (it != lent.end()) lent.erase(it);
 }
 
-TransportBuffers GrpcParameterClient::TakeTransportBuffers() {
+TransportBuffers GrpcParameterClient::TakeTransportBuffers(int set) {
   TransportBuffers buffers;
-  if (shared_ == nullptr) return buffers;
+  if (shared_ == nullptr || set < 0 || set >= options_.shared_memory_slots) return buffers;
   absl::MutexLock lock(&mu_);
   const size_t n = static_cast<size_t>(options_.total_params);
   if (options_.pull_encoding == TensorEncoding::kF32) {
-    taken_[static_cast<int>(Area::kWeights)] = true;
-    buffers.weights = {reinterpret_cast<float*>(AreaAt(Area::kWeights, 0)), n};
+    taken_[2 * set + static_cast<int>(Area::kWeights)] = 1;
+    buffers.weights = {reinterpret_cast<float*>(AreaAt(Area::kWeights, set, 0)), n};
   }
   if (options_.push_encoding == TensorEncoding::kF32) {
-    taken_[static_cast<int>(Area::kGradient)] = true;
-    buffers.gradient = {reinterpret_cast<float*>(AreaAt(Area::kGradient, 0)), n};
+    taken_[2 * set + static_cast<int>(Area::kGradient)] = 1;
+    buffers.gradient = {reinterpret_cast<float*>(AreaAt(Area::kGradient, set, 0)), n};
   }
   return buffers;
 }
 
-bool GrpcParameterClient::IsTaken(Area area, const float* data) const {
+int GrpcParameterClient::DirectSlot(Area area, const float* data) const {
+  if (shared_ == nullptr) return -1;
   absl::MutexLock lock(&mu_);
-  return taken_[static_cast<int>(area)] && data == reinterpret_cast<const float*>(AreaAt(area, 0));
+  for (int slot = 0; slot < options_.shared_memory_slots; ++slot) {
+    if (taken_[2 * slot + static_cast<int>(area)] &&
+        data == reinterpret_cast<const float*>(AreaAt(area, slot, 0))) {
+      return slot;
+    }
+  }
+  return -1;
 }
 
-char* GrpcParameterClient::AreaAt(Area area, int64_t begin) const {
-  return shared_->data() + 4 * (static_cast<int64_t>(area) * options_.total_params + begin);
+char* GrpcParameterClient::AreaAt(Area area, int slot, int64_t begin) const {
+  return shared_->data() +
+         4 * ((2 * int64_t{slot} + static_cast<int64_t>(area)) * options_.total_params + begin);
 }
 
 absl::Status GrpcParameterClient::Heartbeat() {
@@ -433,21 +455,22 @@ absl::StatusOr<PullStats> GrpcParameterClient::PullPieces(
   const std::vector<uint64_t> shard_incarnation = shard_incarnations();
   std::vector<grpc::ByteBuffer> requests(pieces.size());
   std::vector<size_t> missing(parts.size(), 0);  // pieces of each part not yet arrived
-  // The parts of the weights area these calls borrow, given back when they have all finished.
-  std::vector<char> shared(pieces.size(), 0);
+  // The slots whose weights areas these calls borrow (-1: none), given back when they have all
+  // finished.
+  std::vector<int> slot(pieces.size(), -1);
   const absl::Cleanup give_back = [&] {
     for (size_t i = 0; i < pieces.size(); ++i) {
-      if (shared[i]) GiveBack(Area::kWeights, pieces[i].range);
+      if (slot[i] >= 0) GiveBack(Area::kWeights, slot[i], pieces[i].range);
     }
   };
-  // Into the caller's own copy of the weights area: the shards write the values in place.
-  const bool direct = IsTaken(Area::kWeights, params.data());
+  // Into the caller's own copy of a weights area: the shards write the values in place.
+  const int direct_slot = DirectSlot(Area::kWeights, params.data());
   for (size_t i = 0; i < pieces.size(); ++i) {
     const Piece& piece = pieces[i];
     // Observer reads (no_wait) carry no worker identity, so they cannot use the region.
-    shared[i] = !no_wait && Lend(Area::kWeights, piece.shard, piece.range, direct);
+    if (!no_wait) slot[i] = Lend(Area::kWeights, piece.shard, piece.range, direct_slot);
     requests[i] = SerializeToByteBuffer(
-        PullHeader(piece, clock, no_wait, shared[i], shard_incarnation[piece.shard]));
+        PullHeader(piece, clock, no_wait, slot[i], shard_incarnation[piece.shard]));
     ++missing[piece.part];
   }
   PullStats stats;
@@ -459,7 +482,9 @@ absl::StatusOr<PullStats> GrpcParameterClient::PullPieces(
     SplitMessage split;  // the values are decoded from gRPC's buffers into `params`
     absl::Status ok =
         SplitPayloadMessage(reply, ps::v1::PullResponse::kValuesFieldNumber, &header, &split);
-    if (ok.ok()) ok = DecodePulled(pieces[i], header, split, shared[i], direct, params, &stats);
+    if (ok.ok()) {
+      ok = DecodePulled(pieces[i], header, split, slot[i], direct_slot >= 0, params, &stats);
+    }
     if (!ok.ok()) {
       if (decoded.ok()) decoded = ReplyDoesNotFit("Pull", pieces[i].shard, ok);
       return;
@@ -501,21 +526,22 @@ absl::StatusOr<PushStats> GrpcParameterClient::PushParts(int64_t clock,
   const std::vector<uint64_t> shard_incarnation = shard_incarnations();
   std::vector<grpc::ByteBuffer> requests(pieces.size());
   if (encoded_.size() < pieces.size()) encoded_.resize(pieces.size());
-  // The parts of the gradient area these calls borrow, given back when they have all finished.
-  std::vector<char> shared(pieces.size(), 0);
+  // The slots whose gradient areas these calls borrow (-1: none), given back when they have all
+  // finished.
+  std::vector<int> slot(pieces.size(), -1);
   const absl::Cleanup give_back = [&] {
     for (size_t i = 0; i < pieces.size(); ++i) {
-      if (shared[i]) GiveBack(Area::kGradient, pieces[i].range);
+      if (slot[i] >= 0) GiveBack(Area::kGradient, slot[i], pieces[i].range);
     }
   };
   PushStats stats;
-  // From the caller's own copy of the gradient area: the shards read it in place.
-  const bool direct = IsTaken(Area::kGradient, gradient.data());
+  // From the caller's own copy of a gradient area: the shards read it in place.
+  const int direct_slot = DirectSlot(Area::kGradient, gradient.data());
   for (size_t i = 0; i < pieces.size(); ++i) {
     PreparedPush push =
         PreparePush(i, pieces[i], clock, base_versions[pieces[i].shard], num_samples, gradient,
-                    direct, shard_incarnation[pieces[i].shard], borrowed);
-    shared[i] = push.shared;
+                    direct_slot, shard_incarnation[pieces[i].shard], borrowed);
+    slot[i] = push.slot;
     stats.payload_bytes += push.payload_bytes;
     requests[i] = JoinPayloadMessage(push.header, ps::v1::PushRequest::kGradientFieldNumber,
                                      std::move(push.payload));
@@ -571,15 +597,15 @@ absl::StatusOr<PushPullStats> GrpcParameterClient::PushPull(
   std::vector<grpc::ByteBuffer> requests(pieces.size());
   if (encoded_.size() < pieces.size()) encoded_.resize(pieces.size());
   // The parts of each area these calls borrow, given back when they have all finished.
-  std::vector<char> shared_gradient(pieces.size(), 0), shared_weights(pieces.size(), 0);
+  std::vector<int> gradient_slot(pieces.size(), -1), weights_slot(pieces.size(), -1);
   const absl::Cleanup give_back = [&] {
     for (size_t i = 0; i < pieces.size(); ++i) {
-      if (shared_gradient[i]) GiveBack(Area::kGradient, pieces[i].range);
-      if (shared_weights[i]) GiveBack(Area::kWeights, pieces[i].range);
+      if (gradient_slot[i] >= 0) GiveBack(Area::kGradient, gradient_slot[i], pieces[i].range);
+      if (weights_slot[i] >= 0) GiveBack(Area::kWeights, weights_slot[i], pieces[i].range);
     }
   };
-  const bool direct_gradient = IsTaken(Area::kGradient, gradient.data());
-  const bool direct_weights = IsTaken(Area::kWeights, params.data());
+  const int direct_gradient = DirectSlot(Area::kGradient, gradient.data());
+  const int direct_weights = DirectSlot(Area::kWeights, params.data());
   PushPullStats stats;
   stats.pulled.versions.assign(stubs_.size(), std::numeric_limits<int64_t>::max());
   for (size_t i = 0; i < pieces.size(); ++i) {
@@ -587,13 +613,13 @@ absl::StatusOr<PushPullStats> GrpcParameterClient::PushPull(
     const uint64_t incarnation = shard_incarnation[piece.shard];
     PreparedPush push = PreparePush(i, piece, clock, base_versions[piece.shard], num_samples,
                                     gradient, direct_gradient, incarnation, borrowed);
-    shared_gradient[i] = push.shared;
+    gradient_slot[i] = push.slot;
     stats.pushed.payload_bytes += push.payload_bytes;
-    shared_weights[i] = Lend(Area::kWeights, piece.shard, piece.range, direct_weights);
+    weights_slot[i] = Lend(Area::kWeights, piece.shard, piece.range, direct_weights);
     ps::v1::PushPullRequest header;
     *header.mutable_push() = std::move(push.header);
     *header.mutable_pull() =
-        PullHeader(piece, pull_clock, /*no_wait=*/false, shared_weights[i], incarnation);
+        PullHeader(piece, pull_clock, /*no_wait=*/false, weights_slot[i], incarnation);
     requests[i] = JoinPayloadMessage(header, ps::v1::PushPullRequest::kGradientFieldNumber,
                                      std::move(push.payload));
   }
@@ -607,8 +633,8 @@ absl::StatusOr<PushPullStats> GrpcParameterClient::PushPull(
                 absl::Status ok = SplitPayloadMessage(
                     replies[i], ps::v1::PushPullResponse::kValuesFieldNumber, &header, &split);
                 if (ok.ok()) {
-                  ok = DecodePulled(pieces[i], header.pull(), split, shared_weights[i],
-                                    direct_weights, params, &stats.pulled);
+                  ok = DecodePulled(pieces[i], header.pull(), split, weights_slot[i],
+                                    direct_weights >= 0, params, &stats.pulled);
                 }
                 if (!ok.ok()) {
                   if (decoded.ok()) decoded = ReplyDoesNotFit("PushPull", pieces[i].shard, ok);
@@ -625,7 +651,7 @@ absl::StatusOr<PushPullStats> GrpcParameterClient::PushPull(
 
 GrpcParameterClient::PreparedPush GrpcParameterClient::PreparePush(
     size_t i, const Piece& piece, int64_t clock, int64_t base_version, int num_samples,
-    absl::Span<const float> gradient, bool direct, uint64_t shard_incarnation,
+    absl::Span<const float> gradient, int direct_slot, uint64_t shard_incarnation,
     BorrowedPayload& borrowed) {
   const KeyRange r = piece.range;
   PreparedPush out;
@@ -662,12 +688,16 @@ GrpcParameterClient::PreparedPush GrpcParameterClient::PreparePush(
   out.payload_bytes = static_cast<int64_t>(bytes.size());
   // A shard that shares the region reads the payload there; a top-k payload larger than the
   // area's part (ratio above 1/2) stays in the message.
-  out.shared = bytes.size() <= 4 * static_cast<size_t>(r.size()) &&
-               Lend(Area::kGradient, piece.shard, r, direct);
-  if (out.shared) {
+  if (bytes.size() <= 4 * static_cast<size_t>(r.size())) {
+    out.slot = Lend(Area::kGradient, piece.shard, r, direct_slot);
+  }
+  if (out.slot >= 0) {
     // In place already when direct (a float32 payload is the caller's slice itself).
-    if (!direct) std::memcpy(AreaAt(Area::kGradient, r.begin), bytes.data(), bytes.size());
+    if (direct_slot < 0) {
+      std::memcpy(AreaAt(Area::kGradient, out.slot, r.begin), bytes.data(), bytes.size());
+    }
     header.set_shared_bytes(static_cast<int64_t>(bytes.size()));
+    header.set_shared_slot(out.slot);
   } else {
     out.payload.push_back(borrowed.Borrow(bytes.data(), bytes.size()));
   }
@@ -675,9 +705,10 @@ GrpcParameterClient::PreparedPush GrpcParameterClient::PreparePush(
 }
 
 ps::v1::PullRequest GrpcParameterClient::PullHeader(const Piece& piece, int64_t clock, bool no_wait,
-                                                    bool shared, uint64_t shard_incarnation) const {
+                                                    int slot, uint64_t shard_incarnation) const {
   ps::v1::PullRequest header;
-  header.set_into_shared_memory(shared);
+  header.set_into_shared_memory(slot >= 0);
+  if (slot > 0) header.set_shared_slot(slot);
   header.set_layout_fingerprint(options_.fingerprint);
   header.set_begin(piece.range.begin);
   header.set_end(piece.range.end);
@@ -694,16 +725,16 @@ ps::v1::PullRequest GrpcParameterClient::PullHeader(const Piece& piece, int64_t 
 
 absl::Status GrpcParameterClient::DecodePulled(const Piece& piece,
                                                const ps::v1::PullResponse& header,
-                                               SplitMessage& split, bool shared, bool direct,
+                                               SplitMessage& split, int slot, bool direct,
                                                absl::Span<float> params, PullStats* stats) const {
   const KeyRange r = piece.range;
   ASSIGN_OR_RETURN(const TensorEncoding encoding, TensorEncodingFromWire(header.encoding()));
   if (header.in_shared_memory()) {
-    if (!shared || !split.payload.empty()) {
+    if (slot < 0 || !split.payload.empty()) {
       return absl::InvalidArgumentError("values in shared memory that was not lent to this call");
     }
-    split.payload.assign(
-        1, absl::Span<const char>(AreaAt(Area::kWeights, r.begin), r.size() * UnitBytes(encoding)));
+    split.payload.assign(1, absl::Span<const char>(AreaAt(Area::kWeights, slot, r.begin),
+                                                   r.size() * UnitBytes(encoding)));
   }
   ASSIGN_OR_RETURN(const EncodedTensor values,
                    EncodedTensor::FromChunks(encoding, r.size(), split.payload));

@@ -62,6 +62,9 @@ struct GrpcClientOptions {
   // can open it, i.e. runs on this host; the others, and any call that finds its part of the
   // region lent to another call, carry them in the gRPC messages.
   bool shared_memory = false;
+  // Sets of buffers (gradient and weights) in the region: 2 for a caller that computes one step
+  // while the next travels (TakeTransportBuffers(0) and (1)).
+  int shared_memory_slots = 1;
 };
 
 class GrpcParameterClient final : public ParameterClient {
@@ -92,7 +95,7 @@ class GrpcParameterClient final : public ParameterClient {
   void Cancel() override;
   // The region's areas (common/shared_memory.h), float32 transfers only: `weights` when weights
   // are pulled as f32, `gradient` when gradients are pushed as f32.
-  TransportBuffers TakeTransportBuffers() override;
+  TransportBuffers TakeTransportBuffers(int set) override;
   uint64_t incarnation() const { return options_.incarnation; }
   // Shards whose payloads go through shared memory (since the last Register).
   int shared_memory_shards() const;
@@ -120,26 +123,27 @@ class GrpcParameterClient final : public ParameterClient {
   // `parts` cut at the shards' boundaries and into chunks of at most chunk_bytes, in order.
   // INVALID_ARGUMENT for an empty part or one outside the layout.
   absl::StatusOr<std::vector<Piece>> SplitAtShards(absl::Span<const KeyRange> parts) const;
-  // A piece's push: its header, and its payload (empty when `shared`: in the region).
+  // A piece's push: its header, and its payload (empty when in the region).
   struct PreparedPush {
     ps::v1::PushRequest header;
     std::vector<grpc::Slice> payload;
-    bool shared = false;  // the gradient area's part of the piece is lent to this call
+    int slot = -1;  // whose gradient area's part of the piece is lent to this call; -1: none
     int64_t payload_bytes = 0;
   };
   // Encodes piece i (of a push or PushPull) of `gradient`: borrowed by `borrowed`, in the
-  // client's encode buffer i, or in the gradient area (lent to the call; `direct`: the caller's
-  // buffer is that area).
+  // client's encode buffer i, or in a gradient area (lent to the call; `direct_slot` >= 0: the
+  // caller's buffer is that slot's area).
   PreparedPush PreparePush(size_t i, const Piece& piece, int64_t clock, int64_t base_version,
-                           int num_samples, absl::Span<const float> gradient, bool direct,
+                           int num_samples, absl::Span<const float> gradient, int direct_slot,
                            uint64_t shard_incarnation, BorrowedPayload& borrowed);
-  // A piece's pull request (`shared`: into the weights area, lent to the call).
-  ps::v1::PullRequest PullHeader(const Piece& piece, int64_t clock, bool no_wait, bool shared,
+  // A piece's pull request (`slot` >= 0: into that slot's weights area, lent to the call).
+  ps::v1::PullRequest PullHeader(const Piece& piece, int64_t clock, bool no_wait, int slot,
                                  uint64_t shard_incarnation) const;
-  // Decodes a piece's pulled values (in `split` or the weights area) into `params` and adds to
-  // `stats`; INVALID_ARGUMENT for values that do not fit the piece.
+  // Decodes a piece's pulled values (in `split` or slot `slot`'s weights area) into `params`
+  // (unless `direct`: the shard wrote them there) and adds to `stats`; INVALID_ARGUMENT for
+  // values that do not fit the piece.
   absl::Status DecodePulled(const Piece& piece, const ps::v1::PullResponse& header,
-                            SplitMessage& split, bool shared, bool direct, absl::Span<float> params,
+                            SplitMessage& split, int slot, bool direct, absl::Span<float> params,
                             PullStats* stats) const;
   static absl::Status ReplyDoesNotFit(const char* method, int shard, const absl::Status& why);
   static void CountPush(const ps::v1::PushResponse& r, PushStats* stats);
@@ -181,19 +185,20 @@ class GrpcParameterClient final : public ParameterClient {
   void Prepare(grpc::ClientContext* ctx, absl::Duration timeout, bool wait_for_ready) const;
   std::vector<uint64_t> shard_incarnations() const;
 
-  // Shared memory: [0, 4N) bytes is the gradient area, [4N, 8N) the weights area (the proto's
-  // AttachSharedMemory). Each part of an area is lent to one call at a time.
+  // Shared memory: shared_memory_slots pairs of areas; slot k's gradient area is bytes
+  // [8N k, 8N k + 4N), its weights area the next 4N (the proto's AttachSharedMemory). Each part
+  // of an area is lent to one call at a time.
   enum class Area { kGradient = 0, kWeights = 1 };
   // Offers the region to every shard; the shards that can open it take payloads through it.
   void AttachSharedMemory(const std::vector<uint64_t>& shard_incarnation);
-  // Lends `range` of `area` for a call to `shard`: false when shared memory is not attached to
-  // that shard, the range overlaps a part already lent, or `direct` (the call's buffer is the
-  // area itself) differs from whether the caller took the area (a taken area is no bounce
-  // buffer; an area not taken holds nobody's data).
-  bool Lend(Area area, int shard, KeyRange range, bool direct);
-  void GiveBack(Area area, KeyRange range);
-  // The bytes of element `begin` of `area`.
-  char* AreaAt(Area area, int64_t begin) const;
+  // Lends `range` of a slot's `area` for a call to `shard` and returns the slot: `direct_slot`
+  // when the call's buffer is that slot's area (which the caller took), else any slot whose area
+  // the caller did not take (a bounce buffer; a taken area holds the caller's data). -1 when
+  // shared memory is not attached to that shard or no such slot has the range free.
+  int Lend(Area area, int shard, KeyRange range, int direct_slot);
+  void GiveBack(Area area, int slot, KeyRange range);
+  // The bytes of element `begin` of slot `slot`'s `area`.
+  char* AreaAt(Area area, int slot, int64_t begin) const;
 
   mutable absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
@@ -202,11 +207,12 @@ class GrpcParameterClient final : public ParameterClient {
   std::vector<grpc::ClientContext*> active_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<SharedMemory> shared_;                // created at the first Register; null: none
   std::vector<char> attached_ ABSL_GUARDED_BY(mu_);     // per shard
-  std::vector<KeyRange> lent_[2] ABSL_GUARDED_BY(mu_);  // per Area
-  // Per Area: handed to the caller by TakeTransportBuffers (no longer a bounce buffer).
-  bool taken_[2] ABSL_GUARDED_BY(mu_) = {false, false};
-  // Whether `data` is the start of an area the caller took.
-  bool IsTaken(Area area, const float* data) const;
+  // Per slot and Area, at [2 x slot + area]: the parts lent to calls, and whether the caller took
+  // the area (TakeTransportBuffers; it is then no bounce buffer).
+  std::vector<std::vector<KeyRange>> lent_ ABSL_GUARDED_BY(mu_);
+  std::vector<char> taken_ ABSL_GUARDED_BY(mu_);
+  // The slot whose `area` the caller took and `data` starts; -1: none.
+  int DirectSlot(Area area, const float* data) const;
 };
 
 }  // namespace ps

@@ -94,11 +94,12 @@ struct TransportBuffers {
 class ParameterClient {
  public:
   virtual ~ParameterClient() = default;
-  // Hands the caller the transport's own buffers, if it has any (after Register). A pull into
-  // exactly `weights` and a push from exactly `gradient` then move no bytes on the worker's side;
-  // from this call on, pulls and pushes of other buffers carry their payloads in the messages,
-  // since the caller now owns those buffers. The spans stay valid as long as the client.
-  virtual TransportBuffers TakeTransportBuffers() { return {}; }
+  // Hands the caller the transport's own buffers of set `set` (0, 1, ...), if it has them (after
+  // Register). A pull into exactly `weights` and a push from exactly `gradient` then move no bytes
+  // on the worker's side; once every set is taken, pulls and pushes of other buffers carry their
+  // payloads in the messages, since the caller owns those buffers. The spans stay valid as long
+  // as the client. A caller that computes one step while another travels takes two sets.
+  virtual TransportBuffers TakeTransportBuffers(int /*set*/) { return {}; }
   // Registers `rank` with every shard (waiting up to `timeout` for them to come up) and checks
   // that they agree on the cluster: FAILED_PRECONDITION when a shard has another id, shard
   // count, worker count or mode than its position in the list implies.

@@ -144,41 +144,52 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   const int64_t total_steps = plan.steps_per_epoch() * options_.epochs;
 
   const int64_t n = model_.layout().total();
-  // Weights and gradients live in the device's preferred host memory (pinned for CUDA): pulls
-  // write into it and pushes read from it, with no staging copy on the way to the device.
-  ASSIGN_OR_RETURN(DeviceBuffer params_host, device_.AllocateHost(n * sizeof(float)));
-  ASSIGN_OR_RETURN(DeviceBuffer grads_host, device_.AllocateHost(n * sizeof(float)));
-  absl::Span<float> params(params_host.as<float>(), n);
-  absl::Span<float> grads(grads_host.as<float>(), n);
   // Overlap (SSP and ASP only): the pull of step c+1 runs on another thread into a second buffer
   // while step c computes and pushes. BSP's pull of c+1 needs this worker's push of c, so there
   // is nothing to gain there.
   const bool overlap = options_.overlap && cluster.mode != "bsp";
-  // With one buffer of each kind and a CPU device (which needs no pinned memory), the weights
-  // and the gradient can live in the transport's own buffers (shared memory with the shards):
-  // pulls land and pushes leave with no copy on this side. Double buffers (overlap,
-  // asynchronous pushes) keep their own memory.
-  if (device_.name() == "cpu" && !overlap && !(options_.async_push && cluster.mode != "bsp")) {
-    const TransportBuffers transport = client_.TakeTransportBuffers();
-    if (transport.weights.size() == static_cast<size_t>(n)) params = transport.weights;
-    if (transport.gradient.size() == static_cast<size_t>(n)) grads = transport.gradient;
-  }
-  DeviceBuffer prefetch_host;
-  absl::Span<float> prefetch_params;
-  if (overlap) {
-    ASSIGN_OR_RETURN(prefetch_host, device_.AllocateHost(n * sizeof(float)));
-    prefetch_params = absl::Span<float>(prefetch_host.as<float>(), n);
-  }
   // Asynchronous pushes (SSP and ASP only): step c's push travels while step c+1 pulls and
   // computes into a second gradient buffer; it is settled (and step c accounted for) after that
   // compute, before step c+1's push, so a worker's pushes still reach the shards in clock order.
   const bool async_push = options_.async_push && cluster.mode != "bsp";
-  DeviceBuffer spare_grads_host;
-  absl::Span<float> spare_grads;
-  if (async_push) {
-    ASSIGN_OR_RETURN(spare_grads_host, device_.AllocateHost(n * sizeof(float)));
-    spare_grads = absl::Span<float>(spare_grads_host.as<float>(), n);
+  const bool double_buffered = overlap || async_push;
+  const size_t n_size = static_cast<size_t>(n);
+  // Weights and gradients live in the device's preferred host memory (pinned for CUDA): pulls
+  // write into it and pushes read from it, with no staging copy on the way to the device. On a
+  // host-addressable (CPU) device they can live in the transport's own buffers instead (shared
+  // memory with the shards): pulls land and pushes leave with no copy on this side. Double
+  // buffers take the transport's second set too, or neither (a taken area is no bounce buffer
+  // for a buffer of our own).
+  absl::Span<float> params, grads, prefetch_params, spare_grads;
+  if (device_.host_addressable()) {
+    const TransportBuffers second =
+        double_buffered ? client_.TakeTransportBuffers(1) : TransportBuffers{};
+    if (!double_buffered || !second.weights.empty() || !second.gradient.empty()) {
+      const TransportBuffers first = client_.TakeTransportBuffers(0);
+      if (first.weights.size() == n_size &&
+          (!double_buffered || second.weights.size() == n_size)) {
+        params = first.weights;
+        if (overlap) prefetch_params = second.weights;
+      }
+      if (first.gradient.size() == n_size &&
+          (!double_buffered || second.gradient.size() == n_size)) {
+        grads = first.gradient;
+        if (async_push) spare_grads = second.gradient;
+      }
+    }
   }
+  // The buffers the transport did not provide.
+  DeviceBuffer params_host, grads_host, prefetch_host, spare_grads_host;
+  const auto own = [&](DeviceBuffer& host, absl::Span<float>& span) -> absl::Status {
+    if (!span.empty()) return absl::OkStatus();
+    ASSIGN_OR_RETURN(host, device_.AllocateHost(n * sizeof(float)));
+    span = absl::Span<float>(host.as<float>(), n);
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(own(params_host, params));
+  RETURN_IF_ERROR(own(grads_host, grads));
+  if (overlap) RETURN_IF_ERROR(own(prefetch_host, prefetch_params));
+  if (async_push) RETURN_IF_ERROR(own(spare_grads_host, spare_grads));
   // A push in flight; pipelined, it also pulls step `pull_clock` into `weights`.
   struct InFlightPush {
     int64_t step = 0;

@@ -328,6 +328,9 @@ int main(int argc, char** argv) {
   client_options.chunk_bytes = static_cast<int64_t>(absl::GetFlag(FLAGS_chunk_mib) * (1 << 20));
   client_options.connections = absl::GetFlag(FLAGS_connections);
   client_options.shared_memory = absl::GetFlag(FLAGS_shared_memory);
+  // Double buffers (a step computing while another travels) take a second set of areas.
+  client_options.shared_memory_slots =
+      absl::GetFlag(FLAGS_overlap) || absl::GetFlag(FLAGS_async_push) ? 2 : 1;
   {
     auto security = ps::MakeClientSecurity(ps::SecurityOptionsFromFlags());
     if (!security.ok()) return fail(security.status());

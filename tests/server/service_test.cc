@@ -462,10 +462,10 @@ TEST(SharedMemoryClient, TakenBuffersAreReadAndWrittenInPlaceOthersTravelInMessa
   OneShard one = StartOneShard(/*accept_shared_memory=*/true);
   auto& server = one.server;
   auto& client = one.client;
-  EXPECT_TRUE(client->TakeTransportBuffers().weights.empty());  // none before Register
+  EXPECT_TRUE(client->TakeTransportBuffers(0).weights.empty());  // none before Register
   ASSERT_TRUE(client->Register(0, absl::Seconds(10)).ok());
   ASSERT_TRUE(client->Init(std::vector<float>{1, 2, 3}).ok());
-  const TransportBuffers buffers = client->TakeTransportBuffers();
+  const TransportBuffers buffers = client->TakeTransportBuffers(0);
   ASSERT_EQ(buffers.weights.size(), 3u);
   ASSERT_EQ(buffers.gradient.size(), 3u);
   std::fill(buffers.gradient.begin(), buffers.gradient.end(), 1.0f);
@@ -505,7 +505,7 @@ TEST(PushPullClient, GivesWhatPushThenPullGive) {
       EXPECT_EQ(both->pulled.payload_bytes, 12);
       EXPECT_EQ(one.server->service().shared_memory_payloads(), shared ? 2 * calls : 0);
       // Zero copy: the gradient is read and the weights written in the taken areas.
-      const TransportBuffers buffers = client->TakeTransportBuffers();
+      const TransportBuffers buffers = client->TakeTransportBuffers(0);
       if (shared) {
         ASSERT_EQ(buffers.weights.size(), 3u);
         std::fill(buffers.gradient.begin(), buffers.gradient.end(), 2.0f);

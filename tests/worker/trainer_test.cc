@@ -64,7 +64,9 @@ struct CallCounts {
 class CountingClient final : public ParameterClient {
  public:
   CountingClient(ParameterClient& inner, CallCounts& counts) : inner_(inner), counts_(counts) {}
-  TransportBuffers TakeTransportBuffers() override { return inner_.TakeTransportBuffers(); }
+  TransportBuffers TakeTransportBuffers(int set) override {
+    return inner_.TakeTransportBuffers(set);
+  }
   absl::StatusOr<ClusterInfo> Register(int rank, absl::Duration timeout) override {
     return inner_.Register(rank, timeout);
   }
@@ -121,6 +123,7 @@ absl::Status TrainWorker(const Cluster& cluster, const Dataset& train, int rank,
   co.chunk_bytes = chunk_bytes;
   co.connections = connections;
   co.shared_memory = shared_memory;
+  co.shared_memory_slots = overlap || async_push ? 2 : 1;
   auto client = GrpcParameterClient::Create(co);
   EXPECT_TRUE(client.ok());
   TrainerOptions o;
