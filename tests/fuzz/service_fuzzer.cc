@@ -8,8 +8,8 @@
 // - a snapshot restores into a fresh shard with the same weights and version.
 //
 // Shared memory: an attach record gets a real region of this process (the fuzzed request names
-// its rank, incarnation and size; pid, fd and nonce are the region's), so later pushes with
-// `shared_bytes` and pulls into shared memory reach the bounds checks and the region itself.
+// its rank, incarnation, size and slots; pid, fd and nonce are the region's), so later pushes
+// with `shared_bytes` and pulls into shared memory reach the bounds checks and the region itself.
 //
 // Input: byte 0 picks the configuration (mode, optimizer, update rule, token on or off); then
 // records of [op][length (1 byte)][length bytes of a serialized request].
@@ -18,8 +18,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <map>
 #include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -78,13 +80,15 @@ grpc::Status Call(ps::ParameterServerService& service, Method method, const uint
   return (service.*method)(request, &response);
 }
 
-// One region per size, kept for the whole run (regions are few and small).
-ps::SharedMemory* RegionFor(int64_t total_params) {
-  static std::map<int64_t, std::unique_ptr<ps::SharedMemory>> regions;
+// One region per size and slot count, kept for the whole run (regions are few and small).
+ps::SharedMemory* RegionFor(int64_t total_params, int slots) {
+  static std::map<std::pair<int64_t, int>, std::unique_ptr<ps::SharedMemory>> regions;
   if (total_params <= 0 || total_params > 4096) return nullptr;
-  auto& region = regions[total_params];
+  slots = std::max(slots, 1);
+  if (slots > 4) return nullptr;
+  auto& region = regions[{total_params, slots}];
   if (region == nullptr) {
-    auto created = ps::SharedMemory::Create(8 * static_cast<size_t>(total_params));
+    auto created = ps::SharedMemory::Create(8 * static_cast<size_t>(total_params) * slots);
     if (!created.ok()) std::abort();
     region = std::move(*created);
   }
@@ -94,7 +98,7 @@ ps::SharedMemory* RegionFor(int64_t total_params) {
 grpc::Status Attach(ps::ParameterServerService& service, const uint8_t* data, size_t size) {
   ps::v1::AttachSharedMemoryRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return grpc::Status::CANCELLED;
-  if (const ps::SharedMemory* region = RegionFor(request.total_params())) {
+  if (const ps::SharedMemory* region = RegionFor(request.total_params(), request.slots())) {
     request.set_pid(region->pid());
     request.set_fd(region->fd());
     request.set_nonce(region->nonce());

@@ -390,6 +390,56 @@ TEST_F(SharedMemoryServiceTest, PushPullMovesBothPayloadsThroughTheRegion) {
   EXPECT_EQ(SharedPayloads(), 2);
 }
 
+// A region of two slots: slot 1's areas follow slot 0's; a slot outside the region is refused
+// and changes nothing.
+TEST_F(SharedMemoryServiceTest, SlotsAddressTheirOwnAreas) {
+  auto two = SharedMemory::Create(2 * 8 * 3);
+  ASSERT_TRUE(two.ok()) << two.status();
+  region_ = std::move(*two);
+  auto attach = Attach();
+  attach.set_slots(2);
+  ASSERT_EQ(AttachCode(attach), grpc::StatusCode::OK);
+  const std::vector<float> g = {1, 1, 1};
+  std::memcpy(region_->data() + 24, g.data(), 12);  // slot 1's gradient area
+  auto push = SharedPush({9, 9, 9});                 // slot 0's: not read
+  push.set_shared_slot(2);
+  EXPECT_EQ(PushCode(push), grpc::StatusCode::INVALID_ARGUMENT);
+  push.set_shared_slot(-1);
+  EXPECT_EQ(PushCode(push), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Weights(), (std::vector<float>{1, 2, 3}));
+  push.set_shared_slot(1);
+  EXPECT_EQ(PushCode(push), grpc::StatusCode::OK);
+  EXPECT_EQ(Weights(), (std::vector<float>{0, 1, 2}));
+
+  ps::v1::PullRequest pull;
+  pull.set_rank(0);
+  pull.set_incarnation(kIncarnation);
+  pull.set_layout_fingerprint(kFp);
+  pull.set_begin(0);
+  pull.set_end(3);
+  pull.set_clock(1);
+  pull.set_into_shared_memory(true);
+  pull.set_shared_slot(2);
+  ps::v1::PullResponse pulled;
+  EXPECT_EQ(Call(&ps::v1::ParameterServer::Stub::Pull, pull, &pulled).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  pull.set_shared_slot(1);
+  ASSERT_TRUE(Call(&ps::v1::ParameterServer::Stub::Pull, pull, &pulled).ok());
+  std::vector<float> slot1_weights(3), slot0_weights(3);
+  std::memcpy(slot1_weights.data(), region_->data() + 36, 12);
+  std::memcpy(slot0_weights.data(), region_->data() + 12, 12);
+  EXPECT_EQ(slot1_weights, (std::vector<float>{0, 1, 2}));
+  EXPECT_EQ(slot0_weights, (std::vector<float>{0, 0, 0}));
+  // More slots than the region holds (its size differs: not that region), or than a region may
+  // have.
+  attach.set_slots(3);
+  EXPECT_EQ(AttachCode(attach), grpc::StatusCode::FAILED_PRECONDITION);
+  attach.set_slots(kMaxSharedSlots + 1);
+  EXPECT_EQ(AttachCode(attach), grpc::StatusCode::INVALID_ARGUMENT);
+  attach.set_slots(-1);
+  EXPECT_EQ(AttachCode(attach), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
 TEST_F(SharedMemoryServiceTest, AttachRefusesWhatItCannotMapOrTrust) {
   auto wrong_nonce = Attach();
   wrong_nonce.set_nonce(region_->nonce() + 1);
@@ -516,6 +566,44 @@ TEST(PushPullClient, GivesWhatPushThenPullGive) {
       }
     }
   }
+}
+
+// Two sets of transport buffers: each set's areas are its own, read and written in place; a set
+// the region does not have is empty.
+TEST(PushPullClient, TwoSetsOfTransportBuffersAreUsedInPlace) {
+  ShardServerOptions so;
+  so.shard.consistency.mode = ConsistencyMode::kAsp;
+  so.shard.consistency.num_workers = 1;
+  so.shard.optimizer.lr = 1.0f;
+  auto server = ShardServer::Start(so);
+  ASSERT_TRUE(server.ok()) << server.status();
+  GrpcClientOptions o;
+  o.servers = {"127.0.0.1:" + std::to_string((*server)->port())};
+  o.fingerprint = kFp;
+  o.total_params = 3;
+  o.shared_memory = true;
+  o.shared_memory_slots = 2;
+  auto client = GrpcParameterClient::Create(o);
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->Register(0, absl::Seconds(10)).ok());
+  ASSERT_TRUE((*client)->Init(std::vector<float>{1, 2, 3}).ok());
+  const TransportBuffers first = (*client)->TakeTransportBuffers(0);
+  const TransportBuffers second = (*client)->TakeTransportBuffers(1);
+  EXPECT_TRUE((*client)->TakeTransportBuffers(2).weights.empty());
+  ASSERT_EQ(second.weights.size(), 3u);
+  EXPECT_NE(first.weights.data(), second.weights.data());
+  EXPECT_NE(first.gradient.data(), second.gradient.data());
+  std::fill(second.gradient.begin(), second.gradient.end(), 1.0f);
+  std::fill(first.gradient.begin(), first.gradient.end(), 5.0f);  // not this one
+  ASSERT_TRUE((*client)->PushPull(0, {0}, 1, second.gradient, 1, second.weights).ok());
+  EXPECT_EQ(std::vector<float>(second.weights.begin(), second.weights.end()),
+            (std::vector<float>{0, 1, 2}));
+  EXPECT_EQ(std::vector<float>(first.weights.begin(), first.weights.end()),
+            (std::vector<float>{0, 0, 0}));
+  EXPECT_EQ((*server)->service().shared_memory_payloads(), 2);
+  EXPECT_EQ(GrpcClientOptions{}.shared_memory_slots, 1);
+  o.shared_memory_slots = 17;
+  EXPECT_EQ(GrpcParameterClient::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // A lost reply (the shard accepted the push): the client retries, the push is a duplicate, and

@@ -384,6 +384,22 @@ TEST(Trainer, PipelinedPushPullUnderAspStaysWithinOneUpdateOfStalenessAndLearns)
   EXPECT_GT(TrainAccuracy(c, train), 0.9);
 }
 
+// The pipeline through shared memory: the trainer keeps its two weights and two gradient buffers
+// in the transport's two sets of areas, so every payload of every call goes through the region:
+// 158 PushPulls (2 each), 2 pulls and 2 pushes.
+TEST(Trainer, PipelinedPushPullMovesEveryPayloadThroughTwoSetsOfSharedMemory) {
+  const Dataset train = SyntheticData(512, 11);
+  Cluster c = StartCluster(1, 1, ConsistencyMode::kAsp);
+  ASSERT_TRUE(TrainWorker(c, train, 0, 16, 1, 5, /*overlap=*/true, false, 0, 1,
+                          /*async_push=*/true, /*shared_memory=*/true)
+                  .ok());
+  const ShardStatus status = c.servers[0]->shard().GetStatus();
+  EXPECT_EQ(status.version, 160);
+  EXPECT_LE(status.workers[0].staleness.max(), 1);
+  EXPECT_EQ(c.servers[0]->service().shared_memory_payloads(), 2 * 158 + 2 + 2);
+  EXPECT_GT(TrainAccuracy(c, train), 0.9);
+}
+
 // SSP s = 0 allows no worker a clock ahead of its own pushes, so the pipeline (which pulls step
 // c+2 right after pushing c) is off: the same weights as plain steps, and no call waits forever.
 TEST(Trainer, OverlapAndAsyncPushUnderSspZeroGiveTheSameWeights) {
