@@ -272,29 +272,10 @@ grpc::ServerUnaryReactor* ParameterServerService::AttachSharedMemory(
                 [&] { return HandleAttachSharedMemory(*req); });
 }
 
-grpc::ServerUnaryReactor* ParameterServerService::Pull(grpc::CallbackServerContext* ctx,
-                                                       const grpc::ByteBuffer* req,
-                                                       grpc::ByteBuffer* resp) {
-  auto* reactor = new PullReactor(shard_, resp);
-  grpc::Status auth = Authenticate(ctx->client_metadata());
-  if (!auth.ok()) {
-    reactor->Finish(auth);
-    return reactor;
-  }
-  absl::StatusOr<ParsedPull> pull = ParsePull(*req);
-  absl::StatusOr<PullSink> sink = pull.ok() ? SinkFor(*pull) : pull.status();
-  if (!sink.ok()) {
-    reactor->Finish(ToGrpcStatus(sink.status()));
-    return reactor;
-  }
-  reactor->Start(*pull, std::move(*sink),
-                 std::min(absl::FromChrono(ctx->deadline()), absl::Now() + options_.max_pull_wait));
-  return reactor;
-}
-
-grpc::ServerUnaryReactor* ParameterServerService::PushPull(grpc::CallbackServerContext* ctx,
-                                                           const grpc::ByteBuffer* req,
-                                                           grpc::ByteBuffer* resp) {
+grpc::ServerUnaryReactor* ParameterServerService::ServePull(
+    grpc::CallbackServerContext* ctx, grpc::ByteBuffer* resp,
+    absl::FunctionRef<absl::Status(ParsedPull*, PullSink*, std::optional<ps::v1::PushResponse>*)>
+        prepare) {
   auto* reactor = new PullReactor(shard_, resp);
   grpc::Status auth = Authenticate(ctx->client_metadata());
   if (!auth.ok()) {
@@ -303,8 +284,8 @@ grpc::ServerUnaryReactor* ParameterServerService::PushPull(grpc::CallbackServerC
   }
   ParsedPull pull;
   PullSink sink;
-  ps::v1::PushResponse pushed;
-  const absl::Status s = PushThenPreparePull(*req, &pull, &sink, &pushed);
+  std::optional<ps::v1::PushResponse> pushed;
+  const absl::Status s = prepare(&pull, &sink, &pushed);
   if (!s.ok()) {
     reactor->Finish(ToGrpcStatus(s));
     return reactor;
@@ -313,6 +294,28 @@ grpc::ServerUnaryReactor* ParameterServerService::PushPull(grpc::CallbackServerC
                  std::min(absl::FromChrono(ctx->deadline()), absl::Now() + options_.max_pull_wait),
                  std::move(pushed));
   return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Pull(grpc::CallbackServerContext* ctx,
+                                                       const grpc::ByteBuffer* req,
+                                                       grpc::ByteBuffer* resp) {
+  return ServePull(ctx, resp,
+                   [&](ParsedPull* pull, PullSink* sink, std::optional<ps::v1::PushResponse>*) {
+                     ASSIGN_OR_RETURN(*pull, ParsePull(*req));
+                     ASSIGN_OR_RETURN(*sink, SinkFor(*pull));
+                     return absl::OkStatus();
+                   });
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::PushPull(grpc::CallbackServerContext* ctx,
+                                                           const grpc::ByteBuffer* req,
+                                                           grpc::ByteBuffer* resp) {
+  return ServePull(ctx, resp,
+                   [&](ParsedPull* pull, PullSink* sink,
+                       std::optional<ps::v1::PushResponse>* pushed) -> absl::Status {
+                     pushed->emplace();
+                     return PushThenPreparePull(*req, pull, sink, &**pushed);
+                   });
 }
 
 grpc::Status ParameterServerService::HandleRegister(const ps::v1::RegisterRequest& req,
@@ -437,10 +440,9 @@ absl::StatusOr<ps::v1::PushResponse> ParameterServerService::ApplyPush(
           shared->slots, " x ", shared->total_params, " elements (or the message ",
           "carries a payload too)"));
     }
-    split.payload.assign(
-        1, absl::Span<const char>(
-               shared->At(header.shared_slot(), /*weights=*/false, header.begin()),
-               header.shared_bytes()));
+    split.payload.assign(1, absl::Span<const char>(
+                                shared->At(header.shared_slot(), /*weights=*/false, header.begin()),
+                                header.shared_bytes()));
     shared_payloads_.fetch_add(1);
   }
   ASSIGN_OR_RETURN(
@@ -491,8 +493,9 @@ grpc::Status ParameterServerService::HandleAttachSharedMemory(
   }
   const int slots = std::max(req.slots(), 1);
   if (req.slots() < 0 || slots > kMaxSharedSlots) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("slots ", req.slots(), " is not in [0, ", kMaxSharedSlots, "]"));
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("slots ", req.slots(), " is not in [0, ", kMaxSharedSlots, "]"));
   }
   {
     absl::MutexLock lock(&attach_mu_);
@@ -535,10 +538,10 @@ absl::StatusOr<PullSink> ParameterServerService::SinkFor(const ParsedPull& pull)
   ASSIGN_OR_RETURN(Attachment shared, AttachmentOf(pull.args.rank, pull.args.incarnation));
   if (pull.args.range.end > shared.total_params || pull.shared_slot < 0 ||
       pull.shared_slot >= shared.slots) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "range [", pull.args.range.begin, ", ", pull.args.range.end, ") in slot ",
-        pull.shared_slot, " is outside the worker's region of ", shared.slots, " x ",
-        shared.total_params, " elements"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("range [", pull.args.range.begin, ", ", pull.args.range.end, ") in slot ",
+                     pull.shared_slot, " is outside the worker's region of ", shared.slots, " x ",
+                     shared.total_params, " elements"));
   }
   sink.at = shared.At(pull.shared_slot, /*weights=*/true, pull.args.range.begin);
   sink.shared_payloads = &shared_payloads_;

@@ -9,8 +9,10 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/shared_memory.h"
@@ -134,6 +136,13 @@ class ParameterServerService final : public ParameterServerServiceBase {
   absl::StatusOr<Attachment> AttachmentOf(int rank, uint64_t incarnation) const;
   // Where `pull`'s values go: the reply, or the caller's attached region.
   absl::StatusOr<PullSink> SinkFor(const ParsedPull& pull);
+  // Pull and PushPull: the token, then `prepare` (parses the request into the pull and its sink;
+  // PushPull also applies its push and sets the answer to send with the pull's), then the pull in
+  // a reactor that holds no thread while it waits.
+  grpc::ServerUnaryReactor* ServePull(
+      grpc::CallbackServerContext* ctx, grpc::ByteBuffer* resp,
+      absl::FunctionRef<absl::Status(ParsedPull*, PullSink*, std::optional<ps::v1::PushResponse>*)>
+          prepare);
   // Push and PushPull: applies the push whose header and payload (gRPC's buffers, or a span of
   // the worker's region this fills in) are given; the answer to send.
   absl::StatusOr<ps::v1::PushResponse> ApplyPush(const ps::v1::PushRequest& header,

@@ -32,8 +32,8 @@ absl::StatusOr<std::unique_ptr<GrpcParameterClient>> GrpcParameterClient::Create
     return absl::InvalidArgumentError("chunk_bytes must be >= 0 and connections >= 1");
   }
   if (options.shared_memory_slots < 1 || options.shared_memory_slots > 16) {
-    return absl::InvalidArgumentError(absl::StrCat("shared_memory_slots must be in [1, 16], not ",
-                                                   options.shared_memory_slots));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared_memory_slots must be in [1, 16], not ", options.shared_memory_slots));
   }
   if (options.push_encoding == TensorEncoding::kTopK &&
       !(options.topk_ratio > 0.0 && options.topk_ratio <= 1.0)) {

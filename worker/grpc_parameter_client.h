@@ -205,8 +205,8 @@ class GrpcParameterClient final : public ParameterClient {
   // The shards' incarnations from the last Register (0 until then).
   std::vector<uint64_t> shard_incarnations_ ABSL_GUARDED_BY(mu_);
   std::vector<grpc::ClientContext*> active_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<SharedMemory> shared_;                // created at the first Register; null: none
-  std::vector<char> attached_ ABSL_GUARDED_BY(mu_);     // per shard
+  std::unique_ptr<SharedMemory> shared_;             // created at the first Register; null: none
+  std::vector<char> attached_ ABSL_GUARDED_BY(mu_);  // per shard
   // Per slot and Area, at [2 x slot + area]: the parts lent to calls, and whether the caller took
   // the area (TakeTransportBuffers; it is then no bounce buffer).
   std::vector<std::vector<KeyRange>> lent_ ABSL_GUARDED_BY(mu_);

@@ -166,8 +166,7 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
         double_buffered ? client_.TakeTransportBuffers(1) : TransportBuffers{};
     if (!double_buffered || !second.weights.empty() || !second.gradient.empty()) {
       const TransportBuffers first = client_.TakeTransportBuffers(0);
-      if (first.weights.size() == n_size &&
-          (!double_buffered || second.weights.size() == n_size)) {
+      if (first.weights.size() == n_size && (!double_buffered || second.weights.size() == n_size)) {
         params = first.weights;
         if (overlap) prefetch_params = second.weights;
       }

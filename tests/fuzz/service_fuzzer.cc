@@ -14,15 +14,15 @@
 // Input: byte 0 picks the configuration (mode, optimizer, update rule, token on or off); then
 // records of [op][length (1 byte)][length bytes of a serialized request].
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <map>
 #include <memory>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/shared_memory.h"

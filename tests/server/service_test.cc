@@ -70,6 +70,18 @@ class ServiceTest : public testing::Test {
     return p;
   }
 
+  // GoodPush's gradient in field 3, and the pull of the next clock over the same keys.
+  ps::v1::PushPullRequest GoodPushPull() {
+    ps::v1::PushPullRequest req;
+    *req.mutable_push() = GoodPush();
+    req.mutable_push()->clear_gradient();
+    req.set_gradient(Bytes({1, 1, 1}));
+    req.mutable_pull()->set_begin(0);
+    req.mutable_pull()->set_end(3);
+    req.mutable_pull()->set_clock(1);
+    return req;
+  }
+
   // An observer's read of keys [begin, end).
   std::vector<float> Weights(int64_t begin = 0, int64_t end = 3, int64_t* version = nullptr) {
     ps::v1::PullRequest req;
@@ -160,13 +172,7 @@ TEST_F(ServiceTest, GoodPushIsAppliedAndItsRetryIsADuplicate) {
 // PushPull from a plain protobuf client: the push is applied, then the pull answered with the
 // weights after it, in one call; its retry finds the push a duplicate and pulls the same values.
 TEST_F(ServiceTest, PushPullAppliesThePushThenAnswersThePull) {
-  ps::v1::PushPullRequest req;
-  *req.mutable_push() = GoodPush();
-  req.mutable_push()->clear_gradient();
-  req.set_gradient(Bytes({1, 1, 1}));
-  req.mutable_pull()->set_begin(0);
-  req.mutable_pull()->set_end(3);
-  req.mutable_pull()->set_clock(1);
+  const ps::v1::PushPullRequest req = GoodPushPull();
   for (bool retry : {false, true}) {
     ps::v1::PushPullResponse resp;
     ASSERT_TRUE(Call(&ps::v1::ParameterServer::Stub::PushPull, req, &resp).ok());
@@ -182,13 +188,7 @@ TEST_F(ServiceTest, PushPullAppliesThePushThenAnswersThePull) {
 }
 
 TEST_F(ServiceTest, BadPushPullsAreRefusedAndChangeNothing) {
-  ps::v1::PushPullRequest good;
-  *good.mutable_push() = GoodPush();
-  good.mutable_push()->clear_gradient();
-  good.set_gradient(Bytes({1, 1, 1}));
-  good.mutable_pull()->set_begin(0);
-  good.mutable_pull()->set_end(3);
-  good.mutable_pull()->set_clock(1);
+  const ps::v1::PushPullRequest good = GoodPushPull();
   const auto code = [&](const ps::v1::PushPullRequest& req) {
     ps::v1::PushPullResponse resp;
     return Call(&ps::v1::ParameterServer::Stub::PushPull, req, &resp).error_code();
@@ -401,7 +401,7 @@ TEST_F(SharedMemoryServiceTest, SlotsAddressTheirOwnAreas) {
   ASSERT_EQ(AttachCode(attach), grpc::StatusCode::OK);
   const std::vector<float> g = {1, 1, 1};
   std::memcpy(region_->data() + 24, g.data(), 12);  // slot 1's gradient area
-  auto push = SharedPush({9, 9, 9});                 // slot 0's: not read
+  auto push = SharedPush({9, 9, 9});                // slot 0's: not read
   push.set_shared_slot(2);
   EXPECT_EQ(PushCode(push), grpc::StatusCode::INVALID_ARGUMENT);
   push.set_shared_slot(-1);

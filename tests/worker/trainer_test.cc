@@ -364,26 +364,6 @@ TEST(Trainer, PushPullGivesTheSameWeightsBitForBit) {
   }
 }
 
-// ASP with overlap and asynchronous pushes: one PushPull per step, in flight while the next step
-// computes. A prefetch starts the pipeline; the last two steps pull nothing. Each gradient lacks
-// at most this worker's own previous one (staleness <= 1, where separate calls allow 2).
-TEST(Trainer, PipelinedPushPullUnderAspStaysWithinOneUpdateOfStalenessAndLearns) {
-  const Dataset train = SyntheticData(512, 11);
-  Cluster c = StartCluster(1, 1, ConsistencyMode::kAsp);
-  CallCounts counts;
-  ASSERT_TRUE(TrainWorker(c, train, 0, 16, 1, 5, /*overlap=*/true, false, 0, 1,
-                          /*async_push=*/true, false, /*push_pull=*/true, &counts)
-                  .ok());
-  const ShardStatus status = c.servers[0]->shard().GetStatus();
-  EXPECT_EQ(status.version, 160);
-  EXPECT_EQ(status.pushes_duplicate, 0);
-  EXPECT_LE(status.workers[0].staleness.max(), 1);
-  EXPECT_EQ(counts.pulls, 2);  // steps 0 and 1 (the prefetch)
-  EXPECT_EQ(counts.push_pulls, 158);
-  EXPECT_EQ(counts.pushes, 2);
-  EXPECT_GT(TrainAccuracy(c, train), 0.9);
-}
-
 // The pipeline through shared memory: the trainer keeps its two weights and two gradient buffers
 // in the transport's two sets of areas, so every payload of every call goes through the region:
 // 158 PushPulls (2 each), 2 pulls and 2 pushes.
@@ -464,22 +444,30 @@ TEST(Trainer, AsyncPushUnderSspZeroGivesTheSameWeights) {
   EXPECT_EQ(AllWeights(async), AllWeights(plain));
 }
 
-// ASP with the prefetch and the asynchronous push as separate calls (--push_pull=false): step
+// ASP with the prefetch and the asynchronous push. As separate calls (--push_pull=false), step
 // c+1's weights are pulled while step c's push travels, so a gradient may lack this worker's own
-// last two, never more.
-TEST(Trainer, AsyncPushWithOverlapUnderAspStaysWithinTwoUpdatesOfStalenessAndLearns) {
+// last two, never more. As the pipeline, one PushPull per step is in flight while the next step
+// computes (a prefetch starts it; the last two steps pull nothing), and a gradient lacks at most
+// this worker's own previous one.
+TEST(Trainer, AsyncPushWithOverlapUnderAspStaysWithinItsStalenessAndLearns) {
   const Dataset train = SyntheticData(512, 11);
-  Cluster c = StartCluster(1, 1, ConsistencyMode::kAsp);
-  CallCounts counts;
-  ASSERT_TRUE(TrainWorker(c, train, 0, 16, 1, 5, /*overlap=*/true, false, 0, 1,
-                          /*async_push=*/true, false, /*push_pull=*/false, &counts)
-                  .ok());
-  EXPECT_EQ(counts.push_pulls, 0);
-  const ShardStatus status = c.servers[0]->shard().GetStatus();
-  EXPECT_EQ(status.version, 160);
-  EXPECT_EQ(status.pushes_duplicate, 0);
-  EXPECT_LE(status.workers[0].staleness.max(), 2);
-  EXPECT_GT(TrainAccuracy(c, train), 0.9);
+  for (const bool push_pull : {false, true}) {
+    Cluster c = StartCluster(1, 1, ConsistencyMode::kAsp);
+    CallCounts counts;
+    ASSERT_TRUE(TrainWorker(c, train, 0, 16, 1, 5, /*overlap=*/true, false, 0, 1,
+                            /*async_push=*/true, false, push_pull, &counts)
+                    .ok());
+    const ShardStatus status = c.servers[0]->shard().GetStatus();
+    EXPECT_EQ(status.version, 160);
+    EXPECT_EQ(status.pushes_duplicate, 0);
+    EXPECT_LE(status.workers[0].staleness.max(), push_pull ? 1 : 2);
+    EXPECT_EQ(counts.push_pulls, push_pull ? 158 : 0);
+    if (push_pull) {
+      EXPECT_EQ(counts.pulls, 2);  // steps 0 and 1 (the prefetch)
+      EXPECT_EQ(counts.pushes, 2);
+    }
+    EXPECT_GT(TrainAccuracy(c, train), 0.9);
+  }
 }
 
 TEST(Trainer, LearnsTheSyntheticTask) {
