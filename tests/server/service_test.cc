@@ -294,6 +294,18 @@ class SharedMemoryServiceTest : public ServiceTest {
     p.set_shared_bytes(static_cast<int64_t>(g.size() * sizeof(float)));
     return p;
   }
+  // Worker 0's pull of clock 1's keys [begin, end) into its region's weights area.
+  ps::v1::PullRequest SharedPull(int64_t begin, int64_t end) const {
+    ps::v1::PullRequest pull;
+    pull.set_rank(0);
+    pull.set_incarnation(kIncarnation);
+    pull.set_layout_fingerprint(kFp);
+    pull.set_begin(begin);
+    pull.set_end(end);
+    pull.set_clock(1);
+    pull.set_into_shared_memory(true);
+    return pull;
+  }
   std::vector<float> WeightsArea() const {
     std::vector<float> w(3);
     std::memcpy(w.data(), region_->data() + 12, 12);
@@ -316,14 +328,7 @@ TEST_F(SharedMemoryServiceTest, PushAndPullMovePayloadsThroughTheRegion) {
   EXPECT_TRUE(resp.applied());
   EXPECT_EQ(Weights(), (std::vector<float>{0, 1, 2}));
 
-  ps::v1::PullRequest pull;
-  pull.set_rank(0);
-  pull.set_incarnation(kIncarnation);
-  pull.set_layout_fingerprint(kFp);
-  pull.set_begin(1);
-  pull.set_end(3);
-  pull.set_clock(1);
-  pull.set_into_shared_memory(true);
+  const ps::v1::PullRequest pull = SharedPull(1, 3);
   ps::v1::PullResponse pulled;
   ASSERT_TRUE(Call(&ps::v1::ParameterServer::Stub::Pull, pull, &pulled).ok());
   EXPECT_TRUE(pulled.in_shared_memory());
@@ -411,14 +416,7 @@ TEST_F(SharedMemoryServiceTest, SlotsAddressTheirOwnAreas) {
   EXPECT_EQ(PushCode(push), grpc::StatusCode::OK);
   EXPECT_EQ(Weights(), (std::vector<float>{0, 1, 2}));
 
-  ps::v1::PullRequest pull;
-  pull.set_rank(0);
-  pull.set_incarnation(kIncarnation);
-  pull.set_layout_fingerprint(kFp);
-  pull.set_begin(0);
-  pull.set_end(3);
-  pull.set_clock(1);
-  pull.set_into_shared_memory(true);
+  ps::v1::PullRequest pull = SharedPull(0, 3);
   pull.set_shared_slot(2);
   ps::v1::PullResponse pulled;
   EXPECT_EQ(Call(&ps::v1::ParameterServer::Stub::Pull, pull, &pulled).error_code(),
