@@ -157,13 +157,16 @@ TEST_F(LaunchE2e, CompressedGradientsAndWeightsWithOverlapTrainThroughTheBinarie
 }
 
 // An ASP run with 4 workers and random delays, replayed on one machine from the shards' update
-// records, gives the same final weights to the bit.
+// records, gives the same final weights to the bit. Every worker holds its step-2 gradient for
+// 2 s before pushing it: a run of milliseconds per worker could otherwise finish before the next
+// worker process has started (a loaded machine), and nothing would be stale.
 TEST_F(LaunchE2e, ReplayOfAnAspRunReproducesTheWeightsBitForBit) {
   const std::string dir = RunDir("replay");
-  ASSERT_EQ(RunLaunch(dir, With(Common("2560"),
-                                {"--workers=4", "--mode=asp", "--epochs=1", "--jitter=0.2:3",
-                                 "--record_updates", "--save_weights"})),
-            0);
+  ASSERT_EQ(
+      RunLaunch(dir, With(Common("2560"), {"--workers=4", "--mode=asp", "--epochs=1",
+                                           "--jitter=0.2:3", "--pause=0:2:2,1:2:2,2:2:2,3:2:2",
+                                           "--record_updates", "--save_weights"})),
+      0);
   EXPECT_GT(Field(ReadAll(dir + "/summary.json"), "max_staleness"), 0)
       << "the run should be asynchronous enough for the order to matter";
   std::string cmd = ReadAll(dir + "/replay.cmd");
