@@ -57,9 +57,12 @@ Cluster StartCluster(int shards, int workers, ConsistencyMode mode, int stalenes
   return c;
 }
 
-// The calls a trainer made, passed on to the real client.
+// The calls a trainer made, passed on to the real client. The PushPull numbered
+// `abort_push_pull` (1-based; 0: none) is answered ABORTED without reaching the shards, as after
+// a shard restart.
 struct CallCounts {
   std::atomic<int> pulls{0}, pushes{0}, push_pulls{0};
+  int abort_push_pull = 0;
 };
 class CountingClient final : public ParameterClient {
  public:
@@ -84,7 +87,9 @@ class CountingClient final : public ParameterClient {
   absl::StatusOr<PushPullStats> PushPull(int64_t clock, const std::vector<int64_t>& base_versions,
                                          int num_samples, absl::Span<const float> gradient,
                                          int64_t pull_clock, absl::Span<float> params) override {
-    ++counts_.push_pulls;
+    if (++counts_.push_pulls == counts_.abort_push_pull) {
+      return absl::AbortedError("injected: register again");
+    }
     return inner_.PushPull(clock, base_versions, num_samples, gradient, pull_clock, params);
   }
   absl::StatusOr<PullStats> PullParts(int64_t clock, absl::Span<const KeyRange> parts,
@@ -361,6 +366,30 @@ TEST(Trainer, PushPullGivesTheSameWeightsBitForBit) {
       EXPECT_EQ(c->push_pulls, 15);
       EXPECT_EQ(c->pushes, 1);  // the last step's
     }
+  }
+}
+
+// A PushPull answered ABORTED in the middle of the pipeline: the worker drops what was in flight
+// (the next step's gradient and the carried weights), registers again, resumes at the shards'
+// clock (the aborted step, which never landed) and restarts the pipeline from a prefetch. Every
+// step lands exactly once; both runs, with shared memory and without, move on to the end.
+TEST(Trainer, PipelineRecoversFromAnAbortedPushPull) {
+  const Dataset train = SyntheticData(512, 11);
+  for (const bool shared_memory : {false, true}) {
+    Cluster c = StartCluster(1, 1, ConsistencyMode::kAsp);
+    CallCounts counts;
+    counts.abort_push_pull = 50;
+    ASSERT_TRUE(TrainWorker(c, train, 0, 16, 1, 5, /*overlap=*/true, false, 0, 1,
+                            /*async_push=*/true, shared_memory, /*push_pull=*/true, &counts)
+                    .ok());
+    const ShardStatus status = c.servers[0]->shard().GetStatus();
+    EXPECT_EQ(status.version, 160);
+    EXPECT_EQ(status.pushes_accepted, 160);
+    EXPECT_EQ(status.pushes_duplicate, 0);
+    EXPECT_EQ(status.workers[0].clock, 160);
+    EXPECT_EQ(counts.push_pulls, 159);  // 158 landed, one aborted
+    EXPECT_EQ(counts.pulls, 4);         // the pipeline started twice: a pull and a prefetch each
+    EXPECT_GT(TrainAccuracy(c, train), 0.9);
   }
 }
 
