@@ -457,28 +457,43 @@ TEST_F(SharedMemoryServiceTest, AttachRefusesWhatItCannotMapOrTrust) {
   EXPECT_EQ(PushCode(SharedPush({1, 1, 1})), grpc::StatusCode::ABORTED);
 }
 
-// One ASP shard of 3 parameters (SGD, lr 1) and a client that asks for shared memory (and cuts
-// transfers into chunks of `chunk_bytes`, 0: none).
+// One ASP shard of 3 parameters (SGD, lr 1) and a client, registered with it and having
+// initialised it to {1, 2, 3} unless `register_and_init` is false.
+struct OneShardOptions {
+  bool register_and_init = true;
+  bool accept_shared_memory = true;  // the shard's
+  bool shared_memory = true;         // the client's
+  int shared_memory_slots = 1;
+  int64_t chunk_bytes = 0;        // 0: one call per shard
+  int drop_push_reply_every = 0;  // fault injection on the shard
+};
 struct OneShard {
   std::unique_ptr<ShardServer> server;
   std::unique_ptr<GrpcParameterClient> client;
 };
-OneShard StartOneShard(bool accept_shared_memory, int64_t chunk_bytes = 0) {
+OneShard StartOneShard(const OneShardOptions& options) {
   ShardServerOptions so;
   so.shard.consistency.mode = ConsistencyMode::kAsp;
   so.shard.consistency.num_workers = 1;
   so.shard.optimizer.lr = 1.0f;
-  so.accept_shared_memory = accept_shared_memory;
+  so.accept_shared_memory = options.accept_shared_memory;
+  so.drop_push_reply_every = options.drop_push_reply_every;
   auto server = ShardServer::Start(so);
   EXPECT_TRUE(server.ok()) << server.status();
   GrpcClientOptions o;
   o.servers = {"127.0.0.1:" + std::to_string((*server)->port())};
   o.fingerprint = kFp;
   o.total_params = 3;
-  o.shared_memory = true;
-  o.chunk_bytes = chunk_bytes;
+  o.shared_memory = options.shared_memory;
+  o.shared_memory_slots = options.shared_memory_slots;
+  o.chunk_bytes = options.chunk_bytes;
+  o.initial_backoff = absl::Milliseconds(1);
   auto client = GrpcParameterClient::Create(o);
   EXPECT_TRUE(client.ok());
+  if (options.register_and_init) {
+    EXPECT_TRUE((*client)->Register(0, absl::Seconds(10)).ok());
+    EXPECT_TRUE((*client)->Init(std::vector<float>{1, 2, 3}).ok());
+  }
   return OneShard{std::move(*server), std::move(*client)};
 }
 
@@ -486,12 +501,12 @@ OneShard StartOneShard(bool accept_shared_memory, int64_t chunk_bytes = 0) {
 // in the messages: same results.
 TEST(SharedMemoryClient, FallsBackToMessagesWhenTheShardRefuses) {
   for (bool accept : {true, false}) {
-    OneShard one = StartOneShard(accept);
+    OneShardOptions options;
+    options.accept_shared_memory = accept;
+    OneShard one = StartOneShard(options);
     auto& server = one.server;
     auto& client = one.client;
-    ASSERT_TRUE(client->Register(0, absl::Seconds(10)).ok());
     EXPECT_EQ(client->shared_memory_shards(), accept ? 1 : 0);
-    ASSERT_TRUE(client->Init(std::vector<float>{1, 2, 3}).ok());
     auto pushed = client->Push(0, {0}, 1, std::vector<float>{1, 1, 1});
     ASSERT_TRUE(pushed.ok()) << pushed.status();
     std::vector<float> w(3);
@@ -507,7 +522,9 @@ TEST(SharedMemoryClient, FallsBackToMessagesWhenTheShardRefuses) {
 // writes and reads them in place. Other buffers then travel in the messages (the areas are the
 // caller's now, no longer bounce buffers), with the same results.
 TEST(SharedMemoryClient, TakenBuffersAreReadAndWrittenInPlaceOthersTravelInMessages) {
-  OneShard one = StartOneShard(/*accept_shared_memory=*/true);
+  OneShardOptions options;
+  options.register_and_init = false;
+  OneShard one = StartOneShard(options);
   auto& server = one.server;
   auto& client = one.client;
   EXPECT_TRUE(client->TakeTransportBuffers(0).weights.empty());  // none before Register
@@ -538,11 +555,12 @@ TEST(SharedMemoryClient, TakenBuffersAreReadAndWrittenInPlaceOthersTravelInMessa
 TEST(PushPullClient, GivesWhatPushThenPullGive) {
   for (bool shared : {false, true}) {
     for (int64_t chunk_bytes : {0, 4}) {
-      OneShard one = StartOneShard(/*accept_shared_memory=*/shared, chunk_bytes);
+      OneShardOptions options;
+      options.accept_shared_memory = shared;
+      options.chunk_bytes = chunk_bytes;
+      OneShard one = StartOneShard(options);
       const int64_t calls = chunk_bytes > 0 ? 3 : 1;  // one float per chunk
       auto& client = one.client;
-      ASSERT_TRUE(client->Register(0, absl::Seconds(10)).ok());
-      ASSERT_TRUE(client->Init(std::vector<float>{1, 2, 3}).ok());
       std::vector<float> w(3, -1.0f);
       auto both = client->PushPull(0, {0}, 1, std::vector<float>{1, 1, 1}, 1, absl::MakeSpan(w));
       ASSERT_TRUE(both.ok()) << both.status();
@@ -569,63 +587,45 @@ TEST(PushPullClient, GivesWhatPushThenPullGive) {
 // Two sets of transport buffers: each set's areas are its own, read and written in place; a set
 // the region does not have is empty.
 TEST(PushPullClient, TwoSetsOfTransportBuffersAreUsedInPlace) {
-  ShardServerOptions so;
-  so.shard.consistency.mode = ConsistencyMode::kAsp;
-  so.shard.consistency.num_workers = 1;
-  so.shard.optimizer.lr = 1.0f;
-  auto server = ShardServer::Start(so);
-  ASSERT_TRUE(server.ok()) << server.status();
-  GrpcClientOptions o;
-  o.servers = {"127.0.0.1:" + std::to_string((*server)->port())};
-  o.fingerprint = kFp;
-  o.total_params = 3;
-  o.shared_memory = true;
-  o.shared_memory_slots = 2;
-  auto client = GrpcParameterClient::Create(o);
-  ASSERT_TRUE(client.ok());
-  ASSERT_TRUE((*client)->Register(0, absl::Seconds(10)).ok());
-  ASSERT_TRUE((*client)->Init(std::vector<float>{1, 2, 3}).ok());
-  const TransportBuffers first = (*client)->TakeTransportBuffers(0);
-  const TransportBuffers second = (*client)->TakeTransportBuffers(1);
-  EXPECT_TRUE((*client)->TakeTransportBuffers(2).weights.empty());
+  OneShardOptions options;
+  options.shared_memory_slots = 2;
+  OneShard one = StartOneShard(options);
+  auto& server = one.server;
+  auto& client = one.client;
+  const TransportBuffers first = client->TakeTransportBuffers(0);
+  const TransportBuffers second = client->TakeTransportBuffers(1);
+  EXPECT_TRUE(client->TakeTransportBuffers(2).weights.empty());
   ASSERT_EQ(second.weights.size(), 3u);
   EXPECT_NE(first.weights.data(), second.weights.data());
   EXPECT_NE(first.gradient.data(), second.gradient.data());
   std::fill(second.gradient.begin(), second.gradient.end(), 1.0f);
   std::fill(first.gradient.begin(), first.gradient.end(), 5.0f);  // not this one
-  ASSERT_TRUE((*client)->PushPull(0, {0}, 1, second.gradient, 1, second.weights).ok());
+  ASSERT_TRUE(client->PushPull(0, {0}, 1, second.gradient, 1, second.weights).ok());
   EXPECT_EQ(std::vector<float>(second.weights.begin(), second.weights.end()),
             (std::vector<float>{0, 1, 2}));
   EXPECT_EQ(std::vector<float>(first.weights.begin(), first.weights.end()),
             (std::vector<float>{0, 0, 0}));
-  EXPECT_EQ((*server)->service().shared_memory_payloads(), 2);
+  EXPECT_EQ(server->service().shared_memory_payloads(), 2);
   EXPECT_EQ(GrpcClientOptions{}.shared_memory_slots, 1);
-  o.shared_memory_slots = 17;
-  EXPECT_EQ(GrpcParameterClient::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
+  GrpcClientOptions too_many;
+  too_many.servers = {"127.0.0.1:1"};
+  too_many.shared_memory_slots = 17;
+  EXPECT_EQ(GrpcParameterClient::Create(too_many).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // A lost reply (the shard accepted the push): the client retries, the push is a duplicate, and
 // the pull answers with the weights after the one application.
 TEST(PushPullClient, RetryAfterALostReplyPullsWithoutApplyingTwice) {
-  ShardServerOptions so;
-  so.shard.consistency.mode = ConsistencyMode::kAsp;
-  so.shard.consistency.num_workers = 1;
-  so.shard.optimizer.lr = 1.0f;
-  so.drop_push_reply_every = 2;  // the first Init is no push; the first PushPull's reply is lost
-  auto server = ShardServer::Start(so);
-  ASSERT_TRUE(server.ok()) << server.status();
-  GrpcClientOptions o;
-  o.servers = {"127.0.0.1:" + std::to_string((*server)->port())};
-  o.fingerprint = kFp;
-  o.total_params = 3;
-  o.initial_backoff = absl::Milliseconds(1);
-  auto client = GrpcParameterClient::Create(o);
-  ASSERT_TRUE(client.ok());
-  ASSERT_TRUE((*client)->Register(0, absl::Seconds(10)).ok());
-  ASSERT_TRUE((*client)->Init(std::vector<float>{1, 2, 3}).ok());
-  ASSERT_TRUE((*client)->Push(0, {0}, 1, std::vector<float>{1, 1, 1}).ok());  // seen: 1
+  // The first Init is no push; the first PushPull's reply is lost.
+  OneShardOptions options;
+  options.shared_memory = false;
+  options.drop_push_reply_every = 2;
+  OneShard one = StartOneShard(options);
+  auto& client = one.client;
+  ASSERT_TRUE(client->Push(0, {0}, 1, std::vector<float>{1, 1, 1}).ok());  // seen: 1
   std::vector<float> w(3);
-  auto both = (*client)->PushPull(1, {1}, 1, std::vector<float>{1, 1, 1}, 2, absl::MakeSpan(w));
+  auto both = client->PushPull(1, {1}, 1, std::vector<float>{1, 1, 1}, 2, absl::MakeSpan(w));
   ASSERT_TRUE(both.ok()) << both.status();
   EXPECT_EQ(both->pushed.duplicates, 1);
   EXPECT_EQ(w, (std::vector<float>{-1, 0, 1}));
