@@ -2,10 +2,13 @@
 // and machine have (cpu always; cuda when a GPU is visible), at batch 64 and 512, with the share
 // of a training step spent in host<->device copies, and the SGEMM rate of the CNN's largest
 // layer (conv2 as im2col + GEMM). One JSON line per measurement; GPU lines carry ratio_vs_cpu,
-// against the CPU figure measured in the same run.
+// against the CPU figure measured in the same run. "train_step" lines time the trainer's whole
+// step (StepGradient) with the copies overlapped with compute and without, alternating, and
+// print speedup_overlapped (serial / overlapped step time, same run).
 //
 //   ps_bench_device [--seconds 1.5] [--devices cpu,cuda]
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -19,6 +22,7 @@
 #include "common/model.h"
 #include "common/random.h"
 #include "worker/device_select.h"
+#include "worker/step_gradient.h"
 
 ABSL_FLAG(double, seconds, 1.5, "Minimum measuring time per figure.");
 ABSL_FLAG(std::string, devices, "cpu,cuda", "Devices to measure; unavailable ones are skipped.");
@@ -90,6 +94,67 @@ absl::StatusOr<StepTimes> MeasureSteps(ps::Device& dev, const ps::ModelSpec& spe
   return out;
 }
 
+struct SerialAndOverlapped {
+  double serial_ms = 0;
+  double overlapped_ms = 0;
+};
+
+// Whole training steps as the trainer runs them (StepGradient: the weights in, forward and
+// backward over `accumulate` micro-batches, the gradient out), with the device's async copies
+// overlapped with compute and without. The two alternate in short rounds, so both see the same
+// machine; each figure is the median round's mean step time.
+absl::StatusOr<SerialAndOverlapped> MeasureTrainingSteps(ps::Device& dev, const ps::ModelSpec& spec,
+                                                         int batch, int accumulate,
+                                                         double seconds) {
+  ps::Dataset data;
+  data.rows = 28;
+  data.cols = 28;
+  ps::Rng rng(3);
+  const int samples = batch * accumulate * 4;
+  for (int i = 0; i < samples; ++i) {
+    for (int p = 0; p < 28 * 28; ++p) data.pixels.push_back(static_cast<uint8_t>(rng.Below(256)));
+    data.labels.push_back(i % 10);
+  }
+  auto model = ps::MakeModel(spec, ps::ImageShape{}, 10, dev, batch);
+  if (!model.ok()) return model.status();
+  ps::BatchPlanOptions plan;
+  plan.dataset_size = samples;
+  plan.batch_size = batch;
+  plan.accumulate = accumulate;
+  auto serial = ps::StepGradient::Create(**model, dev, data, plan, /*overlap_copies=*/false);
+  auto overlapped = ps::StepGradient::Create(**model, dev, data, plan, /*overlap_copies=*/true);
+  if (!serial.ok()) return serial.status();
+  if (!overlapped.ok()) return overlapped.status();
+  const int64_t n = (*model)->layout().total();
+  auto params_h = dev.AllocateHost(n * sizeof(float));
+  auto grads_h = dev.AllocateHost(n * sizeof(float));
+  if (!params_h.ok() || !grads_h.ok()) return absl::ResourceExhaustedError("host allocation");
+  const absl::Span<float> params(params_h->as<float>(), n), grads(grads_h->as<float>(), n);
+  (*model)->InitParams(1, params.data());
+  constexpr int kStepsPerRound = 5;
+  std::vector<double> rounds[2];  // mean step ms per round: serial, overlapped
+  int64_t step = 0;
+  const absl::Time start = absl::Now();
+  for (int round = 0; round < 3 || absl::Now() - start < absl::Seconds(seconds); ++round) {
+    for (int overlap = 0; overlap < 2; ++overlap) {
+      ps::StepGradient& g = overlap == 1 ? **overlapped : **serial;
+      if (round == 0) {  // warm-up: first-touch allocations, cuBLAS heuristics
+        if (auto s = g.Compute(step++, params, grads); !s.ok()) return s.status();
+      }
+      const absl::Time t0 = absl::Now();
+      for (int i = 0; i < kStepsPerRound; ++i) {
+        if (auto s = g.Compute(step++ % 4, params, grads); !s.ok()) return s.status();
+      }
+      rounds[overlap].push_back(absl::ToDoubleMilliseconds(absl::Now() - t0) / kStepsPerRound);
+    }
+  }
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  return SerialAndOverlapped{median(rounds[0]), median(rounds[1])};
+}
+
 // SGEMM rate of conv2's forward product at batch 512: (512*8*8, 800) x (800, 64).
 absl::StatusOr<double> GemmTflops(ps::Device& dev, double seconds) {
   const int m = 512 * 8 * 8, n = 64, k = 800;
@@ -154,6 +219,31 @@ int main(int argc, char** argv) {
         if (!is_cpu && cpu_rate.count(key)) {
           line.Add("ratio_vs_cpu", t->samples_per_sec / cpu_rate[key]);
         }
+        std::printf("%s\n", line.str().c_str());
+        std::fflush(stdout);
+      }
+    }
+    // The trainer's whole step, copies overlapped with compute or not. On a host-addressable
+    // device (cpu) there is nothing to copy: both are the same step, a noise reference.
+    for (const char* model : {"mlp", "cnn"}) {
+      for (int accumulate : {1, 4}) {
+        auto t = MeasureTrainingSteps(**dev, ps::ModelSpec{model, {}}, 64, accumulate, seconds);
+        if (!t.ok()) {
+          std::fprintf(stderr, "%s %s step x%d: %s\n", std::string(name).c_str(), model, accumulate,
+                       t.status().ToString().c_str());
+          ++failures;
+          continue;
+        }
+        ps::JsonObject line;
+        line.Add("bench", "train_step")
+            .Add("device", (*dev)->name())
+            .Add("model", model)
+            .Add("batch", 64)
+            .Add("accumulate", accumulate)
+            .Add("overlaps_copies", (*dev)->overlaps_copies())
+            .Add("step_ms_serial", t->serial_ms)
+            .Add("step_ms_overlapped", t->overlapped_ms)
+            .Add("speedup_overlapped", t->serial_ms / t->overlapped_ms);
         std::printf("%s\n", line.str().c_str());
         std::fflush(stdout);
       }

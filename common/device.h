@@ -53,7 +53,47 @@ class Device {
   virtual absl::Status CopyToDevice(const void* host, size_t bytes, void* device) = 0;
   virtual absl::Status CopyToHost(const void* device, size_t bytes, void* host) = 0;
   virtual absl::Status Fill(float value, int64_t n, float* x) = 0;
+  // Waits for every op and every copy issued so far; ends every CopyTicket.
   virtual absl::Status Synchronize() = 0;
+
+  // Copies that overlap with the ops. A device with a copy engine (CUDA) runs them on a stream of
+  // their own, in the order issued, ordered against the ops only where the contract below says
+  // so; the defaults copy at once and return when done, which satisfies the same contract. The
+  // synchronous copies above are ordered with the ops only.
+  // - CopyToDeviceAsync starts copying `host` to `device` now, beside the ops: no op issued so far
+  //   may still read or write `device` (the caller knows; Synchronize() guarantees it). Ops
+  //   issued after OpsWaitFor(ticket) see the data. `host` must stay unchanged until
+  //   WaitForCopy(ticket) or Synchronize() returns.
+  // - CopyToHostAsync copies `device` to `host` once the ops issued so far are done. The host
+  //   sees the data once WaitForCopy(ticket) or Synchronize() returns; ops issued in between must
+  //   not write `device`.
+  // A ticket is valid until the next Synchronize() (CUDA refuses others: INVALID_ARGUMENT). Host
+  // memory from AllocateHost or RegisterHostMemory makes the copies truly asynchronous; other
+  // host memory is correct but may block the caller.
+  using CopyTicket = int;
+  virtual absl::StatusOr<CopyTicket> CopyToDeviceAsync(const void* host, size_t bytes,
+                                                       void* device) {
+    absl::Status done = CopyToDevice(host, bytes, device);
+    if (!done.ok()) return done;
+    return 0;
+  }
+  virtual absl::StatusOr<CopyTicket> CopyToHostAsync(const void* device, size_t bytes, void* host) {
+    absl::Status done = CopyToHost(device, bytes, host);
+    if (!done.ok()) return done;
+    return 0;
+  }
+  virtual absl::Status OpsWaitFor(CopyTicket /*ticket*/) { return absl::OkStatus(); }
+  virtual absl::Status WaitForCopy(CopyTicket /*ticket*/) { return absl::OkStatus(); }
+  // True when the async copies above really run beside the ops, so that issuing them layer by
+  // layer is worth its bookkeeping.
+  virtual bool overlaps_copies() const { return false; }
+  // Page-locks host memory this device did not allocate (the shared-memory region with the
+  // shards) for as long as the returned handle lives, so copies to and from it are DMA transfers
+  // like those of AllocateHost memory. The memory stays usable if this fails, only slower. The
+  // default (host memory needs no pinning) does nothing.
+  virtual absl::StatusOr<DeviceBuffer> RegisterHostMemory(void* /*host*/, size_t /*bytes*/) {
+    return DeviceBuffer();
+  }
 
   // c(m,n) = alpha * op(a) * op(b) + beta * c, with op(a) (m,k) and op(b) (k,n); a is (m,k) or
   // (k,m) when trans_a, b is (k,n) or (n,k) when trans_b.

@@ -5,8 +5,10 @@
 
 namespace ps {
 
-absl::StatusOr<std::unique_ptr<StepGradient>> StepGradient::Create(
-    Model& model, Device& device, const Dataset& train, const BatchPlanOptions& options) {
+absl::StatusOr<std::unique_ptr<StepGradient>> StepGradient::Create(Model& model, Device& device,
+                                                                   const Dataset& train,
+                                                                   const BatchPlanOptions& options,
+                                                                   bool overlap_copies) {
   if (options.batch_size > model.max_batch()) {
     return absl::InvalidArgumentError("batch_size exceeds the model's max_batch");
   }
@@ -16,7 +18,8 @@ absl::StatusOr<std::unique_ptr<StepGradient>> StepGradient::Create(
   }
   ASSIGN_OR_RETURN(BatchPlan plan, BatchPlan::Create(options));
   std::unique_ptr<StepGradient> g(new StepGradient(model, device, train, std::move(plan),
-                                                   options.batch_size, options.accumulate));
+                                                   options.batch_size, options.accumulate,
+                                                   overlap_copies));
   const int64_t n = model.layout().total();
   const int64_t features = train.features();
   ASSIGN_OR_RETURN(g->params_dev_, device.Allocate(n * sizeof(float)));
@@ -32,6 +35,7 @@ absl::StatusOr<BatchStats> StepGradient::Compute(int64_t step, absl::Span<const 
                                                  absl::Span<float> grads) {
   // Host memory is the device's own: forward reads `params` and backward writes `grads` in place.
   if (device_.host_addressable()) return Run(step, nullptr, params.data(), grads.data(), grads);
+  if (overlap_copies_) return RunOverlapped(step, params, grads, LayerCallbacks());
   RETURN_IF_ERROR(device_.CopyToDevice(params.data(), model_.layout().total() * sizeof(float),
                                        params_dev_.as<float>()));
   return Run(step, nullptr, params_dev_.as<float>(), grads_dev_.as<float>(), grads);
@@ -41,6 +45,7 @@ absl::StatusOr<BatchStats> StepGradient::ComputeByLayer(int64_t step,
                                                         absl::Span<const float> params,
                                                         absl::Span<float> grads,
                                                         const LayerCallbacks& callbacks) {
+  if (overlap_copies_) return RunOverlapped(step, params, grads, callbacks);
   float* params_dev = params_dev_.as<float>();
   float* grads_dev = grads_dev_.as<float>();
   const int last = accumulate_ - 1;
@@ -63,6 +68,79 @@ absl::StatusOr<BatchStats> StepGradient::ComputeByLayer(int64_t step,
     return hooks;
   };
   return Run(step, &hooks_for, params_dev, grads_dev, grads);
+}
+
+size_t StepGradient::LayerOf(KeyRange range) const {
+  size_t layer = 0;
+  while (layer + 1 < layer_ranges_.size() && layer_ranges_[layer].begin != range.begin) ++layer;
+  return layer;
+}
+
+absl::StatusOr<BatchStats> StepGradient::RunOverlapped(int64_t step, absl::Span<const float> params,
+                                                       absl::Span<float> grads,
+                                                       const LayerCallbacks& callbacks) {
+  float* params_dev = params_dev_.as<float>();
+  float* grads_dev = grads_dev_.as<float>();
+  // No op of this step reads params_dev before its layer waits for the copy, and the last step
+  // ended with Synchronize(), so the weights may be copied without waiting for any op. When they
+  // are all here (no weights_ready to wait for), every layer's copy starts now.
+  std::vector<Device::CopyTicket> weights_copied(layer_ranges_.size(), -1);
+  const auto copy_weights = [&](size_t layer) -> absl::Status {
+    const KeyRange r = layer_ranges_[layer];
+    ASSIGN_OR_RETURN(weights_copied[layer],
+                     device_.CopyToDeviceAsync(params.data() + r.begin, r.size() * sizeof(float),
+                                               params_dev + r.begin));
+    return absl::OkStatus();
+  };
+  const bool copy_all_now = !callbacks.weights_ready;
+  struct GradientCopy {
+    KeyRange range;
+    Device::CopyTicket ticket;
+  };
+  std::vector<GradientCopy> gradients_copied;  // last layer first
+  const int last = accumulate_ - 1;
+  const std::function<LayerHooks(int)> hooks_for = [&](int micro) {
+    LayerHooks hooks;
+    if (micro == 0) {
+      hooks.before_forward = [&](KeyRange r) -> absl::Status {
+        const size_t layer = LayerOf(r);
+        if (!copy_all_now) {
+          RETURN_IF_ERROR(callbacks.weights_ready(r));
+          RETURN_IF_ERROR(copy_weights(layer));
+        }
+        return device_.OpsWaitFor(weights_copied[layer]);
+      };
+    }
+    if (micro == last) {
+      hooks.after_backward = [&](KeyRange r) -> absl::Status {
+        ASSIGN_OR_RETURN(const Device::CopyTicket ticket,
+                         device_.CopyToHostAsync(grads_dev + r.begin, r.size() * sizeof(float),
+                                                 grads.data() + r.begin));
+        gradients_copied.push_back({r, ticket});
+        return absl::OkStatus();
+      };
+    }
+    return hooks;
+  };
+  absl::Status issued;
+  for (size_t layer = 0; copy_all_now && layer < layer_ranges_.size() && issued.ok(); ++layer) {
+    issued = copy_weights(layer);
+  }
+  absl::StatusOr<BatchStats> stats =
+      issued.ok() ? Run(step, &hooks_for, params_dev, grads_dev, grads) : issued;
+  // The kernels are issued; each gradient reaches the host in the order backward produced it.
+  for (const GradientCopy& copy : gradients_copied) {
+    if (!stats.ok()) break;
+    absl::Status done = device_.WaitForCopy(copy.ticket);
+    if (done.ok() && callbacks.gradient_ready) done = callbacks.gradient_ready(copy.range);
+    if (!done.ok()) stats = done;
+  }
+  // Even after an error, no copy may still be reading `params` or writing `grads` once this
+  // returns: the caller owns them again.
+  const absl::Status quiet = device_.Synchronize();
+  if (!stats.ok()) return stats.status();
+  RETURN_IF_ERROR(quiet);
+  return stats;
 }
 
 absl::StatusOr<BatchStats> StepGradient::Run(int64_t step,

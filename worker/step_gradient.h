@@ -22,9 +22,17 @@ class StepGradient {
  public:
   // `model`, `device` and `train` must outlive the object. INVALID_ARGUMENT when the plan does not
   // fit the data or the batch does not fit the model.
+  //
+  // `overlap_copies` (on a device whose async copies run beside its ops, see
+  // Device::overlaps_copies): each layer's weights go to the device on the copy stream and the
+  // layer's forward waits for its own weights only, and each layer's gradient comes back on the
+  // copy stream as soon as the last micro-batch's backward has produced it, while the layers below
+  // are still computing. Off: one copy of all weights before the step and one of the whole
+  // gradient after it, both on the op stream. The results are the same bits either way.
   static absl::StatusOr<std::unique_ptr<StepGradient>> Create(Model& model, Device& device,
                                                               const Dataset& train,
-                                                              const BatchPlanOptions& plan);
+                                                              const BatchPlanOptions& plan,
+                                                              bool overlap_copies = true);
 
   // Copies `params` (host, the model's layout) to the device, runs forward and backward over the
   // step's micro-batches and writes the mean gradient to `grads` (host). Returns the batch's
@@ -36,7 +44,8 @@ class StepGradient {
   // layer's weights are first read from `params` (it may wait for them to arrive); each layer's
   // weights are copied to the device just then. `gradient_ready(range)` is called once a layer's
   // gradient of the whole step is in `grads` (after the last micro-batch's backward of that
-  // layer), last layer first.
+  // layer), last layer first. With overlapping copies, the callbacks come once the copy of that
+  // layer's gradient is done, after every kernel of the step has been issued.
   struct LayerCallbacks {
     std::function<absl::Status(KeyRange)> weights_ready;
     std::function<absl::Status(KeyRange)> gradient_ready;
@@ -49,13 +58,15 @@ class StepGradient {
 
  private:
   StepGradient(Model& model, Device& device, const Dataset& train, BatchPlan plan, int batch,
-               int accumulate)
+               int accumulate, bool overlap_copies)
       : model_(model),
         device_(device),
         train_(train),
         plan_(std::move(plan)),
         batch_(batch),
-        accumulate_(accumulate) {}
+        accumulate_(accumulate),
+        overlap_copies_(overlap_copies && device.overlaps_copies() && !device.host_addressable()),
+        layer_ranges_(model.LayerParamRanges()) {}
 
   Model& model_;
   Device& device_;
@@ -63,6 +74,8 @@ class StepGradient {
   BatchPlan plan_;
   int batch_;
   int accumulate_;
+  bool overlap_copies_;
+  std::vector<KeyRange> layer_ranges_;  // the layers' parameters, forward order
   // Both entry points: `hooks_for(micro)` gives the model's hooks of micro-batch `micro` (none:
   // the whole gradient is copied to `grads` after, unless `grads_dev` is `grads` itself). The
   // model reads `params_dev` and accumulates into `grads_dev` (device memory, or host memory on
@@ -70,6 +83,12 @@ class StepGradient {
   absl::StatusOr<BatchStats> Run(int64_t step, const std::function<LayerHooks(int)>* hooks_for,
                                  const float* params_dev, float* grads_dev,
                                  absl::Span<float> grads);
+  // ComputeByLayer with every copy on the device's copy stream (overlap_copies_).
+  absl::StatusOr<BatchStats> RunOverlapped(int64_t step, absl::Span<const float> params,
+                                           absl::Span<float> grads,
+                                           const LayerCallbacks& callbacks);
+  // The index in layer_ranges_ of the layer whose parameters are `range`.
+  size_t LayerOf(KeyRange range) const;
   DeviceBuffer params_dev_, grads_dev_, x_dev_, y_dev_;
   DeviceBuffer x_host_, y_host_;  // the device's preferred host memory (pinned for CUDA)
   std::vector<int32_t> indices_;

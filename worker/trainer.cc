@@ -138,8 +138,9 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   plan_options.batch_size = options_.batch_size;
   plan_options.accumulate = options_.accumulate;
   plan_options.seed = options_.seed;
-  ASSIGN_OR_RETURN(std::unique_ptr<StepGradient> gradient,
-                   StepGradient::Create(model_, device_, train_, plan_options));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<StepGradient> gradient,
+      StepGradient::Create(model_, device_, train_, plan_options, options_.overlap_copies));
   const BatchPlan& plan = gradient->plan();
   const int64_t total_steps = plan.steps_per_epoch() * options_.epochs;
 
@@ -154,14 +155,14 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   const bool async_push = options_.async_push && cluster.mode != "bsp";
   const bool double_buffered = overlap || async_push;
   const size_t n_size = static_cast<size_t>(n);
-  // Weights and gradients live in the device's preferred host memory (pinned for CUDA): pulls
-  // write into it and pushes read from it, with no staging copy on the way to the device. On a
-  // host-addressable (CPU) device they can live in the transport's own buffers instead (shared
-  // memory with the shards): pulls land and pushes leave with no copy on this side. Double
-  // buffers take the transport's second set too, or neither (a taken area is no bounce buffer
-  // for a buffer of our own).
+  // Weights and gradients live in the transport's own buffers when it has them (shared memory
+  // with the shards): pulls land and pushes leave with no copy on this side, and a
+  // host-addressable (CPU) device computes in them directly. A GPU device pins them, so its
+  // copies to and from them are DMA transfers. Otherwise they live in the device's preferred
+  // host memory (pinned for CUDA). Double buffers take the transport's second set too, or
+  // neither (a taken area is no bounce buffer for a buffer of our own).
   absl::Span<float> params, grads, prefetch_params, spare_grads;
-  if (device_.host_addressable()) {
+  {
     const TransportBuffers second =
         double_buffered ? client_.TakeTransportBuffers(1) : TransportBuffers{};
     if (!double_buffered || !second.weights.empty() || !second.gradient.empty()) {
@@ -175,6 +176,18 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
         grads = first.gradient;
         if (async_push) spare_grads = second.gradient;
       }
+    }
+  }
+  std::vector<DeviceBuffer> pinned;  // unpinned when Run returns, before the client unmaps
+  for (absl::Span<float> taken : {params, grads, prefetch_params, spare_grads}) {
+    if (taken.empty() || device_.host_addressable()) continue;
+    absl::StatusOr<DeviceBuffer> pin =
+        device_.RegisterHostMemory(taken.data(), taken.size() * sizeof(float));
+    if (pin.ok()) {
+      pinned.push_back(*std::move(pin));
+    } else {
+      spdlog::warn("rank {}: shared buffers stay unpinned, so copies to the device are slower: {}",
+                   options_.rank, pin.status().ToString());
     }
   }
   // The buffers the transport did not provide.

@@ -64,6 +64,9 @@ struct TrainerOptions {
   // Priority scheduling: a layer with fewer parameters than this travels with the layer before
   // it (a call per tiny layer costs more than it hides); 0: one part per layer.
   int64_t priority_min_part = 16384;
+  // A GPU worker copies each layer's weights and gradient on a stream of its own while other
+  // layers compute (StepGradient's overlap_copies); false: one copy each way around the step.
+  bool overlap_copies = true;
   // Stop (successfully) after this much training time, whatever step was reached.
   absl::Duration max_duration = absl::InfiniteDuration();
 };

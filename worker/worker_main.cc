@@ -90,6 +90,9 @@ ABSL_FLAG(bool, push_pull, true,
           "Push each step's gradient and pull the next step's weights in one round trip per "
           "shard (steps that run one after another: not with --overlap, --async_push or "
           "--priority). Same results; false: two calls.");
+ABSL_FLAG(bool, overlap_copies, true,
+          "--device cuda: copy each layer's weights to the GPU and its gradient back on a second "
+          "stream while other layers compute. Same results; false: one copy each way per step.");
 ABSL_FLAG(bool, priority, false,
           "Priority scheduling, any mode: pull weights layer by layer, first layer first, and "
           "start each layer's forward as soon as its weights arrived; push each layer's gradient "
@@ -366,6 +369,7 @@ int main(int argc, char** argv) {
   options.priority = absl::GetFlag(FLAGS_priority);
   options.async_push = absl::GetFlag(FLAGS_async_push);
   options.push_pull = absl::GetFlag(FLAGS_push_pull);
+  options.overlap_copies = absl::GetFlag(FLAGS_overlap_copies);
   options.priority_min_part = absl::GetFlag(FLAGS_priority_min_part);
   options.delays.slowdown = absl::GetFlag(FLAGS_slowdown);
   {

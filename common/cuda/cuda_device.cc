@@ -38,6 +38,10 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int ordinal) {
   RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal), "cudaSetDevice"));
   RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&dev->stream_, cudaStreamNonBlocking),
                              "cudaStreamCreate"));
+  RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&dev->copy_stream_, cudaStreamNonBlocking),
+                             "cudaStreamCreate"));
+  RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&dev->ops_mark_, cudaEventDisableTiming),
+                             "cudaEventCreate"));
   RETURN_IF_ERROR(CublasStatus(cublasCreate(&dev->cublas_), "cublasCreate"));
   RETURN_IF_ERROR(CublasStatus(cublasSetStream(dev->cublas_, dev->stream_), "cublasSetStream"));
   RETURN_IF_ERROR(CudaStatus(cudaMalloc(&dev->bad_label_, sizeof(int)), "cudaMalloc"));
@@ -48,9 +52,13 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int ordinal) {
 
 CudaDevice::~CudaDevice() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_);
   if (cublas_ != nullptr) cublasDestroy(cublas_);
   if (bad_label_ != nullptr) cudaFree(bad_label_);
   if (sum_ != nullptr) cudaFree(sum_);
+  for (cudaEvent_t e : copy_events_) cudaEventDestroy(e);
+  if (ops_mark_ != nullptr) cudaEventDestroy(ops_mark_);
+  if (copy_stream_ != nullptr) cudaStreamDestroy(copy_stream_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -97,7 +105,76 @@ absl::Status CudaDevice::Fill(float value, int64_t n, float* x) {
 }
 
 absl::Status CudaDevice::Synchronize() {
-  return CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
+  RETURN_IF_ERROR(
+      CudaStatus(cudaStreamSynchronize(copy_stream_), "cudaStreamSynchronize (copies)"));
+  copies_in_flight_ = 0;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Device::CopyTicket> CudaDevice::CopyOnCopyStream(const void* from, size_t bytes,
+                                                                void* to, cudaMemcpyKind kind,
+                                                                bool after_ops) {
+  if (copies_in_flight_ == kMaxCopiesInFlight) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        kMaxCopiesInFlight, " async copies issued without a Synchronize() in between"));
+  }
+  if (copies_in_flight_ == copy_events_.size()) {
+    cudaEvent_t e = nullptr;
+    RETURN_IF_ERROR(
+        CudaStatus(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate"));
+    copy_events_.push_back(e);
+  }
+  if (after_ops) {
+    // A stream waits on an event's latest record at the time of the wait call, so one mark event
+    // serves every copy.
+    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(ops_mark_, stream_), "cudaEventRecord"));
+    RETURN_IF_ERROR(
+        CudaStatus(cudaStreamWaitEvent(copy_stream_, ops_mark_, 0), "cudaStreamWaitEvent"));
+  }
+  RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpyAsync(to, from, bytes, kind, copy_stream_),
+                 kind == cudaMemcpyHostToDevice ? "cudaMemcpyAsync H2D" : "cudaMemcpyAsync D2H"));
+  const CopyTicket ticket = static_cast<CopyTicket>(copies_in_flight_);
+  RETURN_IF_ERROR(CudaStatus(cudaEventRecord(copy_events_[copies_in_flight_], copy_stream_),
+                             "cudaEventRecord"));
+  ++copies_in_flight_;
+  return ticket;
+}
+
+absl::StatusOr<cudaEvent_t> CudaDevice::TicketEvent(CopyTicket ticket) const {
+  if (ticket < 0 || static_cast<size_t>(ticket) >= copies_in_flight_) {
+    return absl::InvalidArgumentError(absl::StrCat("copy ticket ", ticket, " is not in flight (",
+                                                   copies_in_flight_, " since the last sync)"));
+  }
+  return copy_events_[ticket];
+}
+
+absl::StatusOr<Device::CopyTicket> CudaDevice::CopyToDeviceAsync(const void* host, size_t bytes,
+                                                                 void* device) {
+  return CopyOnCopyStream(host, bytes, device, cudaMemcpyHostToDevice, /*after_ops=*/false);
+}
+
+absl::StatusOr<Device::CopyTicket> CudaDevice::CopyToHostAsync(const void* device, size_t bytes,
+                                                               void* host) {
+  return CopyOnCopyStream(device, bytes, host, cudaMemcpyDeviceToHost, /*after_ops=*/true);
+}
+
+absl::Status CudaDevice::OpsWaitFor(CopyTicket ticket) {
+  ASSIGN_OR_RETURN(cudaEvent_t done, TicketEvent(ticket));
+  return CudaStatus(cudaStreamWaitEvent(stream_, done, 0), "cudaStreamWaitEvent");
+}
+
+absl::Status CudaDevice::WaitForCopy(CopyTicket ticket) {
+  ASSIGN_OR_RETURN(cudaEvent_t done, TicketEvent(ticket));
+  return CudaStatus(cudaEventSynchronize(done), "cudaEventSynchronize");
+}
+
+absl::StatusOr<DeviceBuffer> CudaDevice::RegisterHostMemory(void* host, size_t bytes) {
+  if (host == nullptr || bytes == 0) return DeviceBuffer();
+  RETURN_IF_ERROR(
+      CudaStatus(cudaHostRegister(host, bytes, cudaHostRegisterDefault), "cudaHostRegister"));
+  return DeviceBuffer(host, bytes, [](void* p) { cudaHostUnregister(p); });
 }
 
 absl::Status CudaDevice::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,

@@ -1,14 +1,16 @@
 #ifndef PS_COMMON_CUDA_CUDA_DEVICE_H_
 #define PS_COMMON_CUDA_CUDA_DEVICE_H_
 
-// The CUDA device: cuBLAS for every matrix product, one kernel per op (kernels.cu), all work on
-// one stream owned by the device, with its cuBLAS handle. Every CUDA or cuBLAS error becomes a
+// The CUDA device: cuBLAS for every matrix product, one kernel per op (kernels.cu), all ops on
+// one stream owned by the device, with its cuBLAS handle; the async copies on a second stream,
+// ordered against the first by events. Every CUDA or cuBLAS error becomes a
 // Status that names the call. Like every Device, used by one thread.
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <vector>
 
 #include "common/device.h"
 
@@ -28,6 +30,13 @@ class CudaDevice final : public Device {
   absl::Status CopyToHost(const void* device, size_t bytes, void* host) override;
   absl::Status Fill(float value, int64_t n, float* x) override;
   absl::Status Synchronize() override;
+  absl::StatusOr<CopyTicket> CopyToDeviceAsync(const void* host, size_t bytes,
+                                               void* device) override;
+  absl::StatusOr<CopyTicket> CopyToHostAsync(const void* device, size_t bytes, void* host) override;
+  absl::Status OpsWaitFor(CopyTicket ticket) override;
+  absl::Status WaitForCopy(CopyTicket ticket) override;
+  bool overlaps_copies() const override { return true; }
+  absl::StatusOr<DeviceBuffer> RegisterHostMemory(void* host, size_t bytes) override;
   absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
                     const float* b, float beta, float* c) override;
   absl::Status AddBias(int rows, int cols, const float* bias, float* x) override;
@@ -54,9 +63,22 @@ class CudaDevice final : public Device {
   explicit CudaDevice(int ordinal) : ordinal_(ordinal) {}
   // Reads and clears the kernels' bad-label flag: INVALID_ARGUMENT if it was set.
   absl::Status CheckLabels(const char* op);
+  // Copies on the copy stream, after the ops issued so far when `after_ops`, and records a new
+  // ticket's event.
+  absl::StatusOr<CopyTicket> CopyOnCopyStream(const void* from, size_t bytes, void* to,
+                                              cudaMemcpyKind kind, bool after_ops);
+  absl::StatusOr<cudaEvent_t> TicketEvent(CopyTicket ticket) const;
+
+  // Tickets index `copy_events_`; Synchronize() frees them all for reuse, so the pool only grows
+  // to the most copies issued between two synchronisations (kMaxCopiesInFlight at most).
+  static constexpr size_t kMaxCopiesInFlight = 4096;
 
   int ordinal_;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;  // the ops
+  cudaStream_t copy_stream_ = nullptr;
+  cudaEvent_t ops_mark_ = nullptr;  // re-recorded on `stream_` before each copy to the host
+  std::vector<cudaEvent_t> copy_events_;
+  size_t copies_in_flight_ = 0;  // tickets issued since the last Synchronize()
   cublasHandle_t cublas_ = nullptr;
   int* bad_label_ = nullptr;  // device flag written by the softmax kernels
   double* sum_ = nullptr;     // device scalar written by the Sum kernel

@@ -4,7 +4,9 @@
 // - 1e-5 absolute: bias add, softmax cross-entropy (same float/double arithmetic, other libm);
 // - 1e-4 relative to the largest output: GEMM, column sums, Col2Im, Sum (other summation orders,
 //   and cuBLAS may use other kernels);
-// - whole training step: loss to 1e-5 relative, gradients to 1e-3 of the largest gradient.
+// - whole training step (also StepGradient with overlapped copies): loss to 1e-5 relative,
+//   gradients to 1e-3 of the largest gradient;
+// - async copies: exact.
 
 #include "common/cuda/cuda_device.h"
 
@@ -14,8 +16,10 @@
 #include "common/cpu_device.h"
 #include "common/model.h"
 #include "common/random.h"
+#include "common/shared_memory.h"
 #include "gtest/gtest.h"
 #include "tests/common/random_vector.h"
+#include "worker/step_gradient.h"
 
 namespace ps {
 namespace {
@@ -203,6 +207,87 @@ TEST_F(CudaParity, MlpTrainingStep) {
 
 TEST_F(CudaParity, CnnTrainingStep) {
   CompareTrainingStep(this, cpu_, *gpu_, ModelSpec{"cnn", {}});
+}
+
+// The copy stream: data copied in asynchronously is seen by the ops issued after OpsWaitFor,
+// and the ops' result copied out is on the host after WaitForCopy, through pinned host memory,
+// a registered shared-memory region and pageable memory alike. Tickets end at Synchronize().
+TEST_F(CudaParity, AsyncCopiesAreOrderedWithTheOps) {
+  const int64_t n = 1 << 20;  // 4 MiB: long enough for the streams to overlap if unordered
+  const auto x = RandomVector(n, 13);
+  std::vector<float> want(n);
+  ASSERT_TRUE(cpu_.ReluForward(n, x.data(), want.data()).ok());
+  auto region = SharedMemory::Create(2 * n * sizeof(float));
+  ASSERT_TRUE(region.ok()) << region.status();
+  auto pinned = gpu_->AllocateHost(2 * n * sizeof(float));
+  ASSERT_TRUE(pinned.ok());
+  auto registration = gpu_->RegisterHostMemory((*region)->data(), 2 * n * sizeof(float));
+  ASSERT_TRUE(registration.ok()) << registration.status();
+  std::vector<float> pageable(2 * n);
+  float* dev_x = Up(std::vector<float>(n));
+  float* dev_y = Up(std::vector<float>(n));
+  for (float* host :
+       {pinned->as<float>(), reinterpret_cast<float*>((*region)->data()), pageable.data()}) {
+    std::copy(x.begin(), x.end(), host);
+    std::fill(host + n, host + 2 * n, -1.0f);
+    auto in = gpu_->CopyToDeviceAsync(host, n * sizeof(float), dev_x);
+    ASSERT_TRUE(in.ok()) << in.status();
+    ASSERT_TRUE(gpu_->OpsWaitFor(*in).ok());
+    ASSERT_TRUE(gpu_->ReluForward(n, dev_x, dev_y).ok());
+    auto out = gpu_->CopyToHostAsync(dev_y, n * sizeof(float), host + n);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(*out, *in + 1);
+    ASSERT_TRUE(gpu_->WaitForCopy(*out).ok());
+    EXPECT_EQ(std::vector<float>(host + n, host + 2 * n), want);
+    ASSERT_TRUE(gpu_->Synchronize().ok());
+    EXPECT_EQ(gpu_->WaitForCopy(*out).code(), absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(gpu_->OpsWaitFor(-1).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// StepGradient's overlapped copies on the GPU against the CPU device's serial step: the same
+// gradient and loss within the whole-step tolerances, for the MLP and the CNN, 2 micro-batches.
+TEST_F(CudaParity, OverlappedStepGradientMatchesTheCpu) {
+  Dataset data;
+  data.rows = 28;
+  data.cols = 28;
+  Rng rng(14);
+  for (int i = 0; i < 64; ++i) {
+    for (int p = 0; p < 28 * 28; ++p) data.pixels.push_back(static_cast<uint8_t>(rng.Below(256)));
+    data.labels.push_back(i % 10);
+  }
+  BatchPlanOptions plan;
+  plan.dataset_size = data.size();
+  plan.batch_size = 16;
+  plan.accumulate = 2;
+  for (const char* name : {"mlp", "cnn"}) {
+    SCOPED_TRACE(name);
+    auto cpu_model = MakeModel(ModelSpec{name, {}}, ImageShape{}, 10, cpu_, 16);
+    auto gpu_model = MakeModel(ModelSpec{name, {}}, ImageShape{}, 10, *gpu_, 16);
+    ASSERT_TRUE(cpu_model.ok() && gpu_model.ok());
+    auto cpu_step = StepGradient::Create(**cpu_model, cpu_, data, plan);
+    ASSERT_TRUE(cpu_step.ok());
+    const int64_t n = (*cpu_model)->layout().total();
+    std::vector<float> params(n), want(n);
+    (*cpu_model)->InitParams(4, params.data());
+    auto want_stats = (*cpu_step)->Compute(1, params, absl::MakeSpan(want));
+    ASSERT_TRUE(want_stats.ok());
+    for (bool overlap : {false, true}) {
+      SCOPED_TRACE(overlap ? "overlapped" : "serial");
+      auto gpu_step = StepGradient::Create(**gpu_model, *gpu_, data, plan, overlap);
+      ASSERT_TRUE(gpu_step.ok());
+      auto host = gpu_->AllocateHost(2 * n * sizeof(float));
+      ASSERT_TRUE(host.ok());
+      float* gpu_params = host->as<float>();
+      std::copy(params.begin(), params.end(), gpu_params);
+      absl::Span<float> grads(gpu_params + n, n);
+      auto got = (*gpu_step)->Compute(1, absl::MakeConstSpan(gpu_params, n), grads);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_NEAR(got->loss_sum, want_stats->loss_sum, 1e-5 * want_stats->loss_sum);
+      EXPECT_EQ(got->correct, want_stats->correct);
+      ExpectClose(std::vector<float>(grads.begin(), grads.end()), want, 1e-3);
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,172 @@
+#ifndef PS_TESTS_COMMON_DEFERRED_COPY_DEVICE_H_
+#define PS_TESTS_COMMON_DEFERRED_COPY_DEVICE_H_
+
+// A device with the CUDA device's memory model, for tests on machines without a GPU: device
+// memory is apart from host memory (not host-addressable), and the async copies land as late as
+// Device's contract allows. Each one lands only when a caller must see its data: at
+// OpsWaitFor(ticket) or WaitForCopy(ticket) (with every copy issued before it, in order, like a
+// copy stream) or at Synchronize(). So code that reads device memory without OpsWaitFor, or a
+// copied gradient on the host without WaitForCopy, computes with other bits than CpuDevice and
+// fails a comparison against it. The source is read when the copy is issued (the ops before it
+// are done: they run at once) and read again when it lands; if it changed in between (host
+// memory changed while being copied in, or an op wrote device memory being copied out), the
+// wait that lands it fails with FAILED_PRECONDITION. The ops are CpuDevice's, so results are
+// otherwise the same to the bit.
+
+#include <cstring>
+#include <deque>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/cpu_device.h"
+
+namespace ps {
+
+class DeferredCopyDevice final : public Device {
+ public:
+  std::string name() const override { return "deferred-copy"; }
+  bool host_addressable() const override { return false; }
+  bool overlaps_copies() const override { return true; }
+
+  // What the code under test asked of the device.
+  struct Counts {
+    int async_to_device = 0;
+    int async_to_host = 0;
+    int sync_to_device = 0;
+    int sync_to_host = 0;
+    int registered = 0;  // RegisterHostMemory calls
+    int pinned_now = 0;  // registrations whose handle is still alive
+  };
+  const Counts& counts() const { return counts_; }
+  // Async copies issued and not yet run.
+  size_t pending() const { return pending_.size(); }
+
+  absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override { return cpu_.Allocate(bytes); }
+  absl::StatusOr<DeviceBuffer> AllocateHost(size_t bytes) override {
+    return cpu_.AllocateHost(bytes);
+  }
+  absl::Status CopyToDevice(const void* host, size_t bytes, void* device) override {
+    ++counts_.sync_to_device;
+    return cpu_.CopyToDevice(host, bytes, device);
+  }
+  absl::Status CopyToHost(const void* device, size_t bytes, void* host) override {
+    ++counts_.sync_to_host;
+    return cpu_.CopyToHost(device, bytes, host);
+  }
+  absl::StatusOr<CopyTicket> CopyToDeviceAsync(const void* host, size_t bytes,
+                                               void* device) override {
+    ++counts_.async_to_device;
+    return Defer(host, bytes, device);
+  }
+  absl::StatusOr<CopyTicket> CopyToHostAsync(const void* device, size_t bytes,
+                                             void* host) override {
+    ++counts_.async_to_host;
+    return Defer(device, bytes, host);
+  }
+  absl::Status OpsWaitFor(CopyTicket ticket) override { return RunThrough(ticket); }
+  absl::Status WaitForCopy(CopyTicket ticket) override { return RunThrough(ticket); }
+  absl::Status Synchronize() override {
+    absl::Status landed = RunPending(pending_.size());
+    issued_ = 0;
+    return landed;
+  }
+  absl::StatusOr<DeviceBuffer> RegisterHostMemory(void* host, size_t bytes) override {
+    ++counts_.registered;
+    ++counts_.pinned_now;
+    return DeviceBuffer(host, bytes, [this](void*) { --counts_.pinned_now; });
+  }
+
+  absl::Status Fill(float value, int64_t n, float* x) override { return cpu_.Fill(value, n, x); }
+  absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                    const float* b, float beta, float* c) override {
+    return cpu_.Gemm(trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+  }
+  absl::Status AddBias(int rows, int cols, const float* bias, float* x) override {
+    return cpu_.AddBias(rows, cols, bias, x);
+  }
+  absl::Status SumRows(int rows, int cols, const float* x, float beta, float* out) override {
+    return cpu_.SumRows(rows, cols, x, beta, out);
+  }
+  absl::Status ReluForward(int64_t n, const float* x, float* y) override {
+    return cpu_.ReluForward(n, x, y);
+  }
+  absl::Status ReluBackward(int64_t n, const float* y, const float* dy, float* dx) override {
+    return cpu_.ReluBackward(n, y, dy, dx);
+  }
+  absl::Status SoftmaxCrossEntropy(int rows, int classes, const float* logits,
+                                   const int32_t* labels, float* probs, float* loss_per_row,
+                                   float* correct_per_row) override {
+    return cpu_.SoftmaxCrossEntropy(rows, classes, logits, labels, probs, loss_per_row,
+                                    correct_per_row);
+  }
+  absl::Status SoftmaxCrossEntropyBackward(int rows, int classes, const float* probs,
+                                           const int32_t* labels, float scale,
+                                           float* dlogits) override {
+    return cpu_.SoftmaxCrossEntropyBackward(rows, classes, probs, labels, scale, dlogits);
+  }
+  absl::StatusOr<double> Sum(int64_t n, const float* x) override { return cpu_.Sum(n, x); }
+  absl::Status Im2Col(int batch, int height, int width, int channels, int kernel, const float* x,
+                      float* cols) override {
+    return cpu_.Im2Col(batch, height, width, channels, kernel, x, cols);
+  }
+  absl::Status Col2Im(int batch, int height, int width, int channels, int kernel,
+                      const float* dcols, float* dx) override {
+    return cpu_.Col2Im(batch, height, width, channels, kernel, dcols, dx);
+  }
+  absl::Status MaxPoolForward(int batch, int height, int width, int channels, int pool,
+                              const float* x, float* y, int32_t* argmax) override {
+    return cpu_.MaxPoolForward(batch, height, width, channels, pool, x, y, argmax);
+  }
+  absl::Status MaxPoolBackward(int64_t y_size, const float* dy, const int32_t* argmax,
+                               int64_t x_size, float* dx) override {
+    return cpu_.MaxPoolBackward(y_size, dy, argmax, x_size, dx);
+  }
+
+ private:
+  struct Copy {
+    const void* from;
+    size_t bytes;
+    void* to;
+    std::vector<char> read_at_issue;
+  };
+
+  CopyTicket Defer(const void* from, size_t bytes, void* to) {
+    const char* bytes_from = static_cast<const char*>(from);
+    pending_.push_back({from, bytes, to, std::vector<char>(bytes_from, bytes_from + bytes)});
+    return issued_++;
+  }
+  // Runs the copies up to and including `ticket`, oldest first; INVALID_ARGUMENT for a ticket
+  // not issued since the last Synchronize(), as the CUDA device.
+  absl::Status RunThrough(CopyTicket ticket) {
+    if (ticket < 0 || ticket >= issued_) {
+      return absl::InvalidArgumentError(absl::StrCat("copy ticket ", ticket, " is not in flight"));
+    }
+    const int first_pending = issued_ - static_cast<int>(pending_.size());
+    if (ticket < first_pending) return absl::OkStatus();
+    return RunPending(static_cast<size_t>(ticket - first_pending + 1));
+  }
+  absl::Status RunPending(size_t n) {
+    absl::Status status;
+    for (; n > 0; --n) {
+      const Copy& c = pending_.front();
+      if (c.bytes > 0) {
+        if (std::memcmp(c.from, c.read_at_issue.data(), c.bytes) != 0 && status.ok()) {
+          status = absl::FailedPreconditionError(
+              absl::StrCat("the source of an async copy of ", c.bytes, " bytes changed in flight"));
+        }
+        std::memcpy(c.to, c.read_at_issue.data(), c.bytes);
+      }
+      pending_.pop_front();
+    }
+    return status;
+  }
+
+  CpuDevice cpu_;
+  std::deque<Copy> pending_;
+  int issued_ = 0;  // tickets since the last Synchronize()
+  Counts counts_;
+};
+
+}  // namespace ps
+
+#endif  // PS_TESTS_COMMON_DEFERRED_COPY_DEVICE_H_
