@@ -89,8 +89,9 @@ class Device {
   virtual bool overlaps_copies() const { return false; }
   // Page-locks host memory this device did not allocate (the shared-memory region with the
   // shards) for as long as the returned handle lives, so copies to and from it are DMA transfers
-  // like those of AllocateHost memory. The memory stays usable if this fails, only slower. The
-  // default (host memory needs no pinning) does nothing.
+  // like those of AllocateHost memory. Whole pages are locked, so ranges that share a page must
+  // be registered as one. The memory stays usable if this fails, only slower. The default (host
+  // memory needs no pinning) does nothing.
   virtual absl::StatusOr<DeviceBuffer> RegisterHostMemory(void* /*host*/, size_t /*bytes*/) {
     return DeviceBuffer();
   }

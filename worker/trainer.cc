@@ -178,16 +178,28 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
       }
     }
   }
-  std::vector<DeviceBuffer> pinned;  // unpinned when Run returns, before the client unmaps
-  for (absl::Span<float> taken : {params, grads, prefetch_params, spare_grads}) {
-    if (taken.empty() || device_.host_addressable()) continue;
-    absl::StatusOr<DeviceBuffer> pin =
-        device_.RegisterHostMemory(taken.data(), taken.size() * sizeof(float));
-    if (pin.ok()) {
-      pinned.push_back(*std::move(pin));
-    } else {
-      spdlog::warn("rank {}: shared buffers stay unpinned, so copies to the device are slower: {}",
-                   options_.rank, pin.status().ToString());
+  // The taken buffers lie in the transport's one region: one registration pins them all (pinning
+  // ranges that share a page twice would fail). Unpinned when Run returns, before the client
+  // unmaps the region.
+  DeviceBuffer pinned;
+  if (!device_.host_addressable()) {
+    const float* first = nullptr;
+    const float* last = nullptr;
+    for (absl::Span<float> taken : {params, grads, prefetch_params, spare_grads}) {
+      if (taken.empty()) continue;
+      if (first == nullptr || taken.data() < first) first = taken.data();
+      if (last == nullptr || taken.data() + taken.size() > last) last = taken.data() + taken.size();
+    }
+    if (first != nullptr) {
+      absl::StatusOr<DeviceBuffer> pin = device_.RegisterHostMemory(
+          const_cast<float*>(first), static_cast<size_t>(last - first) * sizeof(float));
+      if (pin.ok()) {
+        pinned = *std::move(pin);
+      } else {
+        spdlog::warn(
+            "rank {}: shared buffers stay unpinned, so copies to the device are slower: {}",
+            options_.rank, pin.status().ToString());
+      }
     }
   }
   // The buffers the transport did not provide.

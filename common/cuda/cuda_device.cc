@@ -1,5 +1,8 @@
 #include "common/cuda/cuda_device.h"
 
+#include <unistd.h>
+
+#include <cstdint>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -172,9 +175,14 @@ absl::Status CudaDevice::WaitForCopy(CopyTicket ticket) {
 
 absl::StatusOr<DeviceBuffer> CudaDevice::RegisterHostMemory(void* host, size_t bytes) {
   if (host == nullptr || bytes == 0) return DeviceBuffer();
-  RETURN_IF_ERROR(
-      CudaStatus(cudaHostRegister(host, bytes, cudaHostRegisterDefault), "cudaHostRegister"));
-  return DeviceBuffer(host, bytes, [](void* p) { cudaHostUnregister(p); });
+  // Whole pages: the driver locks pages, and a mapping is always whole pages.
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(host) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(host) + bytes + page - 1) / page * page;
+  void* first = reinterpret_cast<void*>(begin);
+  RETURN_IF_ERROR(CudaStatus(cudaHostRegister(first, end - begin, cudaHostRegisterDefault),
+                             "cudaHostRegister"));
+  return DeviceBuffer(first, end - begin, [](void* p) { cudaHostUnregister(p); });
 }
 
 absl::Status CudaDevice::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,

@@ -34,8 +34,9 @@ class DeferredCopyDevice final : public Device {
     int async_to_host = 0;
     int sync_to_device = 0;
     int sync_to_host = 0;
-    int registered = 0;  // RegisterHostMemory calls
-    int pinned_now = 0;  // registrations whose handle is still alive
+    int registered = 0;           // RegisterHostMemory calls
+    size_t registered_bytes = 0;  // the last one's size
+    int pinned_now = 0;           // registrations whose handle is still alive
   };
   const Counts& counts() const { return counts_; }
   // Async copies issued and not yet run.
@@ -72,6 +73,7 @@ class DeferredCopyDevice final : public Device {
   }
   absl::StatusOr<DeviceBuffer> RegisterHostMemory(void* host, size_t bytes) override {
     ++counts_.registered;
+    counts_.registered_bytes = bytes;
     ++counts_.pinned_now;
     return DeviceBuffer(host, bytes, [this](void*) { --counts_.pinned_now; });
   }

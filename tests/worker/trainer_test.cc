@@ -434,7 +434,9 @@ TEST(Trainer, AWorkerWithDeviceMemoryPinsTheSharedBuffersAndGivesTheSameWeights)
     EXPECT_TRUE(s0.ok()) << s0;
     EXPECT_TRUE(s1.ok()) << s1;
     for (const DeferredCopyDevice* dev : {&dev0, &dev1}) {
-      EXPECT_EQ(dev->counts().registered, device_memory ? 2 : 0);  // weights and gradient
+      EXPECT_EQ(dev->counts().registered, device_memory ? 1 : 0);  // the region, once
+      // Its gradient and weights areas: 172 parameters each.
+      EXPECT_EQ(dev->counts().registered_bytes, device_memory ? 2 * 172 * sizeof(float) : 0);
       EXPECT_EQ(dev->counts().pinned_now, 0);
       EXPECT_EQ(dev->counts().async_to_host, device_memory ? 8 * 2 * 2 : 0);  // steps x layers
     }
@@ -462,7 +464,8 @@ TEST(Trainer, AWorkerWithDeviceMemoryPinsTheSharedBuffersAndGivesTheSameWeights)
   EXPECT_LE(status.workers[0].staleness.max(), 1);
   EXPECT_EQ(c.servers[0]->service().shared_memory_payloads(), 2 * 158 + 2 + 2);
   EXPECT_GT(TrainAccuracy(c, larger), 0.9);
-  EXPECT_EQ(dev.counts().registered, 4);  // two sets of weights and gradient
+  EXPECT_EQ(dev.counts().registered, 1);
+  EXPECT_EQ(dev.counts().registered_bytes, 2 * 2 * 172 * sizeof(float));  // two sets
   EXPECT_EQ(dev.counts().pinned_now, 0);
 }
 
