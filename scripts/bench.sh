@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every benchmark of issue 7 and keeps their JSON lines: transport, apply, train (with the
-# PyTorch peers, overlap and priority scheduling), a shaped link (as root) and scale. Each prints ratios against references measured in the same run.
+# PyTorch peers, overlap and priority scheduling), a shaped link (as root), device and scale. Each prints ratios against references measured in the same run.
 #   scripts/bench.sh [OUT_DIR]     (default: bench-results/<date>)
 # Leave the machine otherwise idle: the figures are only as steady as the machine.
 set -euo pipefail
@@ -33,5 +33,7 @@ run train_priority build/bin/ps_bench_train --configs 1x1,2x2 --encodings f32 \
 if [[ $(id -u) -eq 0 ]]; then  # network namespaces need root
   run link bench/link_bench.sh --rate_mbit 1000
 fi
+# Forward+backward per device, and the trainer's step with copies overlapped and serial.
+run device build/bin/ps_bench_device
 run scale build/bin/ps_bench_scale --workers 16,64 --params 262144,1048576 --seconds 5
 echo "results in $out"
