@@ -61,7 +61,8 @@ class Device {
   // so; the defaults copy at once and return when done, which satisfies the same contract. The
   // synchronous copies above are ordered with the ops only.
   // - CopyToDeviceAsync starts copying `host` to `device` now, beside the ops: no op issued so far
-  //   may still read or write `device` (the caller knows; Synchronize() guarantees it). Ops
+  //   may still read or write `device` (the caller knows; Synchronize() guarantees it). With
+  //   `after_ops` it starts once the ops issued so far are done instead, so they may. Ops
   //   issued after OpsWaitFor(ticket) see the data. `host` must stay unchanged until
   //   WaitForCopy(ticket) or Synchronize() returns.
   // - CopyToHostAsync copies `device` to `host` once the ops issued so far are done. The host
@@ -71,8 +72,8 @@ class Device {
   // memory from AllocateHost or RegisterHostMemory makes the copies truly asynchronous; other
   // host memory is correct but may block the caller.
   using CopyTicket = int;
-  virtual absl::StatusOr<CopyTicket> CopyToDeviceAsync(const void* host, size_t bytes,
-                                                       void* device) {
+  virtual absl::StatusOr<CopyTicket> CopyToDeviceAsync(const void* host, size_t bytes, void* device,
+                                                       bool /*after_ops*/) {
     absl::Status done = CopyToDevice(host, bytes, device);
     if (!done.ok()) return done;
     return 0;
@@ -112,7 +113,10 @@ class Device {
   // Softmax cross-entropy over `rows` rows of `classes` logits with integer labels.
   // probs (rows, classes) receives the softmax; loss_per_row (rows) the cross-entropy of each row
   // (-log p[label]); correct_per_row (rows) 1 when the arg-max equals the label, else 0.
-  // Labels outside [0, classes) give INVALID_ARGUMENT.
+  // Labels outside [0, classes) give INVALID_ARGUMENT: from this call on the CPU; on a device
+  // whose ops run asynchronously (CUDA), from the next call that waits for all of them
+  // (Synchronize, CopyToHost, Sum), so that a step is issued without waiting. The outputs are
+  // then unspecified.
   virtual absl::Status SoftmaxCrossEntropy(int rows, int classes, const float* logits,
                                            const int32_t* labels, float* probs, float* loss_per_row,
                                            float* correct_per_row) = 0;
@@ -122,6 +126,13 @@ class Device {
                                                    float* dlogits) = 0;
   // Sum of the n elements of x, returned to the host.
   virtual absl::StatusOr<double> Sum(int64_t n, const float* x) = 0;
+  // The same sum written to `out` (device memory, one double) without waiting for it: a step
+  // reads all its sums back at once at its end.
+  virtual absl::Status SumTo(int64_t n, const float* x, double* out) {
+    absl::StatusOr<double> sum = Sum(n, x);
+    if (!sum.ok()) return sum.status();
+    return CopyToDevice(&*sum, sizeof(double), out);
+  }
 
   // Convolution support. Images are NHWC: x (batch, height, width, channels). Square kernels,
   // stride 1, no padding: out_h = height - kernel + 1, out_w = width - kernel + 1.

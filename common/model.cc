@@ -74,8 +74,8 @@ std::vector<KeyRange> Model::LayerParamRanges() const {
 }
 
 absl::StatusOr<BatchStats> Model::Forward(const float* params, const float* x,
-                                          const int32_t* labels, int batch,
-                                          const LayerHooks& hooks) {
+                                          const int32_t* labels, int batch, const LayerHooks& hooks,
+                                          double* sums_on_device) {
   if (batch <= 0 || batch > max_batch_) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch of ", batch, " rows; the model was built for 1..", max_batch_));
@@ -92,6 +92,11 @@ absl::StatusOr<BatchStats> Model::Forward(const float* params, const float* x,
                                               loss_rows_.as<float>(), correct_rows_.as<float>()));
   BatchStats stats;
   stats.count = batch;
+  if (sums_on_device != nullptr) {
+    RETURN_IF_ERROR(device_.SumTo(batch, loss_rows_.as<float>(), sums_on_device));
+    RETURN_IF_ERROR(device_.SumTo(batch, correct_rows_.as<float>(), sums_on_device + 1));
+    return stats;
+  }
   ASSIGN_OR_RETURN(stats.loss_sum, device_.Sum(batch, loss_rows_.as<float>()));
   ASSIGN_OR_RETURN(stats.correct, device_.Sum(batch, correct_rows_.as<float>()));
   return stats;
@@ -99,14 +104,15 @@ absl::StatusOr<BatchStats> Model::Forward(const float* params, const float* x,
 
 absl::StatusOr<BatchStats> Model::Evaluate(const float* params, const float* x,
                                            const int32_t* labels, int batch) {
-  return Forward(params, x, labels, batch, LayerHooks());
+  return Forward(params, x, labels, batch, LayerHooks(), nullptr);
 }
 
 absl::StatusOr<BatchStats> Model::ForwardBackward(const float* params, const float* x,
                                                   const int32_t* labels, int batch,
                                                   float grad_scale, float* grads,
-                                                  const LayerHooks& hooks, bool overwrite_grads) {
-  ASSIGN_OR_RETURN(BatchStats stats, Forward(params, x, labels, batch, hooks));
+                                                  const LayerHooks& hooks, bool overwrite_grads,
+                                                  double* sums_on_device) {
+  ASSIGN_OR_RETURN(BatchStats stats, Forward(params, x, labels, batch, hooks, sums_on_device));
   const size_t last = layers_.size() - 1;
   RETURN_IF_ERROR(device_.SoftmaxCrossEntropyBackward(batch, num_classes(), probs_.as<float>(),
                                                       labels, grad_scale / batch,

@@ -55,10 +55,14 @@ class Model {
   // (batch), all device memory. Adds grad_scale * d(mean loss over the batch)/d(params) to
   // `grads`; a caller accumulating K micro-batches passes 1/K. With `overwrite_grads`, `grads`
   // is set to that instead, whatever it held (the first micro-batch needs no zeroed buffer).
+  // With `sums_on_device` (device memory, 2 doubles), the batch's loss and correct sums are
+  // written there and not waited for, so the host can issue the next batch at once; the
+  // returned stats then carry only the count.
   absl::StatusOr<BatchStats> ForwardBackward(const float* params, const float* x,
                                              const int32_t* labels, int batch, float grad_scale,
                                              float* grads, const LayerHooks& hooks = {},
-                                             bool overwrite_grads = false);
+                                             bool overwrite_grads = false,
+                                             double* sums_on_device = nullptr);
   // Forward only: the loss and accuracy sums of the batch.
   absl::StatusOr<BatchStats> Evaluate(const float* params, const float* x, const int32_t* labels,
                                       int batch);
@@ -67,7 +71,7 @@ class Model {
   Model(std::string name, std::vector<std::unique_ptr<Layer>> layers, ParamLayout layout,
         Device& device, int max_batch);
   absl::StatusOr<BatchStats> Forward(const float* params, const float* x, const int32_t* labels,
-                                     int batch, const LayerHooks& hooks);
+                                     int batch, const LayerHooks& hooks, double* sums_on_device);
   KeyRange LayerParams(size_t layer) const;  // may be empty
 
   std::string name_;

@@ -28,6 +28,8 @@ absl::StatusOr<std::unique_ptr<StepGradient>> StepGradient::Create(Model& model,
   ASSIGN_OR_RETURN(g->y_dev_, device.Allocate(sizeof(int32_t) * g->batch_));
   ASSIGN_OR_RETURN(g->x_host_, device.AllocateHost(sizeof(float) * g->batch_ * features));
   ASSIGN_OR_RETURN(g->y_host_, device.AllocateHost(sizeof(int32_t) * g->batch_));
+  ASSIGN_OR_RETURN(g->sums_dev_, device.Allocate(2 * sizeof(double) * g->accumulate_));
+  ASSIGN_OR_RETURN(g->sums_host_, device.AllocateHost(2 * sizeof(double) * g->accumulate_));
   return g;
 }
 
@@ -83,13 +85,14 @@ absl::StatusOr<BatchStats> StepGradient::RunOverlapped(int64_t step, absl::Span<
   float* grads_dev = grads_dev_.as<float>();
   // No op of this step reads params_dev before its layer waits for the copy, and the last step
   // ended with Synchronize(), so the weights may be copied without waiting for any op. When they
-  // are all here (no weights_ready to wait for), every layer's copy starts now.
+  // are all here (no weights_ready to wait for), every layer's copy starts with the first
+  // layer's forward.
   std::vector<Device::CopyTicket> weights_copied(layer_ranges_.size(), -1);
   const auto copy_weights = [&](size_t layer) -> absl::Status {
     const KeyRange r = layer_ranges_[layer];
     ASSIGN_OR_RETURN(weights_copied[layer],
                      device_.CopyToDeviceAsync(params.data() + r.begin, r.size() * sizeof(float),
-                                               params_dev + r.begin));
+                                               params_dev + r.begin, /*after_ops=*/false));
     return absl::OkStatus();
   };
   const bool copy_all_now = !callbacks.weights_ready;
@@ -107,6 +110,10 @@ absl::StatusOr<BatchStats> StepGradient::RunOverlapped(int64_t step, absl::Span<
         if (!copy_all_now) {
           RETURN_IF_ERROR(callbacks.weights_ready(r));
           RETURN_IF_ERROR(copy_weights(layer));
+        } else if (layer == 0) {
+          // Here, not before the step: the copy stream runs in order, and the first batch went
+          // in just now, so the first layer waits for its weights and that batch only.
+          for (size_t l = 0; l < layer_ranges_.size(); ++l) RETURN_IF_ERROR(copy_weights(l));
         }
         return device_.OpsWaitFor(weights_copied[layer]);
       };
@@ -122,18 +129,18 @@ absl::StatusOr<BatchStats> StepGradient::RunOverlapped(int64_t step, absl::Span<
     }
     return hooks;
   };
-  absl::Status issued;
-  for (size_t layer = 0; copy_all_now && layer < layer_ranges_.size() && issued.ok(); ++layer) {
-    issued = copy_weights(layer);
-  }
   absl::StatusOr<BatchStats> stats =
-      issued.ok() ? Run(step, &hooks_for, params_dev, grads_dev, grads) : issued;
+      Run(step, &hooks_for, params_dev, grads_dev, grads, /*read_sums=*/false);
   // The kernels are issued; each gradient reaches the host in the order backward produced it.
   for (const GradientCopy& copy : gradients_copied) {
     if (!stats.ok()) break;
     absl::Status done = device_.WaitForCopy(copy.ticket);
     if (done.ok() && callbacks.gradient_ready) done = callbacks.gradient_ready(copy.range);
     if (!done.ok()) stats = done;
+  }
+  // The loss and accuracy sums come back last: reading them waits for every op.
+  if (stats.ok()) {
+    if (absl::Status read = AddSums(&*stats); !read.ok()) stats = read;
   }
   // Even after an error, no copy may still be reading `params` or writing `grads` once this
   // returns: the caller owns them again.
@@ -146,30 +153,58 @@ absl::StatusOr<BatchStats> StepGradient::RunOverlapped(int64_t step, absl::Span<
 absl::StatusOr<BatchStats> StepGradient::Run(int64_t step,
                                              const std::function<LayerHooks(int)>* hooks_for,
                                              const float* params_dev, float* grads_dev,
-                                             absl::Span<float> grads) {
+                                             absl::Span<float> grads, bool read_sums) {
   const int64_t n = model_.layout().total();
   const int64_t features = train_.features();
   float* x = x_host_.as<float>();
   int32_t* y = y_host_.as<int32_t>();
+  const size_t x_bytes = sizeof(float) * batch_ * features;
+  const size_t y_bytes = sizeof(int32_t) * batch_;
   BatchStats stats;
+  // Overlapped: a batch goes in on the copy stream once the ops before it (the previous batch's,
+  // which read x_dev_) are done, and the host gathers the next batch as soon as that copy is
+  // done, so it issues each batch's kernels while the previous batch computes.
+  Device::CopyTicket batch_copied = -1;
   for (int micro = 0; micro < accumulate_; ++micro) {
     plan_.MicroBatch(step, micro, &indices_);
+    if (batch_copied >= 0) RETURN_IF_ERROR(device_.WaitForCopy(batch_copied));
     train_.Gather(indices_.data(), batch_, x, y);
-    RETURN_IF_ERROR(device_.CopyToDevice(x, sizeof(float) * batch_ * features, x_dev_.as<float>()));
-    RETURN_IF_ERROR(device_.CopyToDevice(y, sizeof(int32_t) * batch_, y_dev_.as<int32_t>()));
+    if (overlap_copies_) {
+      ASSIGN_OR_RETURN(
+          const Device::CopyTicket x_copied,
+          device_.CopyToDeviceAsync(x, x_bytes, x_dev_.as<float>(), /*after_ops=*/true));
+      ASSIGN_OR_RETURN(batch_copied, device_.CopyToDeviceAsync(y, y_bytes, y_dev_.as<int32_t>(),
+                                                               /*after_ops=*/true));
+      RETURN_IF_ERROR(device_.OpsWaitFor(x_copied));
+      RETURN_IF_ERROR(device_.OpsWaitFor(batch_copied));
+    } else {
+      RETURN_IF_ERROR(device_.CopyToDevice(x, x_bytes, x_dev_.as<float>()));
+      RETURN_IF_ERROR(device_.CopyToDevice(y, y_bytes, y_dev_.as<int32_t>()));
+    }
     const LayerHooks hooks = hooks_for != nullptr ? (*hooks_for)(micro) : LayerHooks();
-    ASSIGN_OR_RETURN(BatchStats s,
-                     model_.ForwardBackward(params_dev, x_dev_.as<float>(), y_dev_.as<int32_t>(),
-                                            batch_, 1.0f / accumulate_, grads_dev, hooks,
-                                            /*overwrite_grads=*/micro == 0));
-    stats.loss_sum += s.loss_sum;
-    stats.correct += s.correct;
+    ASSIGN_OR_RETURN(
+        BatchStats s,
+        model_.ForwardBackward(params_dev, x_dev_.as<float>(), y_dev_.as<int32_t>(), batch_,
+                               1.0f / accumulate_, grads_dev, hooks,
+                               /*overwrite_grads=*/micro == 0, sums_dev_.as<double>() + 2 * micro));
     stats.count += s.count;
   }
   if (hooks_for == nullptr && grads_dev != grads.data()) {
     RETURN_IF_ERROR(device_.CopyToHost(grads_dev, n * sizeof(float), grads.data()));
   }
+  if (read_sums) RETURN_IF_ERROR(AddSums(&stats));
   return stats;
+}
+
+absl::Status StepGradient::AddSums(BatchStats* stats) {
+  double* sums = sums_host_.as<double>();
+  RETURN_IF_ERROR(device_.CopyToHost(sums_dev_.as<double>(), sums_dev_.bytes(), sums));
+  // Micro-batch by micro-batch, as they were computed: the same double sums on every path.
+  for (int micro = 0; micro < accumulate_; ++micro) {
+    stats->loss_sum += sums[2 * micro];
+    stats->correct += sums[2 * micro + 1];
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace ps

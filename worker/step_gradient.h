@@ -80,9 +80,12 @@ class StepGradient {
   // the whole gradient is copied to `grads` after, unless `grads_dev` is `grads` itself). The
   // model reads `params_dev` and accumulates into `grads_dev` (device memory, or host memory on
   // a host-addressable device).
+  // The batches' loss and accuracy sums stay on the device (so no batch waits for the one
+  // before it); `read_sums` adds them to the result before returning, else AddSums does later.
   absl::StatusOr<BatchStats> Run(int64_t step, const std::function<LayerHooks(int)>* hooks_for,
-                                 const float* params_dev, float* grads_dev,
-                                 absl::Span<float> grads);
+                                 const float* params_dev, float* grads_dev, absl::Span<float> grads,
+                                 bool read_sums = true);
+  absl::Status AddSums(BatchStats* stats);
   // ComputeByLayer with every copy on the device's copy stream (overlap_copies_).
   absl::StatusOr<BatchStats> RunOverlapped(int64_t step, absl::Span<const float> params,
                                            absl::Span<float> grads,
@@ -91,6 +94,8 @@ class StepGradient {
   size_t LayerOf(KeyRange range) const;
   DeviceBuffer params_dev_, grads_dev_, x_dev_, y_dev_;
   DeviceBuffer x_host_, y_host_;  // the device's preferred host memory (pinned for CUDA)
+  // (loss, correct) of each micro-batch of the step.
+  DeviceBuffer sums_dev_, sums_host_;
   std::vector<int32_t> indices_;
 };
 

@@ -100,7 +100,8 @@ absl::Status CudaDevice::CopyToDevice(const void* host, size_t bytes, void* devi
 absl::Status CudaDevice::CopyToHost(const void* device, size_t bytes, void* host) {
   RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_),
                              "cudaMemcpyAsync D2H"));
-  return CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
+  return CheckLabels();
 }
 
 absl::Status CudaDevice::Fill(float value, int64_t n, float* x) {
@@ -112,7 +113,7 @@ absl::Status CudaDevice::Synchronize() {
   RETURN_IF_ERROR(
       CudaStatus(cudaStreamSynchronize(copy_stream_), "cudaStreamSynchronize (copies)"));
   copies_in_flight_ = 0;
-  return absl::OkStatus();
+  return CheckLabels();
 }
 
 absl::StatusOr<Device::CopyTicket> CudaDevice::CopyOnCopyStream(const void* from, size_t bytes,
@@ -154,8 +155,8 @@ absl::StatusOr<cudaEvent_t> CudaDevice::TicketEvent(CopyTicket ticket) const {
 }
 
 absl::StatusOr<Device::CopyTicket> CudaDevice::CopyToDeviceAsync(const void* host, size_t bytes,
-                                                                 void* device) {
-  return CopyOnCopyStream(host, bytes, device, cudaMemcpyHostToDevice, /*after_ops=*/false);
+                                                                 void* device, bool after_ops) {
+  return CopyOnCopyStream(host, bytes, device, cudaMemcpyHostToDevice, after_ops);
 }
 
 absl::StatusOr<Device::CopyTicket> CudaDevice::CopyToHostAsync(const void* device, size_t bytes,
@@ -170,6 +171,8 @@ absl::Status CudaDevice::OpsWaitFor(CopyTicket ticket) {
 
 absl::Status CudaDevice::WaitForCopy(CopyTicket ticket) {
   ASSIGN_OR_RETURN(cudaEvent_t done, TicketEvent(ticket));
+  // Not CheckLabels(): that waits for every op, and a layer's gradient must not wait for the
+  // layers below it.
   return CudaStatus(cudaEventSynchronize(done), "cudaEventSynchronize");
 }
 
@@ -217,7 +220,10 @@ absl::Status CudaDevice::ReluBackward(int64_t n, const float* y, const float* dy
   return CudaStatus(cuda::LaunchReluBackward(n, y, dy, dx, stream_), "ReluBackward kernel");
 }
 
-absl::Status CudaDevice::CheckLabels(const char* op) {
+absl::Status CudaDevice::CheckLabels() {
+  if (unchecked_labels_op_ == nullptr) return absl::OkStatus();
+  const char* op = unchecked_labels_op_;
+  unchecked_labels_op_ = nullptr;
   int bad = 0;
   RETURN_IF_ERROR(
       CudaStatus(cudaMemcpyAsync(&bad, bad_label_, sizeof(int), cudaMemcpyDeviceToHost, stream_),
@@ -226,7 +232,8 @@ absl::Status CudaDevice::CheckLabels(const char* op) {
   if (bad == 0) return absl::OkStatus();
   RETURN_IF_ERROR(
       CudaStatus(cudaMemsetAsync(bad_label_, 0, sizeof(int), stream_), "cudaMemsetAsync"));
-  return absl::InvalidArgumentError(absl::StrCat(op, ": a label is outside [0, classes)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(op, " (or a softmax op before it): a label is outside [0, classes)"));
 }
 
 absl::Status CudaDevice::SoftmaxCrossEntropy(int rows, int classes, const float* logits,
@@ -236,7 +243,8 @@ absl::Status CudaDevice::SoftmaxCrossEntropy(int rows, int classes, const float*
       CudaStatus(cuda::LaunchSoftmaxCrossEntropy(rows, classes, logits, labels, probs, loss_per_row,
                                                  correct_per_row, bad_label_, stream_),
                  "SoftmaxCrossEntropy kernel"));
-  return CheckLabels("SoftmaxCrossEntropy");
+  unchecked_labels_op_ = "SoftmaxCrossEntropy";  // read at the next wait: no stall per batch
+  return absl::OkStatus();
 }
 
 absl::Status CudaDevice::SoftmaxCrossEntropyBackward(int rows, int classes, const float* probs,
@@ -245,14 +253,19 @@ absl::Status CudaDevice::SoftmaxCrossEntropyBackward(int rows, int classes, cons
   RETURN_IF_ERROR(CudaStatus(cuda::LaunchSoftmaxCrossEntropyBackward(
                                  rows, classes, probs, labels, scale, dlogits, bad_label_, stream_),
                              "SoftmaxCrossEntropyBackward kernel"));
-  return CheckLabels("SoftmaxCrossEntropyBackward");
+  unchecked_labels_op_ = "SoftmaxCrossEntropyBackward";
+  return absl::OkStatus();
 }
 
 absl::StatusOr<double> CudaDevice::Sum(int64_t n, const float* x) {
-  RETURN_IF_ERROR(CudaStatus(cuda::LaunchSum(n, x, sum_, stream_), "Sum kernel"));
+  RETURN_IF_ERROR(SumTo(n, x, sum_));
   double out = 0.0;
   RETURN_IF_ERROR(CopyToHost(sum_, sizeof(double), &out));
   return out;
+}
+
+absl::Status CudaDevice::SumTo(int64_t n, const float* x, double* out) {
+  return CudaStatus(cuda::LaunchSum(n, x, out, stream_), "Sum kernel");
 }
 
 absl::Status CudaDevice::Im2Col(int batch, int height, int width, int channels, int kernel,

@@ -30,8 +30,8 @@ class CudaDevice final : public Device {
   absl::Status CopyToHost(const void* device, size_t bytes, void* host) override;
   absl::Status Fill(float value, int64_t n, float* x) override;
   absl::Status Synchronize() override;
-  absl::StatusOr<CopyTicket> CopyToDeviceAsync(const void* host, size_t bytes,
-                                               void* device) override;
+  absl::StatusOr<CopyTicket> CopyToDeviceAsync(const void* host, size_t bytes, void* device,
+                                               bool after_ops) override;
   absl::StatusOr<CopyTicket> CopyToHostAsync(const void* device, size_t bytes, void* host) override;
   absl::Status OpsWaitFor(CopyTicket ticket) override;
   absl::Status WaitForCopy(CopyTicket ticket) override;
@@ -50,6 +50,7 @@ class CudaDevice final : public Device {
                                            const int32_t* labels, float scale,
                                            float* dlogits) override;
   absl::StatusOr<double> Sum(int64_t n, const float* x) override;
+  absl::Status SumTo(int64_t n, const float* x, double* out) override;
   absl::Status Im2Col(int batch, int height, int width, int channels, int kernel, const float* x,
                       float* cols) override;
   absl::Status Col2Im(int batch, int height, int width, int channels, int kernel,
@@ -61,8 +62,9 @@ class CudaDevice final : public Device {
 
  private:
   explicit CudaDevice(int ordinal) : ordinal_(ordinal) {}
-  // Reads and clears the kernels' bad-label flag: INVALID_ARGUMENT if it was set.
-  absl::Status CheckLabels(const char* op);
+  // After the op stream has been waited for: if a softmax kernel ran since the last check, reads
+  // and clears the kernels' bad-label flag (INVALID_ARGUMENT if it was set).
+  absl::Status CheckLabels();
   // Copies on the copy stream, after the ops issued so far when `after_ops`, and records a new
   // ticket's event.
   absl::StatusOr<CopyTicket> CopyOnCopyStream(const void* from, size_t bytes, void* to,
@@ -80,8 +82,9 @@ class CudaDevice final : public Device {
   std::vector<cudaEvent_t> copy_events_;
   size_t copies_in_flight_ = 0;  // tickets issued since the last Synchronize()
   cublasHandle_t cublas_ = nullptr;
-  int* bad_label_ = nullptr;  // device flag written by the softmax kernels
-  double* sum_ = nullptr;     // device scalar written by the Sum kernel
+  int* bad_label_ = nullptr;                   // device flag written by the softmax kernels
+  const char* unchecked_labels_op_ = nullptr;  // the last softmax op since the flag was read
+  double* sum_ = nullptr;                      // device scalar written by the Sum kernel
 };
 
 }  // namespace ps

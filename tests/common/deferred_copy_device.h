@@ -2,16 +2,19 @@
 #define PS_TESTS_COMMON_DEFERRED_COPY_DEVICE_H_
 
 // A device with the CUDA device's memory model, for tests on machines without a GPU: device
-// memory is apart from host memory (not host-addressable), and the async copies land as late as
-// Device's contract allows. Each one lands only when a caller must see its data: at
-// OpsWaitFor(ticket) or WaitForCopy(ticket) (with every copy issued before it, in order, like a
-// copy stream) or at Synchronize(). So code that reads device memory without OpsWaitFor, or a
-// copied gradient on the host without WaitForCopy, computes with other bits than CpuDevice and
-// fails a comparison against it. The source is read when the copy is issued (the ops before it
-// are done: they run at once) and read again when it lands; if it changed in between (host
-// memory changed while being copied in, or an op wrote device memory being copied out), the
-// wait that lands it fails with FAILED_PRECONDITION. The ops are CpuDevice's, so results are
-// otherwise the same to the bit.
+// memory is apart from host memory (not host-addressable), and the async copies are as late as
+// Device's contract allows.
+// - A copy lands (its destination changes) only when a caller must see its data: at
+//   OpsWaitFor(ticket), WaitForCopy(ticket) (each with every copy issued before it, in order,
+//   like a copy stream) or Synchronize(). Code that reads device memory without OpsWaitFor, or a
+//   copied gradient on the host without WaitForCopy, computes with other bits than CpuDevice and
+//   fails a comparison against it.
+// - Its source is read when it is issued (the ops before it are done: they run at once) and
+//   must stay unchanged until it is released, at WaitForCopy(ticket) or Synchronize() (not at
+//   OpsWaitFor, which does not wait on the host). A source that changed before its release (host
+//   memory rewritten while being copied in, or device memory written by an op while being copied
+//   out) fails the releasing call with FAILED_PRECONDITION.
+// The ops are CpuDevice's, so results are otherwise the same to the bit.
 
 #include <cstring>
 #include <deque>
@@ -19,6 +22,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/cpu_device.h"
+#include "common/status_macros.h"
 
 namespace ps {
 
@@ -39,8 +43,8 @@ class DeferredCopyDevice final : public Device {
     int pinned_now = 0;           // registrations whose handle is still alive
   };
   const Counts& counts() const { return counts_; }
-  // Async copies issued and not yet run.
-  size_t pending() const { return pending_.size(); }
+  // Async copies issued and not yet released.
+  size_t pending() const { return unreleased_.size(); }
 
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override { return cpu_.Allocate(bytes); }
   absl::StatusOr<DeviceBuffer> AllocateHost(size_t bytes) override {
@@ -54,8 +58,9 @@ class DeferredCopyDevice final : public Device {
     ++counts_.sync_to_host;
     return cpu_.CopyToHost(device, bytes, host);
   }
-  absl::StatusOr<CopyTicket> CopyToDeviceAsync(const void* host, size_t bytes,
-                                               void* device) override {
+  // The ops run at once, so a copy issued `after_ops` is after them already.
+  absl::StatusOr<CopyTicket> CopyToDeviceAsync(const void* host, size_t bytes, void* device,
+                                               bool /*after_ops*/) override {
     ++counts_.async_to_device;
     return Defer(host, bytes, device);
   }
@@ -64,12 +69,19 @@ class DeferredCopyDevice final : public Device {
     ++counts_.async_to_host;
     return Defer(device, bytes, host);
   }
-  absl::Status OpsWaitFor(CopyTicket ticket) override { return RunThrough(ticket); }
-  absl::Status WaitForCopy(CopyTicket ticket) override { return RunThrough(ticket); }
+  absl::Status OpsWaitFor(CopyTicket ticket) override {
+    RETURN_IF_ERROR(CheckTicket(ticket));
+    Land(ticket);
+    return absl::OkStatus();
+  }
+  absl::Status WaitForCopy(CopyTicket ticket) override {
+    RETURN_IF_ERROR(CheckTicket(ticket));
+    return Release(ticket);
+  }
   absl::Status Synchronize() override {
-    absl::Status landed = RunPending(pending_.size());
+    absl::Status released = Release(issued_ - 1);
     issued_ = 0;
-    return landed;
+    return released;
   }
   absl::StatusOr<DeviceBuffer> RegisterHostMemory(void* host, size_t bytes) override {
     ++counts_.registered;
@@ -107,6 +119,9 @@ class DeferredCopyDevice final : public Device {
     return cpu_.SoftmaxCrossEntropyBackward(rows, classes, probs, labels, scale, dlogits);
   }
   absl::StatusOr<double> Sum(int64_t n, const float* x) override { return cpu_.Sum(n, x); }
+  absl::Status SumTo(int64_t n, const float* x, double* out) override {
+    return cpu_.SumTo(n, x, out);
+  }
   absl::Status Im2Col(int batch, int height, int width, int channels, int kernel, const float* x,
                       float* cols) override {
     return cpu_.Im2Col(batch, height, width, channels, kernel, x, cols);
@@ -126,46 +141,54 @@ class DeferredCopyDevice final : public Device {
 
  private:
   struct Copy {
+    CopyTicket ticket;
     const void* from;
     size_t bytes;
     void* to;
     std::vector<char> read_at_issue;
+    bool landed = false;
   };
 
   CopyTicket Defer(const void* from, size_t bytes, void* to) {
     const char* bytes_from = static_cast<const char*>(from);
-    pending_.push_back({from, bytes, to, std::vector<char>(bytes_from, bytes_from + bytes)});
+    unreleased_.push_back(
+        {issued_, from, bytes, to, std::vector<char>(bytes_from, bytes_from + bytes)});
     return issued_++;
   }
-  // Runs the copies up to and including `ticket`, oldest first; INVALID_ARGUMENT for a ticket
-  // not issued since the last Synchronize(), as the CUDA device.
-  absl::Status RunThrough(CopyTicket ticket) {
+  // INVALID_ARGUMENT for a ticket not issued since the last Synchronize(), as the CUDA device.
+  absl::Status CheckTicket(CopyTicket ticket) const {
     if (ticket < 0 || ticket >= issued_) {
       return absl::InvalidArgumentError(absl::StrCat("copy ticket ", ticket, " is not in flight"));
     }
-    const int first_pending = issued_ - static_cast<int>(pending_.size());
-    if (ticket < first_pending) return absl::OkStatus();
-    return RunPending(static_cast<size_t>(ticket - first_pending + 1));
+    return absl::OkStatus();
   }
-  absl::Status RunPending(size_t n) {
+  // Lands the copies up to and including `ticket` that have not landed, oldest first.
+  void Land(CopyTicket ticket) {
+    for (Copy& c : unreleased_) {
+      if (c.ticket > ticket) break;
+      if (!c.landed && c.bytes > 0) std::memcpy(c.to, c.read_at_issue.data(), c.bytes);
+      c.landed = true;
+    }
+  }
+  // Lands and releases the copies up to and including `ticket`, checking their sources.
+  absl::Status Release(CopyTicket ticket) {
+    Land(ticket);
     absl::Status status;
-    for (; n > 0; --n) {
-      const Copy& c = pending_.front();
-      if (c.bytes > 0) {
-        if (std::memcmp(c.from, c.read_at_issue.data(), c.bytes) != 0 && status.ok()) {
-          status = absl::FailedPreconditionError(
-              absl::StrCat("the source of an async copy of ", c.bytes, " bytes changed in flight"));
-        }
-        std::memcpy(c.to, c.read_at_issue.data(), c.bytes);
+    while (!unreleased_.empty() && unreleased_.front().ticket <= ticket) {
+      const Copy& c = unreleased_.front();
+      if (c.bytes > 0 && std::memcmp(c.from, c.read_at_issue.data(), c.bytes) != 0 && status.ok()) {
+        status = absl::FailedPreconditionError(
+            absl::StrCat("the source of async copy ", c.ticket, " (", c.bytes,
+                         " bytes) changed before the copy was waited for"));
       }
-      pending_.pop_front();
+      unreleased_.pop_front();
     }
     return status;
   }
 
   CpuDevice cpu_;
-  std::deque<Copy> pending_;
-  int issued_ = 0;  // tickets since the last Synchronize()
+  std::deque<Copy> unreleased_;  // ticket order
+  int issued_ = 0;               // tickets since the last Synchronize()
   Counts counts_;
 };
 

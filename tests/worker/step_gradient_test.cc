@@ -112,15 +112,51 @@ TEST(StepGradient, CopiesOverlappedOrNotGiveTheCpuDevicesBits) {
         ExpectSameBits(RunSteps(dev, spec, accumulate, overlap), want);
         EXPECT_EQ(dev.pending(), 0u);
         const DeferredCopyDevice::Counts& c = dev.counts();
-        // Per step: each layer's weights in and gradient out on the copy stream, or one copy of
-        // all weights in and of the whole gradient out; the batch (x, y) per micro-batch always.
-        EXPECT_EQ(c.async_to_device, overlap ? 3 * layers : 0);
+        // Per step: each layer's weights in and gradient out and each micro-batch's (x, y) in on
+        // the copy stream; or one copy of all weights in and of the whole gradient out, and the
+        // batches, on the op stream. The loss and accuracy sums: one copy at the step's end.
+        EXPECT_EQ(c.async_to_device, overlap ? 3 * (layers + 2 * accumulate) : 0);
         EXPECT_EQ(c.async_to_host, overlap ? 3 * layers : 0);
-        EXPECT_EQ(c.sync_to_device, 3 * (2 * accumulate + (overlap ? 0 : 1)));
-        EXPECT_EQ(c.sync_to_host, overlap ? 0 : 3);
+        EXPECT_EQ(c.sync_to_device, overlap ? 0 : 3 * (2 * accumulate + 1));
+        EXPECT_EQ(c.sync_to_host, 3 * (overlap ? 1 : 2));
       }
     }
   }
+}
+
+// The loss and accuracy sums a step leaves on the device and reads back at its end are those
+// the model returns when it waits for each batch's sums.
+TEST(StepGradient, SumsReadBackAtTheEndAreTheModelsOwn) {
+  const Dataset data = RandomImages(96, 4);
+  CpuDevice cpu;
+  auto model = MakeModel(Spec("mlp"), ImageShape{}, 10, cpu, 8);
+  ASSERT_TRUE(model.ok());
+  const BatchPlanOptions options = Plan(data.size(), 3);
+  auto plan = BatchPlan::Create(options);
+  ASSERT_TRUE(plan.ok());
+  const std::vector<float> params = StepWeights(**model, 0);
+  std::vector<float> grads(params.size());
+  BatchStats want;
+  std::vector<int32_t> indices;
+  std::vector<float> x(8 * data.features());
+  std::vector<int32_t> y(8);
+  for (int micro = 0; micro < 3; ++micro) {
+    plan->MicroBatch(2, micro, &indices);
+    data.Gather(indices.data(), 8, x.data(), y.data());
+    auto s =
+        (*model)->ForwardBackward(params.data(), x.data(), y.data(), 8, 1.0f / 3, grads.data());
+    ASSERT_TRUE(s.ok());
+    want.loss_sum += s->loss_sum;
+    want.correct += s->correct;
+  }
+  ASSERT_GT(want.loss_sum, 0.0);
+  auto step = StepGradient::Create(**model, cpu, data, options);
+  ASSERT_TRUE(step.ok());
+  auto got = (*step)->Compute(2, params, absl::MakeSpan(grads));
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->loss_sum, want.loss_sum);
+  EXPECT_EQ(got->correct, want.correct);
+  EXPECT_EQ(got->count, 24);
 }
 
 // Priority scheduling's callbacks with overlapped copies: each layer's weights are copied only
@@ -168,7 +204,7 @@ TEST(StepGradient, OverlappedLayerCallbacksSeeTheirLayerOnly) {
     EXPECT_EQ(arrived[i].begin, layers[i].begin);
     EXPECT_EQ(sent[i].begin, layers[layers.size() - 1 - i].begin);
   }
-  EXPECT_EQ(dev.counts().async_to_device, 4);
+  EXPECT_EQ(dev.counts().async_to_device, 4 + 2 * 2);  // the layers' weights, (x, y) x 2
   EXPECT_EQ(dev.counts().async_to_host, 4);
 }
 
