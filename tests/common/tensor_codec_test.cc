@@ -119,6 +119,34 @@ TEST(EncodedTensor, RejectsPartialUnitsWrongLengthsAndNonFinite) {
   EXPECT_FALSE(h.AllFinite());
 }
 
+// The f32 scan runs in vector lanes (AVX2 where the CPU has it) with a scalar tail: a NaN, an
+// Inf or a -Inf anywhere in 67 elements is found, in one piece or in a piece of a split payload,
+// and the largest finite values and the smallest subnormal are not taken for one.
+TEST(EncodedTensor, AllFiniteFindsANonFiniteValueAtEveryPosition) {
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity()};
+  std::vector<float> values(67);
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = i % 2 == 0 ? std::numeric_limits<float>::max() : -std::numeric_limits<float>::max();
+  }
+  values[5] = std::numeric_limits<float>::denorm_min();
+  ASSERT_TRUE(EncodedTensor::OfFloats(values).AllFinite());
+  for (float special : specials) {
+    for (size_t at = 0; at < values.size(); ++at) {
+      std::vector<float> v = values;
+      v[at] = special;
+      EXPECT_FALSE(EncodedTensor::OfFloats(v).AllFinite()) << at;
+      const char* bytes = reinterpret_cast<const char*>(v.data());
+      const std::vector<absl::Span<const char>> pieces = {absl::MakeConstSpan(bytes, 4 * 40),
+                                                          absl::MakeConstSpan(bytes + 160, 4 * 27)};
+      auto split = EncodedTensor::FromChunks(TensorEncoding::kF32, 67, pieces);
+      ASSERT_TRUE(split.ok()) << split.status();
+      EXPECT_FALSE(split->AllFinite()) << at;
+    }
+  }
+}
+
 std::vector<char> Pairs(const std::vector<std::pair<uint32_t, float>>& pairs) {
   std::vector<char> out(pairs.size() * 8);
   for (size_t i = 0; i < pairs.size(); ++i) {
