@@ -5,9 +5,11 @@
 # travel while the CPU is free. This bench builds that network: one shard and one worker, each in
 # its own Linux network namespace, joined by a veth pair shaped by a token bucket (tbf) to
 # --rate_mbit in each direction. For each model it trains the same steps with the step's tensors
-# sent whole (after backward; pulled before forward) and with priority scheduling (ps_worker
-# --priority), and prints one JSON line per run; the priority line carries ratio_vs_whole,
-# measured in the same run. Needs root (exit 77 otherwise); leaves no process or namespace.
+# sent whole (after backward; pulled before forward), with priority scheduling (ps_worker
+# --priority), and as the ASP pipeline (--overlap --async_push: one PushPull per step in flight
+# while the next step computes; the shard in ASP whatever --mode says), and prints one JSON line
+# per run; the priority and pipeline lines carry ratio_vs_whole, measured in the same run. Needs
+# root (exit 77 otherwise); leaves no process or namespace.
 #
 #   bench/link_bench.sh [--rate_mbit 1000] [--models mlp,cnn] [--mode bsp] [--steps 150]
 #                       [--cnn_steps 60] [--batch_size 32] [--bin_dir build/bin] [--data_dir DIR]
@@ -74,25 +76,27 @@ run_one() {
   local model="$1" steps="$2" schedule="$3"
   local dir="$WORK/$model-$schedule"
   mkdir -p "$dir"
+  local mode="$MODE" priority=false pipeline=false
+  [[ "$schedule" == priority ]] && priority=true
+  [[ "$schedule" == pipeline ]] && { pipeline=true; mode=asp; }
   ip netns exec "$NS_SERVER" "$BIN/ps_server" --shard_id 0 --num_shards 1 --num_workers 1 \
-    --host 0.0.0.0 --port 0 --port_file "$dir/port" --mode "$MODE" --optimizer sgd --lr 0.01 \
+    --host 0.0.0.0 --port 0 --port_file "$dir/port" --mode "$mode" --optimizer sgd --lr 0.01 \
     >"$dir/server.log" 2>&1 &
   local server=$!
   PIDS+=("$server")
   for _ in $(seq 100); do [[ -s "$dir/port" ]] && break; sleep 0.1; done
   [[ -s "$dir/port" ]] || { cat "$dir/server.log" >&2; return 1; }
-  local priority=false
-  [[ "$schedule" == priority ]] && priority=true
   # One kernel under both namespaces: without --shared_memory=false the payloads would skip the link.
   ip netns exec "$NS_WORKER" "$BIN/ps_worker" --rank 0 --num_workers 1 \
     --servers "$NET.1:$(cat "$dir/port")" --model "$model" --batch_size "$BATCH" --epochs 1 \
     --train_limit $((steps * BATCH)) --test_limit 100 --data_dir "$DATA" \
     --metrics_file "$dir/worker.jsonl" --priority="$priority" \
+    --overlap="$pipeline" --async_push="$pipeline" \
     --shared_memory=false >"$dir/worker.log" 2>&1 ||
     { cat "$dir/worker.log" >&2; return 1; }
   kill -TERM "$server"
   wait "$server" || true
-  python3 - "$dir/worker.jsonl" "$model" "$schedule" "$RATE" "$MODE" "$BATCH" <<'EOF'
+  python3 - "$dir/worker.jsonl" "$model" "$schedule" "$RATE" "$mode" "$BATCH" <<'EOF'
 import json, sys
 path, model, schedule, rate, mode, batch = sys.argv[1:]
 steps = [json.loads(l) for l in open(path) if '"kind":"step"' in l]
@@ -119,10 +123,12 @@ for model in "${models[@]}"; do
   [[ "$model" == cnn ]] && steps="$CNN_STEPS"
   whole="$(run_one "$model" "$steps" whole)"
   echo "$whole"
-  priority="$(run_one "$model" "$steps" priority)"
-  python3 -c '
+  for schedule in priority pipeline; do
+    other="$(run_one "$model" "$steps" "$schedule")"
+    python3 -c '
 import json, sys
-whole, prio = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-prio["ratio_vs_whole"] = prio["samples_per_sec"] / whole["samples_per_sec"]
-print(json.dumps(prio))' "$whole" "$priority"
+whole, other = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+other["ratio_vs_whole"] = other["samples_per_sec"] / whole["samples_per_sec"]
+print(json.dumps(other))' "$whole" "$other"
+  done
 done
