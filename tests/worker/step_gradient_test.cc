@@ -63,21 +63,37 @@ struct StepResult {
   BatchStats stats;
 };
 
+// A model of `spec` on `device` (batch 8) and its StepGradient over `data`.
+struct ModelAndStep {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<StepGradient> step;
+};
+ModelAndStep MakeStep(Device& device, const Dataset& data, const std::string& spec, int accumulate,
+                      bool overlap_copies = true) {
+  ModelAndStep out;
+  auto model = MakeModel(Spec(spec), ImageShape{}, 10, device, 8);
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return out;
+  out.model = *std::move(model);
+  auto step =
+      StepGradient::Create(*out.model, device, data, Plan(data.size(), accumulate), overlap_copies);
+  EXPECT_TRUE(step.ok()) << step.status();
+  if (step.ok()) out.step = *std::move(step);
+  return out;
+}
+
 // Steps 0..2 of `spec` on `device`, each from its own weights into a gradient buffer full of NaN.
 std::vector<StepResult> RunSteps(Device& device, const std::string& spec, int accumulate,
                                  bool overlap_copies) {
   const Dataset data = RandomImages(96, 1);
-  auto model = MakeModel(Spec(spec), ImageShape{}, 10, device, 8);
-  EXPECT_TRUE(model.ok()) << model.status();
-  auto gradient =
-      StepGradient::Create(**model, device, data, Plan(data.size(), accumulate), overlap_copies);
-  EXPECT_TRUE(gradient.ok()) << gradient.status();
+  const ModelAndStep m = MakeStep(device, data, spec, accumulate, overlap_copies);
   std::vector<StepResult> results;
+  if (m.step == nullptr) return results;
   for (int step = 0; step < 3; ++step) {
-    std::vector<float> params = StepWeights(**model, step);
+    std::vector<float> params = StepWeights(*m.model, step);
     StepResult r;
     r.grads.assign(params.size(), kNaN);
-    auto stats = (*gradient)->Compute(step, params, absl::MakeSpan(r.grads));
+    auto stats = m.step->Compute(step, params, absl::MakeSpan(r.grads));
     EXPECT_TRUE(stats.ok()) << stats.status();
     if (stats.ok()) r.stats = *stats;
     // Compute has returned: the caller owns both buffers again, and reuses them at once.
@@ -165,19 +181,15 @@ TEST(StepGradient, SumsReadBackAtTheEndAreTheModelsOwn) {
 TEST(StepGradient, OverlappedLayerCallbacksSeeTheirLayerOnly) {
   const Dataset data = RandomImages(96, 2);
   CpuDevice cpu;
-  auto reference = MakeModel(Spec("cnn"), ImageShape{}, 10, cpu, 8);
-  ASSERT_TRUE(reference.ok());
-  auto reference_step = StepGradient::Create(**reference, cpu, data, Plan(data.size(), 2));
-  ASSERT_TRUE(reference_step.ok());
-  const std::vector<float> weights = StepWeights(**reference, 0);
+  const ModelAndStep reference = MakeStep(cpu, data, "cnn", 2);
+  ASSERT_NE(reference.step, nullptr);
+  const std::vector<float> weights = StepWeights(*reference.model, 0);
   std::vector<float> want(weights.size());
-  ASSERT_TRUE((*reference_step)->Compute(0, weights, absl::MakeSpan(want)).ok());
+  ASSERT_TRUE(reference.step->Compute(0, weights, absl::MakeSpan(want)).ok());
 
   DeferredCopyDevice dev;
-  auto model = MakeModel(Spec("cnn"), ImageShape{}, 10, dev, 8);
-  ASSERT_TRUE(model.ok());
-  auto step = StepGradient::Create(**model, dev, data, Plan(data.size(), 2));
-  ASSERT_TRUE(step.ok());
+  const ModelAndStep m = MakeStep(dev, data, "cnn", 2);
+  ASSERT_NE(m.step, nullptr);
   std::vector<float> params(weights.size(), kNaN), grads(weights.size(), kNaN);
   std::vector<KeyRange> arrived, sent;
   StepGradient::LayerCallbacks callbacks;
@@ -193,10 +205,10 @@ TEST(StepGradient, OverlappedLayerCallbacksSeeTheirLayerOnly) {
         << "layer at " << r.begin;
     return absl::OkStatus();
   };
-  auto stats = (*step)->ComputeByLayer(0, params, absl::MakeSpan(grads), callbacks);
+  auto stats = m.step->ComputeByLayer(0, params, absl::MakeSpan(grads), callbacks);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(grads, want);
-  const std::vector<KeyRange> layers = (*model)->LayerParamRanges();
+  const std::vector<KeyRange> layers = m.model->LayerParamRanges();
   ASSERT_EQ(layers.size(), 4u);
   ASSERT_EQ(arrived.size(), layers.size());
   ASSERT_EQ(sent.size(), layers.size());
@@ -213,11 +225,9 @@ TEST(StepGradient, OverlappedLayerCallbacksSeeTheirLayerOnly) {
 TEST(StepGradient, OverlappedStepStopsAtACallbacksErrorWithNothingInFlight) {
   const Dataset data = RandomImages(96, 3);
   DeferredCopyDevice dev;
-  auto model = MakeModel(Spec("mlp"), ImageShape{}, 10, dev, 8);
-  ASSERT_TRUE(model.ok());
-  auto step = StepGradient::Create(**model, dev, data, Plan(data.size(), 1));
-  ASSERT_TRUE(step.ok());
-  std::vector<float> params = StepWeights(**model, 0), grads(params.size(), kNaN);
+  const ModelAndStep m = MakeStep(dev, data, "mlp", 1);
+  ASSERT_NE(m.step, nullptr);
+  std::vector<float> params = StepWeights(*m.model, 0), grads(params.size(), kNaN);
   for (const bool fail_weights : {true, false}) {
     int calls = 0;
     StepGradient::LayerCallbacks callbacks;
@@ -228,7 +238,7 @@ TEST(StepGradient, OverlappedStepStopsAtACallbacksErrorWithNothingInFlight) {
       return !fail_weights && ++calls == 1 ? absl::DeadlineExceededError("push timed out")
                                            : absl::OkStatus();
     };
-    auto stats = (*step)->ComputeByLayer(0, params, absl::MakeSpan(grads), callbacks);
+    auto stats = m.step->ComputeByLayer(0, params, absl::MakeSpan(grads), callbacks);
     EXPECT_EQ(stats.status().code(),
               fail_weights ? absl::StatusCode::kUnavailable : absl::StatusCode::kDeadlineExceeded);
     EXPECT_EQ(dev.pending(), 0u);

@@ -398,23 +398,33 @@ TEST(Trainer, PipelineRecoversFromAnAbortedPushPull) {
 // The pipeline through shared memory: the trainer keeps its two weights and two gradient buffers
 // in the transport's two sets of areas, so every payload of every call goes through the region:
 // 158 PushPulls (2 each), 2 pulls and 2 pushes.
+// A worker whose device memory is apart from the host's (DeferredCopyDevice, below) keeps the
+// same four buffers in the region, and pins it once, both sets together.
 TEST(Trainer, PipelinedPushPullMovesEveryPayloadThroughTwoSetsOfSharedMemory) {
   const Dataset train = SyntheticData(512, 11);
-  Cluster c = StartCluster(1, 1, ConsistencyMode::kAsp);
-  ASSERT_TRUE(TrainWorker(c, train, 0, 16, 1, 5, /*overlap=*/true, false, 0, 1,
-                          /*async_push=*/true, /*shared_memory=*/true)
-                  .ok());
-  const ShardStatus status = c.servers[0]->shard().GetStatus();
-  EXPECT_EQ(status.version, 160);
-  EXPECT_LE(status.workers[0].staleness.max(), 1);
-  EXPECT_EQ(c.servers[0]->service().shared_memory_payloads(), 2 * 158 + 2 + 2);
-  EXPECT_GT(TrainAccuracy(c, train), 0.9);
+  for (const bool device_memory : {false, true}) {
+    SCOPED_TRACE(device_memory ? "device memory" : "cpu");
+    Cluster c = StartCluster(1, 1, ConsistencyMode::kAsp);
+    DeferredCopyDevice dev;
+    ASSERT_TRUE(TrainWorker(c, train, 0, 16, 1, 5, /*overlap=*/true, false, 0, 1,
+                            /*async_push=*/true, /*shared_memory=*/true, true, nullptr,
+                            device_memory ? &dev : nullptr)
+                    .ok());
+    const ShardStatus status = c.servers[0]->shard().GetStatus();
+    EXPECT_EQ(status.version, 160);
+    EXPECT_LE(status.workers[0].staleness.max(), 1);
+    EXPECT_EQ(c.servers[0]->service().shared_memory_payloads(), 2 * 158 + 2 + 2);
+    EXPECT_GT(TrainAccuracy(c, train), 0.9);
+    EXPECT_EQ(dev.counts().registered, device_memory ? 1 : 0);
+    EXPECT_EQ(dev.counts().registered_bytes, device_memory ? 2 * 2 * 172 * sizeof(float) : 0);
+    EXPECT_EQ(dev.counts().pinned_now, 0);
+  }
 }
 
 // A worker whose device memory is apart from the host's (a GPU's memory model, with copies
 // that land as late as allowed: DeferredCopyDevice) takes the shared-memory buffers, pins them
 // until it stops, overlaps its copies with compute, and trains the CPU device's weights to the
-// bit (BSP 2x2, whole steps and priority pieces); the ASP pipeline runs through two sets.
+// bit (BSP 2x2, whole steps and priority pieces; the pipeline's test covers ASP).
 TEST(Trainer, AWorkerWithDeviceMemoryPinsTheSharedBuffersAndGivesTheSameWeights) {
   const Dataset train = SyntheticData(256, 13);
   const auto bsp = [&](bool device_memory, bool priority) {
@@ -450,23 +460,6 @@ TEST(Trainer, AWorkerWithDeviceMemoryPinsTheSharedBuffersAndGivesTheSameWeights)
   const std::vector<float> cpu = bsp(false, false);
   EXPECT_EQ(bsp(true, false), cpu);
   EXPECT_EQ(bsp(true, true), cpu);
-
-  // The pipeline's weights depend on timing (the bootstrap prefetch races the first push), so
-  // it is held to the pipeline's own test's checks instead.
-  const Dataset larger = SyntheticData(512, 11);
-  Cluster c = StartCluster(1, 1, ConsistencyMode::kAsp);
-  DeferredCopyDevice dev;
-  ASSERT_TRUE(TrainWorker(c, larger, 0, 16, 1, 5, /*overlap=*/true, false, 0, 1,
-                          /*async_push=*/true, /*shared_memory=*/true, true, nullptr, &dev)
-                  .ok());
-  const ShardStatus status = c.servers[0]->shard().GetStatus();
-  EXPECT_EQ(status.version, 160);
-  EXPECT_LE(status.workers[0].staleness.max(), 1);
-  EXPECT_EQ(c.servers[0]->service().shared_memory_payloads(), 2 * 158 + 2 + 2);
-  EXPECT_GT(TrainAccuracy(c, larger), 0.9);
-  EXPECT_EQ(dev.counts().registered, 1);
-  EXPECT_EQ(dev.counts().registered_bytes, 2 * 2 * 172 * sizeof(float));  // two sets
-  EXPECT_EQ(dev.counts().pinned_now, 0);
 }
 
 // SSP s = 0 allows no worker a clock ahead of its own pushes, so the pipeline (which pulls step
