@@ -49,6 +49,19 @@ std::vector<std::string> ParseCommandLine(int argc, char** argv, const char* usa
   return std::vector<std::string>(rest.begin() + 1, rest.end());
 }
 
+std::vector<std::string> ForwardedFlags(const std::vector<std::string>& names) {
+  std::vector<std::string> args;
+  for (const std::string& name : names) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr) {
+      std::fprintf(stderr, "internal error: no flag --%s to pass on\n", name.c_str());
+      std::abort();
+    }
+    args.push_back("--" + name + "=" + flag->CurrentValue());
+  }
+  return args;
+}
+
 std::optional<int> OrdinalOfName(const std::string& name) {
   const size_t dash = name.rfind('-');
   if (dash == std::string::npos || dash + 1 == name.size()) return std::nullopt;

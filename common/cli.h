@@ -18,6 +18,11 @@ namespace ps {
 // Returns the positional arguments after the program name.
 std::vector<std::string> ParseCommandLine(int argc, char** argv, const char* usage);
 
+// "--NAME=VALUE" for each flag named, with its current value (its default unless set): how a
+// launcher passes flags it shares with the binaries it starts, so each flag keeps one definition
+// and one default. Every name must be a flag linked into this binary (a bug otherwise).
+std::vector<std::string> ForwardedFlags(const std::vector<std::string>& names);
+
 // The ordinal a StatefulSet gives its pods: 3 for "ps-3" (the digits after the last '-'); empty
 // when the name does not end that way.
 std::optional<int> OrdinalOfName(const std::string& name);

@@ -57,10 +57,11 @@ absl::Status ValidateOptimizerOptions(const OptimizerOptions& o) {
         absl::StrCat("weight_decay must be >= 0, got ", o.weight_decay));
   }
   if (o.warmup_updates < 0) return absl::InvalidArgumentError("warmup_updates must be >= 0");
-  if (o.schedule == LrSchedule::kCosine && o.decay_updates <= o.warmup_updates) {
+  if (o.decay_updates < 0 || (o.schedule == LrSchedule::kCosine && o.decay_updates != 0 &&
+                              o.decay_updates <= o.warmup_updates)) {
     return absl::InvalidArgumentError(absl::StrCat("cosine decay needs decay_updates (",
                                                    o.decay_updates, ") > warmup_updates (",
-                                                   o.warmup_updates, ")"));
+                                                   o.warmup_updates, "), or 0 for the run's end"));
   }
   return absl::OkStatus();
 }
@@ -108,7 +109,7 @@ float Optimizer::LearningRate(int64_t update_index) const {
   if (warmup > 0 && update_index < warmup) {
     return options_.lr * static_cast<float>(update_index + 1) / static_cast<float>(warmup);
   }
-  if (options_.schedule == LrSchedule::kCosine) {
+  if (options_.schedule == LrSchedule::kCosine && options_.decay_updates > 0) {
     const double progress = std::min(1.0, static_cast<double>(update_index - warmup) /
                                               static_cast<double>(options_.decay_updates - warmup));
     return static_cast<float>(options_.lr * 0.5 * (1.0 + std::cos(M_PI * progress)));
@@ -205,6 +206,12 @@ void Optimizer::ApplyRange(int64_t update_index, float lr, float wd, int64_t fir
 double LinearScaledLr(double lr, int64_t update_batch, int64_t base_batch) {
   if (base_batch <= 0) return lr;
   return lr * static_cast<double>(update_batch) / static_cast<double>(base_batch);
+}
+
+int64_t RunDecayUpdates(int64_t steps, int num_workers, bool one_update_per_step,
+                        int64_t warmup_updates) {
+  const int64_t updates = one_update_per_step ? steps : steps * num_workers;
+  return std::max(updates, warmup_updates + 1);
 }
 
 void DelayCompensate(float lambda, absl::Span<const float> g, absl::Span<const float> w_now,

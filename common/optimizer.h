@@ -34,7 +34,10 @@ struct OptimizerOptions {
   float weight_decay = 0.0f;   // L2 penalty: g += weight_decay * w before the rule (all kinds)
   int64_t warmup_updates = 0;  // lr ramps linearly from lr/warmup to lr over the first updates
   LrSchedule schedule = LrSchedule::kConstant;
-  int64_t decay_updates = 0;  // kCosine: the update at which lr reaches 0; > warmup_updates
+  // kCosine: the update at which lr reaches 0, > warmup_updates; 0: not known yet (the shard
+  // sets it from the work its workers declare, see Optimizer::set_decay_updates), and until then
+  // the peak rate applies.
+  int64_t decay_updates = 0;
   // Threads of one update: a slice of n elements is cut into min(n / 2^20, apply_threads)
   // contiguous blocks updated in parallel. 0: the machine's hardware threads.
   int apply_threads = 0;
@@ -61,6 +64,8 @@ class Optimizer {
   // The learning rate of update number `update_index` (0-based).
   float LearningRate(int64_t update_index) const;
   const OptimizerOptions& options() const { return options_; }
+  // Fixes the cosine schedule's end once the run's length is known; must be > warmup_updates.
+  void set_decay_updates(int64_t decay_updates) { options_.decay_updates = decay_updates; }
   int64_t size() const { return size_; }
 
   // The optimizer's state, for checkpoints: slot0 is the momentum buffer or Adam's first moment,
@@ -86,6 +91,12 @@ class Optimizer {
 // The linear scaling rule (Goyal et al. 2017): lr x update_batch / base_batch, where
 // update_batch is the number of samples behind one update. base_batch <= 0 leaves lr as is.
 double LinearScaledLr(double lr, int64_t update_batch, int64_t base_batch);
+
+// The update at which a cosine schedule reaches zero for a run of `steps` steps per worker:
+// the run's last update (one per step under BSP, whose rounds combine the workers; one per
+// push otherwise), and never at or before the warmup's end.
+int64_t RunDecayUpdates(int64_t steps, int num_workers, bool one_update_per_step,
+                        int64_t warmup_updates);
 
 // Delay compensation of DC-ASGD (Zheng et al., ICML 2017): a gradient computed at w_backup and
 // applied at w_now is corrected by a first-order Taylor term with the diagonal outer-product

@@ -3,16 +3,19 @@
 #include "absl/flags/flag.h"
 #include "common/status_macros.h"
 
-ABSL_FLAG(std::string, optimizer, "sgd", "Update rule: sgd, momentum or adam.");
-ABSL_FLAG(double, lr, 0.01, "Learning rate (peak, after warmup).");
+ABSL_FLAG(std::string, optimizer, "adam", "Update rule: sgd, momentum or adam.");
+ABSL_FLAG(double, lr, 0.001, "Learning rate (peak, after warmup).");
 ABSL_FLAG(double, momentum, 0.9, "Momentum coefficient (--optimizer momentum).");
 ABSL_FLAG(double, beta1, 0.9, "Adam beta1.");
 ABSL_FLAG(double, beta2, 0.999, "Adam beta2.");
 ABSL_FLAG(double, epsilon, 1e-8, "Adam epsilon.");
 ABSL_FLAG(double, weight_decay, 0.0, "L2 weight decay added to the gradient.");
-ABSL_FLAG(std::string, lr_schedule, "constant",
+ABSL_FLAG(std::string, lr_schedule, "cosine",
           "After warmup: constant, or cosine (decays to 0 at --decay_updates).");
-ABSL_FLAG(int64_t, decay_updates, 0, "Cosine schedule: the update (shard version) where lr is 0.");
+ABSL_FLAG(int64_t, decay_updates, 0,
+          "Cosine schedule: the update (shard version) where lr is 0; 0: the run's last update, "
+          "from the steps the workers declare (one update per step under BSP, per push "
+          "otherwise).");
 ABSL_FLAG(int64_t, base_batch, 0,
           "Linear scaling rule (Goyal et al. 2017): when > 0, the peak learning rate is "
           "--lr x --effective_batch / --base_batch.");

@@ -64,8 +64,10 @@ ConsistencyController::ConsistencyController(const ConsistencyOptions& options)
 
 int64_t ConsistencyController::Register(int rank) {
   Worker& w = workers_[rank];
-  if (options_.mode == ConsistencyMode::kBsp && w.state == WorkerState::kExpired) {
-    w.clock = std::max(w.clock, rounds_);
+  if (options_.mode == ConsistencyMode::kBsp && w.state == WorkerState::kExpired &&
+      rounds_ > w.clock) {
+    w.skipped += rounds_ - w.clock;
+    w.clock = rounds_;
   }
   w.state = WorkerState::kLive;
   return w.clock;

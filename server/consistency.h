@@ -54,13 +54,16 @@ class ConsistencyController {
   const ConsistencyOptions& options() const { return options_; }
 
   // Marks `rank` live and returns the clock it resumes at. Under BSP a worker that rejoins after
-  // missing rounds is moved up to the current round: those rounds were applied without it.
+  // missing rounds is moved up to the current round: those rounds were applied without it, and
+  // the steps it was moved past are counted in skipped(rank).
   int64_t Register(int rank);
   // Marks a live worker expired (its lease ran out).
   void Expire(int rank);
 
   WorkerState state(int rank) const { return workers_[rank].state; }
   int64_t clock(int rank) const { return workers_[rank].clock; }
+  // Steps of `rank` that no update will ever contain: BSP rounds applied without it.
+  int64_t skipped(int rank) const { return workers_[rank].skipped; }
 
   // The smallest clock among pending and live workers; when every worker has expired, the
   // largest clock of all (nobody holds the others back).
@@ -82,9 +85,10 @@ class ConsistencyController {
   int64_t rounds() const { return rounds_; }
   // Checkpoint restore: sets a worker's state and clock, and the rounds applied. Valid values
   // only (rank in range, clock >= 0, rounds >= 0).
-  void RestoreWorker(int rank, WorkerState state, int64_t clock) {
+  void RestoreWorker(int rank, WorkerState state, int64_t clock, int64_t skipped) {
     workers_[rank].state = state;
     workers_[rank].clock = clock;
+    workers_[rank].skipped = skipped;
   }
   void RestoreRounds(int64_t rounds) { rounds_ = rounds; }
   bool RoundReady() const;
@@ -94,6 +98,7 @@ class ConsistencyController {
   struct Worker {
     WorkerState state = WorkerState::kPending;
     int64_t clock = 0;
+    int64_t skipped = 0;
   };
   ConsistencyOptions options_;
   std::vector<Worker> workers_;

@@ -321,7 +321,8 @@ grpc::ServerUnaryReactor* ParameterServerService::PushPull(grpc::CallbackServerC
 grpc::Status ParameterServerService::HandleRegister(const ps::v1::RegisterRequest& req,
                                                     ps::v1::RegisterResponse* resp) {
   absl::StatusOr<Shard::RegisterResult> r =
-      shard_.Register(req.rank(), req.layout_fingerprint(), req.incarnation());
+      shard_.Register(req.rank(), req.layout_fingerprint(), req.incarnation(),
+                      WorkPlan{req.plan().steps(), req.plan().samples_per_step()});
   if (!r.ok()) return ToGrpcStatus(r.status());
   {
     // A new process at this rank: the old one's region goes (once no handler uses it).
@@ -348,7 +349,8 @@ grpc::Status ParameterServerService::HandleHeartbeat(const ps::v1::HeartbeatRequ
                                                      ps::v1::HeartbeatResponse* resp) {
   resp->set_lease_ms(absl::ToInt64Milliseconds(shard_.options().lease));
   return ToGrpcStatus(
-      shard_.Heartbeat(Caller{req.rank(), req.incarnation(), req.shard_incarnation()}));
+      shard_.Heartbeat(Caller{req.rank(), req.incarnation(), req.shard_incarnation()},
+                       WorkPlan{req.plan().steps(), req.plan().samples_per_step()}));
 }
 
 grpc::Status ParameterServerService::HandleInit(const ps::v1::InitRequest& req,
@@ -573,6 +575,8 @@ grpc::Status ParameterServerService::HandleGetStatus(ps::v1::GetStatusResponse* 
   resp->set_rejected_unauthenticated(rejected_unauthenticated_.load());
   resp->set_shared_memory_workers(shared_memory_workers());
   resp->set_shared_memory_payloads(shared_memory_payloads());
+  resp->set_finished_at_restore(s.finished_at_restore);
+  resp->set_decay_updates(s.decay_updates);
   for (const WorkerStatusInfo& w : s.workers) {
     ps::v1::WorkerStatus* out = resp->add_workers();
     out->set_rank(w.rank);
@@ -584,6 +588,9 @@ grpc::Status ParameterServerService::HandleGetStatus(ps::v1::GetStatusResponse* 
     for (int64_t c : w.staleness.TrimmedCounts()) out->add_staleness_counts(c);
     out->set_dropped(w.dropped);
     out->set_late(w.late);
+    out->set_planned_steps(w.plan.steps);
+    out->set_samples_per_step(w.plan.samples_per_step);
+    out->set_skipped_steps(w.skipped_steps);
   }
   return grpc::Status::OK;
 }

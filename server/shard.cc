@@ -41,6 +41,8 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& options
 
 Shard::Shard(const ShardOptions& options)
     : options_(options),
+      plans_(options.consistency.num_workers),
+      decay_updates_(options.optimizer.decay_updates),
       incarnations_(options.consistency.num_workers, 0),
       controller_(options.consistency),
       lease_deadline_(options.consistency.num_workers, absl::InfiniteFuture()),
@@ -94,9 +96,34 @@ absl::Status Shard::CheckIncarnation(int rank, uint64_t incarnation,
   return absl::OkStatus();
 }
 
+namespace {
+
+absl::Status ValidatePlan(const WorkPlan& plan) {
+  if (plan.steps < 0 || plan.samples_per_step < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("a work plan of ", plan.steps, " steps of ",
+                                                   plan.samples_per_step, " samples"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void Shard::RecordPlan(int rank, const WorkPlan& plan) {
+  if (plan.steps <= 0) return;
+  plans_[rank] = plan;
+  const OptimizerOptions& o = options_.optimizer;
+  if (o.schedule == LrSchedule::kCosine && decay_updates_ == 0) {
+    decay_updates_ =
+        RunDecayUpdates(plan.steps, options_.consistency.num_workers,
+                        options_.consistency.mode == ConsistencyMode::kBsp, o.warmup_updates);
+    if (optimizer_ != nullptr) optimizer_->set_decay_updates(decay_updates_);
+  }
+}
+
 absl::StatusOr<Shard::RegisterResult> Shard::Register(int rank, uint64_t fingerprint,
-                                                      uint64_t incarnation) {
+                                                      uint64_t incarnation, const WorkPlan& plan) {
   RETURN_IF_ERROR(CheckRank(rank));
+  RETURN_IF_ERROR(ValidatePlan(plan));
   absl::MutexLock lock(&mu_);
   if (shutdown_) return absl::UnavailableError("shard is shutting down");
   if (initialized_ && fingerprint != fingerprint_) {
@@ -110,17 +137,20 @@ absl::StatusOr<Shard::RegisterResult> Shard::Register(int rank, uint64_t fingerp
   result.clock = controller_.Register(rank);
   staged_[rank].clock = -1;  // a new process pushes its clock afresh
   result.initialized = initialized_;
+  RecordPlan(rank, plan);
   RenewLease(rank);
   lease_changed_ = true;
   return result;
 }
 
-absl::Status Shard::Heartbeat(const Caller& caller) {
+absl::Status Shard::Heartbeat(const Caller& caller, const WorkPlan& plan) {
   RETURN_IF_ERROR(CheckRank(caller.rank));
+  RETURN_IF_ERROR(ValidatePlan(plan));
   absl::MutexLock lock(&mu_);
   if (shutdown_) return absl::UnavailableError("shard is shutting down");
   RETURN_IF_ERROR(CheckIncarnation(caller.rank, caller.incarnation, caller.shard_incarnation));
   RETURN_IF_ERROR(CheckLive(caller.rank, absl::StatusCode::kNotFound));
+  RecordPlan(caller.rank, plan);
   RenewLease(caller.rank);
   return absl::OkStatus();
 }
@@ -153,6 +183,7 @@ absl::StatusOr<Shard::InitResult> Shard::Init(uint64_t fingerprint, int64_t tota
   range_ = range;
   values_.assign(values.begin(), values.end());
   optimizer_ = std::make_unique<Optimizer>(options_.optimizer, range.size());
+  optimizer_->set_decay_updates(decay_updates_);
   round_sum_.assign(range.size(), 0.0f);
   initialized_ = true;
   return InitResult{false, version_};
@@ -225,12 +256,13 @@ int64_t Shard::PullAsync(const PullArgs& args, absl::Time deadline, SliceReader 
   {
     absl::Status s = observer ? absl::OkStatus() : CheckRank(args.rank);
     absl::MutexLock lock(&mu_);
+    // Incarnations first, as for pushes (AdmitPushLocked).
+    if (s.ok() && !observer) {
+      s = CheckIncarnation(args.rank, args.incarnation, args.shard_incarnation);
+    }
     if (s.ok()) {
       s = ValidateAccess(args.rank, args.fingerprint, args.range,
                          static_cast<size_t>(args.range.size()), observer);
-    }
-    if (s.ok() && !observer) {
-      s = CheckIncarnation(args.rank, args.incarnation, args.shard_incarnation);
     }
     if (!s.ok()) {
       now_result = s;
@@ -341,9 +373,12 @@ absl::StatusOr<Shard::PushResult> Shard::Push(const PushArgs& args) {
 }
 
 absl::StatusOr<PushAction> Shard::AdmitPushLocked(const PushArgs& args, bool finite) {
+  // A call meant for an earlier process of this shard (or from a replaced worker) is ABORTED
+  // whatever this process holds, so the worker registers again, even with a shard that restarted
+  // without a checkpoint and awaits its Init.
+  RETURN_IF_ERROR(CheckIncarnation(args.rank, args.incarnation, args.shard_incarnation));
   RETURN_IF_ERROR(ValidateAccess(args.rank, args.fingerprint, args.range,
                                  static_cast<size_t>(args.gradient.size()), /*observer=*/false));
-  RETURN_IF_ERROR(CheckIncarnation(args.rank, args.incarnation, args.shard_incarnation));
   if (!finite) {
     ++rejected_nonfinite_;
     return absl::InvalidArgumentError(absl::StrCat("gradient of worker ", args.rank, " clock ",
@@ -604,6 +639,8 @@ ShardStatus Shard::GetStatus() const {
   s.pushes_duplicate = pushes_duplicate_;
   s.pieces_received = pieces_received_;
   s.restored_version = restored_version_;
+  s.finished_at_restore = finished_at_restore_;
+  s.decay_updates = options_.optimizer.schedule == LrSchedule::kCosine ? decay_updates_ : 0;
   for (int r = 0; r < options_.consistency.num_workers; ++r) {
     WorkerStatusInfo w;
     w.rank = r;
@@ -612,6 +649,8 @@ ShardStatus Shard::GetStatus() const {
     w.staleness = staleness_[r];
     w.dropped = dropped_[r];
     w.late = late_[r];
+    w.plan = plans_[r];
+    w.skipped_steps = controller_.skipped(r);
     s.workers.push_back(std::move(w));
   }
   return s;

@@ -63,13 +63,22 @@ struct ShardOptions {
   std::function<void(const AppliedUpdate&)> on_apply;
 };
 
+// The work a worker declares it will do (with Register and Heartbeat): the shard accounts what
+// it applied against it, and ends an automatic cosine schedule at the run's last update.
+struct WorkPlan {
+  int64_t steps = 0;             // > 0: the worker pushes clocks 0..steps-1; 0: not declared
+  int64_t samples_per_step = 0;  // batch x accumulation
+};
+
 struct WorkerStatusInfo {
   int rank = 0;
   int64_t clock = 0;
   WorkerState state = WorkerState::kPending;
   StalenessHistogram staleness;
-  int64_t dropped = 0;  // gradients refused by the drop rule (too stale)
-  int64_t late = 0;     // BSP pushes that came after their round was applied (backup workers)
+  int64_t dropped = 0;        // gradients refused by the drop rule (too stale)
+  int64_t late = 0;           // BSP pushes that came after their round was applied (backup workers)
+  WorkPlan plan;              // as declared; steps 0: not declared yet
+  int64_t skipped_steps = 0;  // BSP rounds applied without it (ConsistencyController::skipped)
 };
 
 struct ShardStatus {
@@ -87,6 +96,10 @@ struct ShardStatus {
   int64_t pushes_duplicate = 0;   // acknowledged as duplicates
   int64_t pieces_received = 0;    // pushes of part of the range, staged (priority scheduling)
   int64_t restored_version = -1;  // the checkpoint's version this shard restored, -1: none
+  // The restored checkpoint held a finished job: every rank had declared its work and pushed
+  // all of it. What these shards hold is that job's result, not a new one.
+  bool finished_at_restore = false;
+  int64_t decay_updates = 0;  // the cosine schedule's end in force; 0: none or not known yet
   std::vector<WorkerStatusInfo> workers;
 };
 
@@ -109,12 +122,15 @@ class Shard {
     bool initialized = false;
   };
   // Starts or renews `rank`'s lease; a new `incarnation` (non-zero) replaces the process that
-  // held the rank, whose later calls get ABORTED. INVALID_ARGUMENT for a bad rank;
-  // FAILED_PRECONDITION when the shard holds another layout.
-  absl::StatusOr<RegisterResult> Register(int rank, uint64_t fingerprint, uint64_t incarnation = 0);
-  // Renews a lease. NOT_FOUND if the rank never registered; ABORTED if its lease expired or the
-  // incarnations differ (the worker must Register again).
-  absl::Status Heartbeat(const Caller& caller);
+  // held the rank, whose later calls get ABORTED. A declared `plan` (steps > 0) is recorded.
+  // INVALID_ARGUMENT for a bad rank or a negative plan; FAILED_PRECONDITION when the shard holds
+  // another layout.
+  absl::StatusOr<RegisterResult> Register(int rank, uint64_t fingerprint, uint64_t incarnation = 0,
+                                          const WorkPlan& plan = {});
+  // Renews a lease and records a declared `plan`, as Register. NOT_FOUND if the rank never
+  // registered; ABORTED if its lease expired or the incarnations differ (the worker must
+  // Register again).
+  absl::Status Heartbeat(const Caller& caller, const WorkPlan& plan = {});
 
   struct InitResult {
     bool already_initialized = false;
@@ -231,6 +247,8 @@ class Shard {
   absl::Status CheckLive(int rank, absl::StatusCode if_pending) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RenewLease(int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a declared plan (steps > 0); the first one fixes an automatic cosine schedule's end.
+  void RecordPlan(int rank, const WorkPlan& plan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the BSP round when it is complete (after a push or an expiry).
   void MaybeApplyRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyGradient(const EncodedTensor& gradient, float lr_scale = 1.0f)
@@ -283,6 +301,10 @@ class Shard {
   int64_t pushes_duplicate_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t pieces_received_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t restored_version_ ABSL_GUARDED_BY(mu_) = -1;
+  bool finished_at_restore_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<WorkPlan> plans_ ABSL_GUARDED_BY(mu_);  // per rank, as last declared
+  // The cosine schedule's end: --decay_updates, or (0 there) the run's end once declared.
+  int64_t decay_updates_ ABSL_GUARDED_BY(mu_) = 0;
   bool used_ ABSL_GUARDED_BY(mu_) = false;  // a Register or Init happened: no restore any more
   // The incarnation each rank registered with (0: none yet). Exactly-once bookkeeping is this
   // and the clock per rank: O(num_workers), however long the job runs or how often workers come

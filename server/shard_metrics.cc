@@ -49,6 +49,12 @@ std::string ShardMetricsText(ShardServer& server) {
                  worker)
         .Counter("ps_shard_pushes_late_total", "BSP pushes that missed their round.", w.late,
                  worker)
+        .Gauge("ps_shard_gradients_expected",
+               "Gradients the worker declared it will push (its steps); 0: not declared yet.",
+               w.plan.steps, worker)
+        .Counter("ps_shard_samples_skipped_total",
+                 "Samples of the worker's steps that BSP rounds applied without (it was gone).",
+                 w.skipped_steps * w.plan.samples_per_step, worker)
         .Gauge("ps_shard_staleness_max", "Largest staleness of the worker's applied gradients.",
                w.staleness.max(), worker);
     all.Merge(w.staleness);

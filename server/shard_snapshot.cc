@@ -1,11 +1,12 @@
 // Shard::EncodeSnapshot and Shard::RestoreSnapshot: the shard's state as a checkpoint payload
 // (framed and checksummed by common/checkpoint.h). Layout, all little-endian:
-//   u32 format (1); u32 shard_id, num_shards, num_workers; u8 mode; u32 staleness
+//   u32 format (2; 1 is read too); u32 shard_id, num_shards, num_workers; u8 mode; u32 staleness
 //   u8 initialized; u64 fingerprint; i64 begin, end, version, rounds, rejected_nonfinite,
 //   pushes_accepted, pushes_duplicate
 //   floats values, optimizer slot0, slot1
 //   per worker: u8 state; i64 clock; u64 incarnation; i64s histogram counts; i64 count, sum,
-//   max, dropped, late; u8 has_round_gradient; i64 round_base_version; floats round_gradient
+//   max, dropped, late; (format 2:) i64 planned_steps, samples_per_step, skipped_steps;
+//   u8 has_round_gradient; i64 round_base_version; floats round_gradient
 // DC-ASGD's per-worker pulled copies are not saved: after a restore, compensation starts again
 // from each worker's next pull.
 
@@ -18,7 +19,9 @@ namespace ps {
 
 namespace {
 
-constexpr uint32_t kSnapshotFormat = 1;
+constexpr uint32_t kSnapshotFormat = 2;
+// Format 1 lacks the work accounting: its workers restore with no plan and nothing skipped.
+constexpr uint32_t kOldestSnapshotFormat = 1;
 // Bounds for lengths read from a snapshot, so a corrupt one cannot ask for absurd allocations.
 constexpr uint64_t kMaxValues = uint64_t{1} << 34;
 
@@ -65,6 +68,9 @@ void Shard::EncodeSnapshotLocked(std::string* out) const {
     w.I64(staleness_[r].max());
     w.I64(dropped_[r]);
     w.I64(late_[r]);
+    w.I64(plans_[r].steps);
+    w.I64(plans_[r].samples_per_step);
+    w.I64(controller_.skipped(r));
     w.U8(round_has_gradient_[r] ? 1 : 0);
     w.I64(round_base_versions_[r]);
     w.Floats(round_has_gradient_[r] ? absl::MakeConstSpan(round_gradients_[r])
@@ -77,9 +83,9 @@ absl::Status Shard::RestoreSnapshot(absl::string_view payload) {
   ByteReader in(payload);
   const int workers = options_.consistency.num_workers;
   ASSIGN_OR_RETURN(uint32_t format, in.U32("format"));
-  if (format != kSnapshotFormat) {
-    return absl::DataLossError(
-        absl::StrCat("snapshot format ", format, " is not ", kSnapshotFormat));
+  if (format < kOldestSnapshotFormat || format > kSnapshotFormat) {
+    return absl::DataLossError(absl::StrCat("snapshot format ", format, " is not in [",
+                                            kOldestSnapshotFormat, ", ", kSnapshotFormat, "]"));
   }
   ASSIGN_OR_RETURN(uint32_t shard_id, in.U32("shard_id"));
   ASSIGN_OR_RETURN(uint32_t num_shards, in.U32("num_shards"));
@@ -127,6 +133,8 @@ absl::Status Shard::RestoreSnapshot(absl::string_view payload) {
     uint64_t incarnation;
     StalenessHistogram histogram;
     int64_t dropped, late;
+    WorkPlan plan;
+    int64_t skipped = 0;
     bool has_gradient;
     int64_t base_version;
     std::vector<float> gradient;
@@ -144,11 +152,18 @@ absl::Status Shard::RestoreSnapshot(absl::string_view payload) {
     ASSIGN_OR_RETURN(int64_t max, in.I64("staleness max"));
     ASSIGN_OR_RETURN(w.dropped, in.I64("dropped"));
     ASSIGN_OR_RETURN(w.late, in.I64("late"));
+    if (format >= 2) {
+      ASSIGN_OR_RETURN(w.plan.steps, in.I64("planned steps"));
+      ASSIGN_OR_RETURN(w.plan.samples_per_step, in.I64("samples per step"));
+      ASSIGN_OR_RETURN(w.skipped, in.I64("skipped steps"));
+    }
     ASSIGN_OR_RETURN(uint8_t has_gradient, in.U8("round flag"));
     ASSIGN_OR_RETURN(w.base_version, in.I64("round base version"));
     ASSIGN_OR_RETURN(w.gradient, in.Floats("round gradient", kMaxValues));
     if (state > static_cast<uint8_t>(WorkerState::kExpired) || w.clock < 0 || has_gradient > 1 ||
-        w.dropped < 0 || w.late < 0 || !w.histogram.Restore(std::move(counts), count, sum, max) ||
+        w.dropped < 0 || w.late < 0 || w.plan.steps < 0 || w.plan.samples_per_step < 0 ||
+        w.skipped < 0 || w.skipped > w.clock ||
+        !w.histogram.Restore(std::move(counts), count, sum, max) ||
         w.gradient.size() != (has_gradient ? values.size() : 0)) {
       return absl::DataLossError(absl::StrCat("snapshot entry of worker ", r, " is inconsistent"));
     }
@@ -177,7 +192,8 @@ absl::Status Shard::RestoreSnapshot(absl::string_view payload) {
   const absl::Time now = absl::Now();
   for (int r = 0; r < workers; ++r) {
     RestoredWorker& w = restored[r];
-    controller_.RestoreWorker(r, w.state, w.clock);
+    controller_.RestoreWorker(r, w.state, w.clock, w.skipped);
+    RecordPlan(r, w.plan);
     incarnations_[r] = w.incarnation;
     staleness_[r] = std::move(w.histogram);
     dropped_[r] = w.dropped;
@@ -189,6 +205,11 @@ absl::Status Shard::RestoreSnapshot(absl::string_view payload) {
     if (w.state == WorkerState::kLive) lease_deadline_[r] = now + options_.lease;
   }
   restored_version_ = version;
+  finished_at_restore_ = true;
+  for (int r = 0; r < workers; ++r) {
+    const WorkPlan& plan = plans_[r];
+    if (plan.steps <= 0 || controller_.clock(r) < plan.steps) finished_at_restore_ = false;
+  }
   used_ = true;
   lease_changed_ = true;
   return absl::OkStatus();

@@ -108,13 +108,13 @@ template <typename Request, typename Response>
 absl::Status GrpcParameterClient::CallAll(const char* method, StartFn<Request, Response> start,
                                           const std::vector<Request>& requests,
                                           std::vector<Response>* responses, absl::Duration timeout,
-                                          bool wait_for_ready) {
+                                          bool wait_for_ready, bool retry) {
   return CallEach(
       method, EveryShard(),
       [&](size_t s, grpc::ClientContext* ctx, grpc::CompletionQueue* cq) {
         return (stubs_[s].get()->*start)(ctx, requests[s], cq);
       },
-      responses, timeout, wait_for_ready, nullptr);
+      responses, timeout, wait_for_ready, nullptr, retry);
 }
 
 absl::Status GrpcParameterClient::CallRaw(const char* method, RawMethod raw,
@@ -145,13 +145,17 @@ template <typename Response, typename Start>
 absl::Status GrpcParameterClient::CallEach(const char* method, const std::vector<int>& shards,
                                            Start start, std::vector<Response>* responses,
                                            absl::Duration timeout, bool wait_for_ready,
-                                           const std::function<void(size_t)>& on_ok) {
+                                           const std::function<void(size_t)>& on_ok, bool retry) {
   const size_t n = shards.size();
   responses->assign(n, Response());
   std::vector<size_t> pending(n);
   for (size_t i = 0; i < n; ++i) pending[i] = i;
   absl::Duration backoff = options_.initial_backoff;
-  const absl::Time give_up = absl::Now() + options_.retry_for;
+  const absl::Time first_try = absl::Now();
+  const absl::Time give_up = retry ? first_try + options_.retry_for : first_try;
+  // Retries that last are reported, so an operator sees which shard the job waits for.
+  absl::Time next_report = first_try + options_.report_unreachable_every;
+  bool reported = false;
   for (int attempt = 1;; ++attempt) {
     grpc::CompletionQueue cq;
     std::vector<std::unique_ptr<grpc::ClientContext>> contexts(n);
@@ -185,7 +189,7 @@ absl::Status GrpcParameterClient::CallEach(const char* method, const std::vector
                       active_.end());
       }
     }
-    std::vector<size_t> retry;
+    std::vector<size_t> retry_calls;
     for (size_t s : pending) {
       const grpc::Status& st = statuses[s];
       if (st.ok()) continue;
@@ -199,7 +203,7 @@ absl::Status GrpcParameterClient::CallEach(const char* method, const std::vector
       const bool retryable = st.error_code() == grpc::StatusCode::UNAVAILABLE ||
                              (st.error_code() == grpc::StatusCode::CANCELLED && !self_cancelled);
       if (retryable && absl::Now() + backoff < give_up) {
-        retry.push_back(s);
+        retry_calls.push_back(s);
         continue;
       }
       const int shard = shards[s];
@@ -207,8 +211,26 @@ absl::Status GrpcParameterClient::CallEach(const char* method, const std::vector
           st, absl::StrCat(method, " to shard ", shard, " (", options_.servers[shard], ")",
                            attempt > 1 ? " after retries" : ""));
     }
-    if (retry.empty()) return absl::OkStatus();
-    pending = std::move(retry);
+    if (retry_calls.empty()) {
+      if (reported) {
+        spdlog::info("{}: every shard answers again, after {:.0f}s", method,
+                     absl::ToDoubleSeconds(absl::Now() - first_try));
+      }
+      return absl::OkStatus();
+    }
+    if (absl::Now() >= next_report) {
+      const size_t s = retry_calls.front();
+      spdlog::warn(
+          "{}: shard {} ({}) unreachable for {:.0f}s ({}); still retrying{}", method, shards[s],
+          options_.servers[shards[s]], absl::ToDoubleSeconds(absl::Now() - first_try),
+          statuses[s].error_message(),
+          options_.retry_for == absl::InfiniteDuration()
+              ? " until it is back"
+              : absl::StrCat(" for up to ", absl::ToDoubleSeconds(options_.retry_for), "s"));
+      next_report = absl::Now() + options_.report_unreachable_every;
+      reported = true;
+    }
+    pending = std::move(retry_calls);
     // Sleep the backoff unless cancelled meanwhile.
     absl::MutexLock lock(&mu_);
     mu_.AwaitWithTimeout(absl::Condition(&cancelled_), backoff);
@@ -223,6 +245,7 @@ absl::StatusOr<ClusterInfo> GrpcParameterClient::Register(int rank, absl::Durati
     r.set_rank(rank);
     r.set_layout_fingerprint(options_.fingerprint);
     r.set_incarnation(options_.incarnation);
+    FillPlan(r.mutable_plan());
   }
   std::vector<ps::v1::RegisterResponse> responses;
   RETURN_IF_ERROR(CallAll("Register", &Stub::PrepareAsyncRegister, requests, &responses, timeout,
@@ -260,6 +283,7 @@ absl::StatusOr<ClusterInfo> GrpcParameterClient::Register(int rank, absl::Durati
   {
     absl::MutexLock lock(&mu_);
     shard_incarnations_ = shard_incarnation;
+    lease_ = info.lease;
   }
   if (options_.shared_memory) AttachSharedMemory(shard_incarnation);
   return info;
@@ -369,6 +393,18 @@ char* GrpcParameterClient::AreaAt(Area area, int slot, int64_t begin) const {
          4 * ((2 * int64_t{slot} + static_cast<int64_t>(area)) * options_.total_params + begin);
 }
 
+void GrpcParameterClient::SetWorkPlan(int64_t steps, int64_t samples_per_step) {
+  absl::MutexLock lock(&mu_);
+  planned_steps_ = steps;
+  samples_per_step_ = samples_per_step;
+}
+
+void GrpcParameterClient::FillPlan(ps::v1::WorkPlan* plan) const {
+  absl::MutexLock lock(&mu_);
+  plan->set_steps(planned_steps_);
+  plan->set_samples_per_step(samples_per_step_);
+}
+
 absl::Status GrpcParameterClient::Heartbeat() {
   std::vector<ps::v1::HeartbeatRequest> requests(stubs_.size());
   const std::vector<uint64_t> shard_incarnation = shard_incarnations();
@@ -376,10 +412,18 @@ absl::Status GrpcParameterClient::Heartbeat() {
     requests[s].set_rank(options_.rank);
     requests[s].set_incarnation(options_.incarnation);
     requests[s].set_shard_incarnation(shard_incarnation[s]);
+    FillPlan(requests[s].mutable_plan());
+  }
+  // A beat is due every lease/3: a shard that does not answer within that is skipped until the
+  // next beat, so each shard's lease depends on that shard alone.
+  absl::Duration timeout;
+  {
+    absl::MutexLock lock(&mu_);
+    timeout = std::clamp(lease_ / 3, absl::Milliseconds(10), options_.call_timeout);
   }
   std::vector<ps::v1::HeartbeatResponse> responses;
-  return CallAll("Heartbeat", &Stub::PrepareAsyncHeartbeat, requests, &responses,
-                 options_.call_timeout, false);
+  return CallAll("Heartbeat", &Stub::PrepareAsyncHeartbeat, requests, &responses, timeout,
+                 /*wait_for_ready=*/false, /*retry=*/false);
 }
 
 absl::Status GrpcParameterClient::Init(absl::Span<const float> params) {
@@ -793,6 +837,8 @@ absl::StatusOr<std::vector<ShardReport>> GrpcParameterClient::Status() {
     rep.shared_memory_workers = r.shared_memory_workers();
     rep.shared_memory_payloads = r.shared_memory_payloads();
     rep.rejected_unauthenticated = r.rejected_unauthenticated();
+    rep.finished_at_restore = r.finished_at_restore();
+    rep.decay_updates = r.decay_updates();
     for (const auto& w : r.workers()) {
       ShardReport::Worker out;
       out.rank = w.rank();
@@ -804,6 +850,9 @@ absl::StatusOr<std::vector<ShardReport>> GrpcParameterClient::Status() {
       out.staleness_counts.assign(w.staleness_counts().begin(), w.staleness_counts().end());
       out.dropped = w.dropped();
       out.late = w.late();
+      out.planned_steps = w.planned_steps();
+      out.samples_per_step = w.samples_per_step();
+      out.skipped_steps = w.skipped_steps();
       rep.workers.push_back(std::move(out));
     }
     reports.push_back(std::move(rep));

@@ -38,7 +38,11 @@ struct GrpcClientOptions {
   int rank = 0;                                     // this worker; ignored by observers
   absl::Duration call_timeout = absl::Seconds(30);  // Register, Init, Push, GetStatus
   absl::Duration pull_timeout = absl::Minutes(10);  // a pull may wait for slow workers
-  absl::Duration retry_for = absl::Seconds(60);     // keep retrying UNAVAILABLE this long
+  // Keep retrying UNAVAILABLE this long; infinite: as long as it takes (a shard that restarts
+  // comes back; the launcher or orchestrator ends a job whose shard is gone for good).
+  absl::Duration retry_for = absl::InfiniteDuration();
+  // A shard unreachable this long or more is reported (a warning, then one per interval).
+  absl::Duration report_unreachable_every = absl::Seconds(10);
   absl::Duration initial_backoff = absl::Milliseconds(100);
   int max_message_bytes = 256 << 20;
   ClientSecurity security;   // TLS credentials and token; default: plaintext, no token
@@ -75,6 +79,7 @@ class GrpcParameterClient final : public ParameterClient {
 
   absl::StatusOr<ClusterInfo> Register(int rank, absl::Duration timeout) override;
   absl::Status Heartbeat() override;
+  void SetWorkPlan(int64_t steps, int64_t samples_per_step) override;
   absl::Status Init(absl::Span<const float> params) override;
   absl::StatusOr<PullStats> Pull(int64_t clock, bool no_wait, absl::Span<float> params) override;
   absl::StatusOr<PushStats> Push(int64_t clock, const std::vector<int64_t>& base_versions,
@@ -157,10 +162,11 @@ class GrpcParameterClient final : public ParameterClient {
   std::vector<Request> RequestsPerShard() const;
   // One call per shard, all in flight together; retries UNAVAILABLE. The error returned names
   // the method and the shard.
+  // `retry` false: one attempt per shard (heartbeats, which come again soon anyway).
   template <typename Request, typename Response>
   absl::Status CallAll(const char* method, StartFn<Request, Response> start,
                        const std::vector<Request>& requests, std::vector<Response>* responses,
-                       absl::Duration timeout, bool wait_for_ready);
+                       absl::Duration timeout, bool wait_for_ready, bool retry = true);
   // Raw calls, call i to pieces[i]'s shard over its connection, all in flight together;
   // on_ok(i), if given, runs on this thread as soon as call i has succeeded.
   absl::Status CallRaw(const char* method, RawMethod raw, const std::vector<Piece>& pieces,
@@ -172,7 +178,10 @@ class GrpcParameterClient final : public ParameterClient {
   template <typename Response, typename Start>
   absl::Status CallEach(const char* method, const std::vector<int>& shards, Start start,
                         std::vector<Response>* responses, absl::Duration timeout,
-                        bool wait_for_ready, const std::function<void(size_t)>& on_ok);
+                        bool wait_for_ready, const std::function<void(size_t)>& on_ok,
+                        bool retry = true);
+  // The declared work, as sent with Register and Heartbeat.
+  void FillPlan(ps::v1::WorkPlan* plan) const;
   std::vector<int> EveryShard() const;  // {0, 1, ..., S-1}
 
   GrpcClientOptions options_;
@@ -202,6 +211,9 @@ class GrpcParameterClient final : public ParameterClient {
 
   mutable absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t planned_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t samples_per_step_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Duration lease_ ABSL_GUARDED_BY(mu_) = absl::Seconds(10);  // the shortest, at Register
   // The shards' incarnations from the last Register (0 until then).
   std::vector<uint64_t> shard_incarnations_ ABSL_GUARDED_BY(mu_);
   std::vector<grpc::ClientContext*> active_ ABSL_GUARDED_BY(mu_);

@@ -69,6 +69,8 @@ struct ShardReport {
   int shared_memory_workers = 0;       // worker processes with a shared region attached
   int64_t shared_memory_payloads = 0;  // pushes and pulls whose payload used shared memory
   int64_t rejected_unauthenticated = 0;
+  bool finished_at_restore = false;  // the restored checkpoint held a finished job
+  int64_t decay_updates = 0;         // the cosine schedule's end in force; 0: none or unknown
   struct Worker {
     int rank = 0;
     int64_t clock = 0;
@@ -79,6 +81,9 @@ struct ShardReport {
     std::vector<int64_t> staleness_counts;
     int64_t dropped = 0;
     int64_t late = 0;
+    int64_t planned_steps = 0;  // declared by the worker (SetWorkPlan); 0: not yet
+    int64_t samples_per_step = 0;
+    int64_t skipped_steps = 0;  // BSP rounds applied without it
   };
   std::vector<Worker> workers;
 };
@@ -104,7 +109,12 @@ class ParameterClient {
   // that they agree on the cluster: FAILED_PRECONDITION when a shard has another id, shard
   // count, worker count or mode than its position in the list implies.
   virtual absl::StatusOr<ClusterInfo> Register(int rank, absl::Duration timeout) = 0;
+  // Renews this worker's lease on every shard. One attempt per shard, all at once and each
+  // with a short deadline: a shard that is down never delays the others' leases.
   virtual absl::Status Heartbeat() = 0;
+  // Declares the work this worker will do (steps > 0 pushes, samples each); every later
+  // Register and Heartbeat carries it, so the shards can account for it (ShardReport::Worker).
+  virtual void SetWorkPlan(int64_t steps, int64_t samples_per_step) = 0;
   // Offers initial values of the whole buffer; shards that already have values keep them.
   virtual absl::Status Init(absl::Span<const float> params) = 0;
   // Fills the whole buffer for step `clock` (no_wait: an observer's read of the current values).

@@ -143,6 +143,13 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
       StepGradient::Create(model_, device_, train_, plan_options, options_.overlap_copies));
   const BatchPlan& plan = gradient->plan();
   const int64_t total_steps = plan.steps_per_epoch() * options_.epochs;
+  // The work this worker owes, declared before its first push (and with every later Register and
+  // Heartbeat): the shards account for it, and an automatic cosine schedule ends with it. A
+  // failed beat is not fatal: the next one declares it again.
+  client_.SetWorkPlan(total_steps, int64_t{options_.batch_size} * options_.accumulate);
+  if (absl::Status s = client_.Heartbeat(); !s.ok()) {
+    spdlog::warn("rank {}: declaring the work plan: {}", options_.rank, s.ToString());
+  }
 
   const int64_t n = model_.layout().total();
   // Overlap (SSP and ASP only): the pull of step c+1 runs on another thread into a second buffer

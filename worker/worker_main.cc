@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "common/cli.h"
 #include "common/dataset.h"
+#include "common/job_flags.h"
 #include "common/json_lines.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
@@ -26,6 +27,7 @@
 #include "worker/device_select.h"
 #include "worker/grpc_parameter_client.h"
 #include "worker/trainer.h"
+#include "worker/work_account.h"
 
 ABSL_FLAG(int32_t, rank, -1,
           "This worker's rank in [0, num_workers); -1: $JOB_COMPLETION_INDEX (an Indexed Job's "
@@ -60,13 +62,17 @@ ABSL_FLAG(bool, evaluate, false,
           "Observer mode: read the current weights, evaluate the test set, write --summary_out.");
 ABSL_FLAG(std::string, summary_out, "", "--evaluate: write the result as one JSON object here.");
 ABSL_FLAG(std::string, weights_out, "", "--evaluate: write the weights as raw float32 here.");
+ABSL_FLAG(int32_t, wait_for_job_s, 0,
+          "--evaluate: first wait up to this many seconds until no worker can add to the result "
+          "(each has pushed all its steps or is gone); 0: evaluate at once.");
 ABSL_FLAG(std::string, device, "cpu", "Compute device: cpu, cuda or cuda:N.");
 ABSL_FLAG(int32_t, register_timeout_s, 60, "Seconds to wait for the servers to come up.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn or error.");
 ABSL_FLAG(int32_t, call_timeout_s, 30, "Deadline of a Register, Init, Push or status call.");
 ABSL_FLAG(int32_t, pull_timeout_s, 600, "Deadline of a pull (it may wait for slow workers).");
-ABSL_FLAG(int32_t, retry_s, 60,
-          "Keep retrying UNAVAILABLE answers (a shard restarting) this many seconds.");
+ABSL_FLAG(int32_t, retry_s, 0,
+          "Keep retrying UNAVAILABLE answers (a shard restarting) this many seconds; 0: until "
+          "the shard is back (the launcher or orchestrator ends a job whose shard is gone).");
 ABSL_FLAG(int32_t, max_message_mb, 256, "Largest gRPC message sent or accepted, in MiB.");
 ABSL_FLAG(int32_t, metrics_port, -1,
           "Serve Prometheus metrics at http://<--metrics_host>:PORT/metrics (0: a free port, "
@@ -116,6 +122,8 @@ ABSL_FLAG(bool, fault_duplicate_pushes, false,
 namespace {
 
 constexpr int kEvalBatch = 1000;
+// --evaluate: the result is written, but work the job was required to do was skipped.
+constexpr int kExitWorkSkipped = 3;
 
 absl::StatusOr<ps::ModelSpec> ModelSpecFromFlags() {
   ps::ModelSpec spec;
@@ -171,8 +179,61 @@ std::string WorkerMetricsText(const ps::LiveCounters& live, int rank) {
   return out.str();
 }
 
-absl::Status Evaluate(ps::Model& model, ps::Device& device, ps::ParameterClient& client,
-                      const ps::Dataset& test) {
+// Waits until no worker can add to the result (AccountWork's job_done), up to `timeout`.
+absl::StatusOr<std::vector<ps::ShardReport>> WaitForJob(ps::ParameterClient& client,
+                                                        absl::Duration timeout,
+                                                        const std::atomic<bool>& stop) {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::Time next_report = absl::Now();
+  for (;;) {
+    auto reports = client.Status();
+    if (!reports.ok()) return reports.status();
+    const ps::WorkAccount account = ps::AccountWork(*reports);
+    if (account.job_done || timeout <= absl::ZeroDuration()) return reports;
+    std::string waiting;
+    for (const ps::WorkerWork& w : account.workers) {
+      if (w.state == "live" || w.state == "pending") {
+        absl::StrAppend(&waiting, waiting.empty() ? "" : ", ", w.rank, " (", w.state, ")");
+      }
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "the job did not finish within ", absl::ToDoubleSeconds(timeout),
+          "s; workers still expected: ", waiting.empty() ? "none declared work yet" : waiting));
+    }
+    if (absl::Now() >= next_report) {
+      spdlog::info("waiting for the job to finish; workers still training: {}",
+                   waiting.empty() ? "none has declared its work yet" : waiting);
+      next_report = absl::Now() + absl::Seconds(30);
+    }
+    if (stop.load()) return absl::CancelledError("stopped while waiting for the job");
+    absl::SleepFor(absl::Seconds(1));
+  }
+}
+
+// Observer: the test-set loss and accuracy of the servers' current weights, the servers'
+// staleness statistics and the job's work account, as one JSON object (--summary_out) and a
+// printed line. Returns false when all work was required (--require_all_work) and some was
+// skipped: the result is written and printed all the same. FAILED_PRECONDITION when the shards hold
+// a job that had finished before they restarted (its result is not new).
+absl::StatusOr<bool> Evaluate(ps::Model& model, ps::Device& device, ps::ParameterClient& client,
+                              const ps::Dataset& test, const std::atomic<bool>& stop) {
+  auto waited = WaitForJob(client, absl::Seconds(absl::GetFlag(FLAGS_wait_for_job_s)), stop);
+  if (!waited.ok()) return waited.status();
+  const std::vector<ps::ShardReport>& reports = *waited;
+  const ps::WorkAccount work = ps::AccountWork(reports);
+  bool nothing_new = work.finished_at_restore;
+  for (const ps::ShardReport& r : reports) nothing_new &= r.version == r.restored_version;
+  if (nothing_new) {
+    return absl::FailedPreconditionError(
+        "the shards restored a job that had already finished, and nothing was trained since: "
+        "its result is not new. Delete their checkpoints to train afresh (docker-compose: "
+        "`down -v`; ps_launch: another --checkpoint_dir)");
+  }
+  auto require_all_or = ps::RequireAllWorkFromFlags(!reports.empty() && reports[0].mode == "bsp");
+  if (!require_all_or.ok()) return require_all_or.status();
+  const bool require_all = *require_all_or;
+
   const int64_t n = model.layout().total();
   std::vector<float> params(n);
   auto pulled = client.Pull(0, /*no_wait=*/true, absl::MakeSpan(params));
@@ -183,13 +244,10 @@ absl::Status Evaluate(ps::Model& model, ps::Device& device, ps::ParameterClient&
   if (!s.ok()) return s;
   auto stats = ps::EvaluateDataset(model, device, params_dev->as<float>(), test);
   if (!stats.ok()) return stats.status();
-  auto reports = client.Status();
-  if (!reports.ok()) return reports.status();
 
   std::vector<int64_t> histogram;
   std::vector<int64_t> versions;
   int64_t max_staleness = 0;
-  int64_t applied = 0;
   double staleness_sum = 0.0;
   int64_t rejected = 0;
   int64_t dropped = 0;
@@ -199,7 +257,7 @@ absl::Status Evaluate(ps::Model& model, ps::Device& device, ps::ParameterClient&
   int64_t pieces_received = 0;
   int64_t shared_memory_payloads = 0;
   std::vector<int64_t> restored_versions;
-  for (const ps::ShardReport& r : *reports) {
+  for (const ps::ShardReport& r : reports) {
     versions.push_back(r.version);
     rejected += r.rejected_nonfinite;
     pushes_accepted += r.pushes_accepted;
@@ -209,7 +267,6 @@ absl::Status Evaluate(ps::Model& model, ps::Device& device, ps::ParameterClient&
     restored_versions.push_back(r.restored_version);
     for (const auto& w : r.workers) {
       max_staleness = std::max(max_staleness, w.max_staleness);
-      applied += w.applied;
       dropped += w.dropped;
       late += w.late;
       staleness_sum += w.mean_staleness * w.applied;
@@ -217,13 +274,31 @@ absl::Status Evaluate(ps::Model& model, ps::Device& device, ps::ParameterClient&
       for (size_t i = 0; i < w.staleness_counts.size(); ++i) histogram[i] += w.staleness_counts[i];
     }
   }
+  std::string per_worker = "[";
+  for (const ps::WorkerWork& w : work.workers) {
+    ps::JsonObject o;
+    o.Add("rank", w.rank)
+        .Add("state", w.state)
+        .Add("planned_steps", w.planned_steps)
+        .Add("gradients_expected", w.gradients_expected)
+        .Add("gradients_applied", w.gradients_applied)
+        .Add("steps_skipped", w.steps_skipped)
+        .Add("samples_skipped", w.samples_skipped);
+    absl::StrAppend(&per_worker, w.rank > 0 ? "," : "", o.str());
+  }
+  per_worker += "]";
+  const int64_t applied = work.gradients_applied;
   ps::JsonObject out;
   out.Add("test_accuracy", stats->correct / stats->count)
       .Add("final_loss", stats->loss_sum / stats->count)
       .Add("test_samples", stats->count)
       .Add("params", n)
       .Add("versions", versions)
-      .Add("applied_gradients", applied)
+      .Add("gradients_expected", work.gradients_expected)
+      .Add("gradients_applied", applied)
+      .Add("samples_skipped", work.samples_skipped)
+      .Add("require_all_work", require_all)
+      .AddRaw("work", per_worker)
       .Add("max_staleness", max_staleness)
       .Add("mean_staleness", applied > 0 ? staleness_sum / applied : 0.0)
       .Add("staleness_histogram", histogram)
@@ -234,7 +309,8 @@ absl::Status Evaluate(ps::Model& model, ps::Device& device, ps::ParameterClient&
       .Add("pushes_duplicate", pushes_duplicate)
       .Add("pieces_received", pieces_received)
       .Add("shared_memory_payloads", shared_memory_payloads)
-      .Add("restored_versions", restored_versions);
+      .Add("restored_versions", restored_versions)
+      .Add("decay_updates", reports.empty() ? int64_t{0} : reports[0].decay_updates);
   const std::string summary_out = absl::GetFlag(FLAGS_summary_out);
   if (!summary_out.empty()) {
     const std::string text = out.str() + "\n";
@@ -249,7 +325,23 @@ absl::Status Evaluate(ps::Model& model, ps::Device& device, ps::ParameterClient&
   std::printf("test_accuracy %.4f  test_loss %.4f  max_staleness %lld\n",
               stats->correct / stats->count, stats->loss_sum / stats->count,
               static_cast<long long>(max_staleness));
-  return absl::OkStatus();
+  std::printf("work: %lld of %lld gradients applied, %lld samples skipped\n",
+              static_cast<long long>(applied), static_cast<long long>(work.gradients_expected),
+              static_cast<long long>(work.samples_skipped));
+  for (const ps::WorkerWork& w : work.workers) {
+    if (w.samples_skipped == 0) continue;
+    std::printf("work: worker %d (%s) skipped %lld steps, %lld samples\n", w.rank, w.state.c_str(),
+                static_cast<long long>(w.steps_skipped), static_cast<long long>(w.samples_skipped));
+  }
+  std::fflush(stdout);
+  if (require_all && work.samples_skipped > 0) {
+    spdlog::error(
+        "{} samples were never trained ({} of {} gradients applied) and all work was required "
+        "(--require_all_work)",
+        work.samples_skipped, applied, work.gradients_expected);
+    return false;
+  }
+  return true;
 }
 
 int ExitCodeFor(const absl::Status& s) {
@@ -351,8 +443,9 @@ int main(int argc, char** argv) {
   });
 
   if (evaluate) {
-    absl::Status s = Evaluate(**model, device, **client, *test);
-    return s.ok() ? 0 : fail(s);
+    absl::StatusOr<bool> all_work = Evaluate(**model, device, **client, *test, stop);
+    if (!all_work.ok()) return fail(all_work.status());
+    return *all_work ? 0 : kExitWorkSkipped;
   }
 
   auto train = ps::LoadFashionMnist(data_dir, "train");

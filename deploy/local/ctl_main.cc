@@ -14,6 +14,7 @@
 #include "common/security_flags.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "worker/grpc_parameter_client.h"
+#include "worker/work_account.h"
 
 ABSL_FLAG(std::string, servers, "127.0.0.1:5000", "Comma-separated host:port of the shards.");
 ABSL_FLAG(bool, json, false, "Print one JSON object per shard instead of tables.");
@@ -112,6 +113,9 @@ int main(int argc, char** argv) {
                        .Add("staleness_counts", w.staleness_counts)
                        .Add("dropped", w.dropped)
                        .Add("late", w.late)
+                       .Add("planned_steps", w.planned_steps)
+                       .Add("samples_per_step", w.samples_per_step)
+                       .Add("skipped_steps", w.skipped_steps)
                        .str();
       }
       workers += "]";
@@ -136,6 +140,8 @@ int main(int argc, char** argv) {
                               .Add("shared_memory_workers", r.shared_memory_workers)
                               .Add("shared_memory_payloads", r.shared_memory_payloads)
                               .Add("rejected_unauthenticated", r.rejected_unauthenticated)
+                              .Add("finished_at_restore", r.finished_at_restore)
+                              .Add("decay_updates", r.decay_updates)
                               .AddRaw("workers", workers)
                               .str()
                               .c_str());
@@ -159,15 +165,25 @@ int main(int argc, char** argv) {
     std::printf("  pieces received %lld; shared memory: %d workers, %lld payloads\n",
                 static_cast<long long>(r.pieces_received), r.shared_memory_workers,
                 static_cast<long long>(r.shared_memory_payloads));
-    std::printf("  %-5s %-8s %8s %8s %7s %5s %9s %9s  %s\n", "rank", "state", "clock", "applied",
-                "dropped", "late", "max_stale", "mean_stale", "staleness histogram (0,1,2,...)");
+    std::printf("  %-5s %-8s %8s %8s %8s %7s %5s %7s %9s %9s  %s\n", "rank", "state", "clock",
+                "planned", "applied", "dropped", "late", "skipped", "max_stale", "mean_stale",
+                "staleness histogram (0,1,2,...)");
     for (const auto& w : r.workers) {
-      std::printf("  %-5d %-8s %8lld %8lld %7lld %5lld %9lld %9.2f  [%s]\n", w.rank,
+      std::printf("  %-5d %-8s %8lld %8lld %8lld %7lld %5lld %7lld %9lld %9.2f  [%s]\n", w.rank,
                   w.state.c_str(), static_cast<long long>(w.clock),
-                  static_cast<long long>(w.applied), static_cast<long long>(w.dropped),
-                  static_cast<long long>(w.late), static_cast<long long>(w.max_staleness),
+                  static_cast<long long>(w.planned_steps), static_cast<long long>(w.applied),
+                  static_cast<long long>(w.dropped), static_cast<long long>(w.late),
+                  static_cast<long long>(w.skipped_steps), static_cast<long long>(w.max_staleness),
                   w.mean_staleness, absl::StrJoin(w.staleness_counts, ",").c_str());
     }
+  }
+  if (!absl::GetFlag(FLAGS_json)) {
+    const ps::WorkAccount work = ps::AccountWork(*reports);
+    std::printf("job: %lld of %lld gradients applied, %lld samples skipped%s%s\n",
+                static_cast<long long>(work.gradients_applied),
+                static_cast<long long>(work.gradients_expected),
+                static_cast<long long>(work.samples_skipped), work.job_done ? "; done" : "",
+                work.finished_at_restore ? "; restored a finished job" : "");
   }
   return 0;
 }

@@ -1,8 +1,10 @@
 // ps_launch: a local cluster on loopback. Starts --shards ps_server processes and --workers
 // ps_worker processes, streams their output with a name prefix, shows rank 0's progress line per
 // epoch, evaluates the final weights once every worker has finished, and writes
-// <metrics_dir>/summary.json. Exit code 0 only on success. On SIGINT, SIGTERM or any child's
-// failure it stops every child.
+// <metrics_dir>/summary.json. Exit code 0 only on success: not when work the job had to do was
+// skipped (--require_all_work; the summary says what). On SIGINT, SIGTERM or any child's failure
+// it stops every child. The optimizer's flags and --require_all_work are the binaries' own
+// (common/optimizer_flags.cc, common/job_flags.cc), passed on by name.
 
 #include <signal.h>
 #include <unistd.h>
@@ -14,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -24,10 +27,17 @@
 #include "absl/time/clock.h"
 #include "common/cli.h"
 #include "common/dataset.h"
+#include "common/job_flags.h"
 #include "common/json_lines.h"
 #include "common/optimizer.h"
+#include "common/optimizer_flags.h"
 #include "common/shutdown_signal.h"
 #include "deploy/local/child_processes.h"
+#include "nlohmann/json.hpp"
+
+ABSL_DECLARE_FLAG(int64_t, effective_batch);
+ABSL_DECLARE_FLAG(int64_t, base_batch);
+ABSL_DECLARE_FLAG(double, lr);
 
 ABSL_FLAG(int32_t, shards, 2, "Number of ps_server shards.");
 ABSL_FLAG(int32_t, workers, 2, "Number of ps_worker processes.");
@@ -39,16 +49,6 @@ ABSL_FLAG(std::string, hidden, "",
 ABSL_FLAG(int32_t, epochs, 5, "Epochs.");
 ABSL_FLAG(int32_t, batch_size, 32, "Samples per worker per micro-batch.");
 ABSL_FLAG(int32_t, accumulate, 1, "Micro-batches per push (gradient accumulation).");
-ABSL_FLAG(std::string, optimizer, "adam", "Update rule on the shards: sgd, momentum, adam.");
-ABSL_FLAG(double, lr, 0.001, "Learning rate.");
-ABSL_FLAG(double, momentum, 0.9, "Momentum (--optimizer momentum).");
-ABSL_FLAG(double, weight_decay, 0.0, "L2 weight decay.");
-ABSL_FLAG(std::string, lr_schedule, "cosine",
-          "constant, or cosine: decay to 0 over the run (the launcher counts its updates).");
-ABSL_FLAG(int64_t, base_batch, 0,
-          "Linear scaling rule: when > 0 the shards scale --lr by the samples behind one update "
-          "over this base batch (use with --warmup_updates, Goyal et al. 2017).");
-ABSL_FLAG(int64_t, warmup_updates, 0, "Linear learning-rate warmup, in updates of a shard.");
 ABSL_FLAG(std::string, device, "cpu", "Workers' compute device: cpu, cuda or cuda:N.");
 ABSL_FLAG(std::string, update_rule, "plain",
           "Stale gradients on the shards: plain, staleness_lr, dc_asgd or drop.");
@@ -139,6 +139,9 @@ namespace {
 
 using ps::ChildProcesses;
 
+// ps_worker --evaluate's exit code when it wrote the result but required work was skipped.
+constexpr int kExitWorkSkipped = 3;
+
 std::string SelfDir() {
   std::error_code ec;
   const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
@@ -170,24 +173,15 @@ struct WorkerTotals {
   double server_wait_ms = 0;  // pulls held by the shards for consistency
 };
 
-// The number after "key": in a flat JSON line (0 when absent).
-double JsonNumber(const std::string& line, const std::string& key) {
-  const std::string k = "\"" + key + "\":";
-  const size_t at = line.find(k);
-  if (at == std::string::npos) return 0;
-  const size_t begin = at + k.size();
-  double v = 0;
-  return absl::SimpleAtod(line.substr(begin, line.find_first_of(",}", begin) - begin), &v) ? v : 0;
-}
-
 WorkerTotals TotalsOf(const std::string& path) {
   std::ifstream in(path);
   WorkerTotals t;
   for (std::string line; std::getline(in, line);) {
-    if (!absl::StrContains(line, "\"kind\":\"step\"")) continue;
-    t.samples += static_cast<int64_t>(JsonNumber(line, "samples"));
-    t.step_ms += JsonNumber(line, "step_ms");
-    t.server_wait_ms += JsonNumber(line, "server_wait_ms");
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || j.value("kind", "") != "step") continue;
+    t.samples += j.value("samples", int64_t{0});
+    t.step_ms += j.value("step_ms", 0.0);
+    t.server_wait_ms += j.value("server_wait_ms", 0.0);
   }
   return t;
 }
@@ -302,36 +296,29 @@ int main(int argc, char** argv) {
     }
   }
 
-  // A cosine schedule ends at the run's last update: steps x (1 update per step under BSP, one
-  // per push otherwise). The step count follows from the training-set size, read from the
-  // labels file's header.
-  int64_t decay_updates = 0;
-  if (absl::GetFlag(FLAGS_lr_schedule) == "cosine") {
-    auto labels =
-        ps::ReadIdxFile(absl::GetFlag(FLAGS_data_dir) + "/train-labels-idx1-ubyte.gz", 0x00000801);
-    if (!labels.ok()) {
-      std::fprintf(stderr, "ps_launch: %s\n", labels.status().ToString().c_str());
-      return 2;
-    }
-    int64_t train_size = labels->dims.empty() ? 0 : labels->dims[0];
-    const int64_t limit = absl::GetFlag(FLAGS_train_limit);
-    if (limit > 0) train_size = std::min(train_size, limit);
-    const int64_t global_batch =
-        int64_t{workers} * absl::GetFlag(FLAGS_batch_size) * absl::GetFlag(FLAGS_accumulate);
-    const int64_t steps =
-        global_batch > 0 ? train_size / global_batch * absl::GetFlag(FLAGS_epochs) : 0;
-    decay_updates = absl::GetFlag(FLAGS_mode) == "bsp" ? steps : steps * workers;
-    decay_updates = std::max(decay_updates, absl::GetFlag(FLAGS_warmup_updates) + 1);
-  }
-
   // Samples behind one update of a shard: the whole global batch under BSP, one worker's push
-  // otherwise. The linear scaling rule scales the learning rate by it.
+  // otherwise. The linear scaling rule scales the learning rate by it. A cosine schedule's end
+  // (--decay_updates 0) is the shards' to find: the run's last update, from the work the workers
+  // declare.
   const int64_t per_push =
       int64_t{absl::GetFlag(FLAGS_batch_size)} * absl::GetFlag(FLAGS_accumulate);
   const int64_t update_batch = absl::GetFlag(FLAGS_mode) == "bsp" ? per_push * workers : per_push;
-  const int64_t base_batch = absl::GetFlag(FLAGS_base_batch);
-  const double lr_effective = base_batch > 0 ? absl::GetFlag(FLAGS_lr) * update_batch / base_batch
-                                             : absl::GetFlag(FLAGS_lr);
+  if (absl::GetFlag(FLAGS_effective_batch) == 0)
+    absl::SetFlag(&FLAGS_effective_batch, update_batch);
+  const absl::StatusOr<ps::OptimizerOptions> optimizer = ps::OptimizerOptionsFromFlags();
+  // Work the job must do: a run cut short on purpose (--max_seconds) skips the rest by design.
+  const absl::StatusOr<bool> require_all_work = ps::RequireAllWorkFromFlags(
+      absl::GetFlag(FLAGS_mode) == "bsp" && absl::GetFlag(FLAGS_max_seconds) == 0);
+  for (const absl::Status& s : {optimizer.status(), require_all_work.status()}) {
+    if (!s.ok()) {
+      std::fprintf(stderr, "ps_launch: %s\n", std::string(s.message()).c_str());
+      return 2;
+    }
+  }
+  // Passed on to every shard (and to ps_replay) by name: each keeps the binaries' one default.
+  const std::vector<std::string> optimizer_args = ps::ForwardedFlags(
+      {"optimizer", "lr", "momentum", "beta1", "beta2", "epsilon", "weight_decay", "warmup_updates",
+       "lr_schedule", "decay_updates", "base_batch", "effective_batch"});
 
   // Signals arrive on a descriptor polled with the children's output.
   ps::SignalPipe signals;
@@ -392,19 +379,10 @@ int main(int argc, char** argv) {
         absl::StrCat("--port_file=", port_file),
         absl::StrCat("--mode=", absl::GetFlag(FLAGS_mode)),
         absl::StrCat("--staleness=", absl::GetFlag(FLAGS_staleness)),
-        absl::StrCat("--optimizer=", absl::GetFlag(FLAGS_optimizer)),
-        absl::StrCat("--lr=", absl::GetFlag(FLAGS_lr)),
-        absl::StrCat("--momentum=", absl::GetFlag(FLAGS_momentum)),
-        absl::StrCat("--weight_decay=", absl::GetFlag(FLAGS_weight_decay)),
-        absl::StrCat("--warmup_updates=", absl::GetFlag(FLAGS_warmup_updates)),
-        absl::StrCat("--base_batch=", base_batch),
-        absl::StrCat("--effective_batch=", update_batch),
-        absl::StrCat("--lr_schedule=", absl::GetFlag(FLAGS_lr_schedule)),
         absl::StrCat("--update_rule=", absl::GetFlag(FLAGS_update_rule)),
         absl::StrCat("--dc_lambda=", absl::GetFlag(FLAGS_dc_lambda)),
         absl::StrCat("--drop_above=", absl::GetFlag(FLAGS_drop_above)),
         absl::StrCat("--backup_workers=", absl::GetFlag(FLAGS_backup_workers)),
-        absl::StrCat("--decay_updates=", decay_updates),
         absl::StrCat("--lease_ms=", absl::GetFlag(FLAGS_lease_ms)),
         absl::StrCat("--record_updates=", absl::GetFlag(FLAGS_record_updates)
                                               ? absl::StrCat(metrics_dir, "/ps-", s, ".updates")
@@ -417,6 +395,7 @@ int main(int argc, char** argv) {
                      absl::GetFlag(FLAGS_fault_drop_push_reply_every)),
         absl::StrCat("--shared_memory=", absl::GetFlag(FLAGS_shared_memory)),
         common_log};
+    args.insert(args.end(), optimizer_args.begin(), optimizer_args.end());
     const std::vector<std::string> metrics = MetricsArgs(metrics_dir, absl::StrCat("ps-", s));
     args.insert(args.end(), metrics.begin(), metrics.end());
     const std::vector<std::string> security = SecurityArgs(/*is_server=*/true);
@@ -537,6 +516,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> eval_args = {worker_bin, "--evaluate",
                                         absl::StrCat("--summary_out=", eval_path)};
   eval_args.insert(eval_args.end(), model_args.begin(), model_args.end());
+  eval_args.push_back(absl::StrCat("--require_all_work=", *require_all_work ? "true" : "false"));
   if (absl::GetFlag(FLAGS_save_weights)) {
     eval_args.push_back(absl::StrCat("--weights_out=", metrics_dir, "/weights.f32"));
   }
@@ -545,7 +525,12 @@ int main(int argc, char** argv) {
   while (children.running(*eval_id)) {
     if (children.Poll(absl::Milliseconds(200), signal_fd)) return interrupted_exit();
   }
-  if (children.exit_code(*eval_id) != 0) return fail("the final evaluation failed");
+  // Exit code 3: the result is in eval.json, but work the job had to do was skipped; the summary
+  // is written all the same, and the launch fails after it.
+  const int eval_code = children.exit_code(*eval_id);
+  if (eval_code != 0 && eval_code != kExitWorkSkipped) {
+    return fail("the final evaluation failed");
+  }
   // The summary is written before the shards stop; --hold_s keeps them up after it.
   auto stop_servers = [&]() -> int {
     children.StopAll();
@@ -573,63 +558,53 @@ int main(int argc, char** argv) {
     wait_ms += t.server_wait_ms;
     wait_shares.push_back(t.step_ms > 0 ? t.server_wait_ms / t.step_ms : 0.0);
   }
-  std::string per_worker = "[";
-  for (size_t r = 0; r < wait_shares.size(); ++r) {
-    absl::StrAppend(&per_worker, r > 0 ? "," : "", absl::StrFormat("%.4f", wait_shares[r]));
-  }
-  per_worker += "]";
   const double wall_s = absl::ToDoubleSeconds(train_wall);
-  std::string eval = ReadFile(eval_path);
-  while (!eval.empty() && (eval.back() == '\n' || eval.back() == '}')) eval.pop_back();
-  if (eval.size() < 2 || eval.front() != '{') return fail("eval.json is malformed");
-  // Updates per second of each shard, from the versions the final evaluation read.
-  std::vector<std::string> shard_rates;
-  if (const size_t at = eval.find("\"versions\":["); at != std::string::npos) {
-    const size_t begin = at + 12;
-    const std::string list = eval.substr(begin, eval.find(']', begin) - begin);
-    for (absl::string_view v : absl::StrSplit(list, ',', absl::SkipEmpty())) {
-      double version = 0;
-      if (absl::SimpleAtod(v, &version)) {
-        shard_rates.push_back(absl::StrFormat("%.1f", version / wall_s));
-      }
-    }
+  const nlohmann::json eval = nlohmann::json::parse(ReadFile(eval_path), nullptr,
+                                                    /*allow_exceptions=*/false);
+  if (!eval.is_object() || !eval.contains("versions") || !eval["versions"].is_array()) {
+    return fail("eval.json is malformed");
   }
-  ps::JsonObject summary;
-  summary.Add("mode", absl::GetFlag(FLAGS_mode))
-      .Add("staleness", absl::GetFlag(FLAGS_staleness))
-      .Add("shards", shards)
-      .Add("workers", workers)
-      .Add("model", absl::GetFlag(FLAGS_model))
-      .Add("epochs", absl::GetFlag(FLAGS_epochs))
-      .Add("batch_size", absl::GetFlag(FLAGS_batch_size))
-      .Add("accumulate", absl::GetFlag(FLAGS_accumulate))
-      .Add("effective_batch",
-           int64_t{workers} * absl::GetFlag(FLAGS_batch_size) * absl::GetFlag(FLAGS_accumulate))
-      .Add("device", absl::GetFlag(FLAGS_device))
-      .Add("optimizer", absl::GetFlag(FLAGS_optimizer))
-      .Add("lr", absl::GetFlag(FLAGS_lr))
-      .Add("lr_effective", lr_effective)
-      .Add("base_batch", base_batch)
-      .Add("update_batch", update_batch)
-      .Add("warmup_updates", absl::GetFlag(FLAGS_warmup_updates))
-      .Add("lr_schedule", absl::GetFlag(FLAGS_lr_schedule))
-      .Add("decay_updates", decay_updates)
-      .Add("seed", static_cast<int64_t>(absl::GetFlag(FLAGS_seed)))
-      .Add("samples", samples)
-      .Add("samples_per_sec", samples / wall_s)
-      .Add("wall_seconds", wall_s)
-      .Add("wait_share", step_ms > 0 ? wait_ms / step_ms : 0.0)
-      .AddRaw("worker_wait_share", per_worker)
-      .AddRaw("shard_updates_per_sec", "[" + absl::StrJoin(shard_rates, ",") + "]")
-      .Add("update_rule", absl::GetFlag(FLAGS_update_rule))
-      .Add("backup_workers", absl::GetFlag(FLAGS_backup_workers))
-      .Add("jitter", absl::GetFlag(FLAGS_jitter))
-      .Add("stragglers", absl::StrJoin(absl::GetFlag(FLAGS_straggler), ","))
-      .Add("worker_restarts", worker_restarts)
-      .Add("shard_restarts", shard_restarts);
-  // eval.json's fields (test_accuracy, final_loss, staleness, ...) complete the object.
-  const std::string text =
-      summary.str().substr(0, summary.str().size() - 1) + "," + eval.substr(1) + "}\n";
+  // Updates per second of each shard, from the versions the final evaluation read.
+  std::vector<double> shard_rates;
+  for (const nlohmann::json& v : eval["versions"]) {
+    shard_rates.push_back(v.is_number() ? v.get<double>() / wall_s : 0.0);
+  }
+  // The cosine schedule's end the shards used (the run's last update unless --decay_updates).
+  const int64_t decay_updates = eval.value("decay_updates", int64_t{0});
+  nlohmann::json summary = {
+      {"mode", absl::GetFlag(FLAGS_mode)},
+      {"staleness", absl::GetFlag(FLAGS_staleness)},
+      {"shards", shards},
+      {"workers", workers},
+      {"model", absl::GetFlag(FLAGS_model)},
+      {"epochs", absl::GetFlag(FLAGS_epochs)},
+      {"batch_size", absl::GetFlag(FLAGS_batch_size)},
+      {"accumulate", absl::GetFlag(FLAGS_accumulate)},
+      {"effective_batch", per_push * workers},
+      {"device", absl::GetFlag(FLAGS_device)},
+      {"optimizer", ps::OptimizerKindName(optimizer->kind)},
+      {"lr", absl::GetFlag(FLAGS_lr)},
+      {"lr_effective", optimizer->lr},
+      {"base_batch", absl::GetFlag(FLAGS_base_batch)},
+      {"update_batch", update_batch},
+      {"warmup_updates", optimizer->warmup_updates},
+      {"lr_schedule", optimizer->schedule == ps::LrSchedule::kCosine ? "cosine" : "constant"},
+      {"decay_updates", decay_updates},
+      {"seed", absl::GetFlag(FLAGS_seed)},
+      {"samples", samples},
+      {"samples_per_sec", samples / wall_s},
+      {"wall_seconds", wall_s},
+      {"wait_share", step_ms > 0 ? wait_ms / step_ms : 0.0},
+      {"worker_wait_share", wait_shares},
+      {"shard_updates_per_sec", shard_rates},
+      {"update_rule", absl::GetFlag(FLAGS_update_rule)},
+      {"backup_workers", absl::GetFlag(FLAGS_backup_workers)},
+      {"jitter", absl::GetFlag(FLAGS_jitter)},
+      {"stragglers", absl::StrJoin(absl::GetFlag(FLAGS_straggler), ",")},
+      {"worker_restarts", worker_restarts},
+      {"shard_restarts", shard_restarts}};
+  // eval.json's fields (test_accuracy, final_loss, staleness, the work account, ...) complete it.
+  summary.update(eval);
   if (absl::GetFlag(FLAGS_record_updates)) {
     std::vector<std::string> records;
     for (int s = 0; s < shards; ++s)
@@ -642,21 +617,22 @@ int main(int argc, char** argv) {
         << " --accumulate=" << absl::GetFlag(FLAGS_accumulate)
         << " --seed=" << absl::GetFlag(FLAGS_seed)
         << " --data_dir=" << absl::GetFlag(FLAGS_data_dir)
-        << " --train_limit=" << absl::GetFlag(FLAGS_train_limit)
-        << " --optimizer=" << absl::GetFlag(FLAGS_optimizer) << " --lr=" << absl::GetFlag(FLAGS_lr)
-        << " --momentum=" << absl::GetFlag(FLAGS_momentum)
-        << " --weight_decay=" << absl::GetFlag(FLAGS_weight_decay)
-        << " --warmup_updates=" << absl::GetFlag(FLAGS_warmup_updates)
-        << " --lr_schedule=" << absl::GetFlag(FLAGS_lr_schedule)
-        << " --decay_updates=" << decay_updates << " --base_batch=" << base_batch
-        << " --effective_batch=" << update_batch << " --weights_out=" << metrics_dir
-        << "/replayed.f32\n";
+        << " --train_limit=" << absl::GetFlag(FLAGS_train_limit) << " "
+        << absl::StrJoin(optimizer_args, " ") << " --decay_updates=" << decay_updates
+        << " --weights_out=" << metrics_dir << "/replayed.f32\n";
   }
   const std::string summary_path = metrics_dir + "/summary.json";
   std::ofstream out(summary_path);
-  out << text;
+  out << summary.dump() << "\n";
   out.close();
   if (!out) return fail("cannot write " + summary_path);
+  if (eval_code == kExitWorkSkipped) {
+    return fail(absl::StrCat(
+        summary.value("samples_skipped", int64_t{0}),
+        " samples were never trained and all work was required (--require_all_work); what was "
+        "skipped is in ",
+        summary_path));
+  }
   if (absl::GetFlag(FLAGS_hold_s) > 0) {
     std::printf("ps_launch: summary written; holding the shards for %.0fs\n",
                 absl::GetFlag(FLAGS_hold_s));

@@ -91,7 +91,7 @@ TEST(MetricsE2e, ScrapedCountersAgreeWithTheRunsFiles) {
               Metric(shard, "ps_shard_staleness_count", label));
   }
   EXPECT_EQ(accepted, Field(summary, "pushes_accepted"));
-  EXPECT_EQ(applied, Field(summary, "applied_gradients"));
+  EXPECT_EQ(applied, Field(summary, "gradients_applied"));
   EXPECT_EQ(staleness_count, applied);
   EXPECT_TRUE(absl::StrContains(summary,
                                 absl::StrCat("\"versions\":[", versions[0], ",", versions[1], "]")))

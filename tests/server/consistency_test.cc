@@ -49,6 +49,37 @@ TEST(ConsistencyController, BspExpiredWorkerLeavesTheBarrierAndIsMovedUpOnReturn
   EXPECT_EQ(c.Register(1), 1);  // rejoins at the open round, not at the one it missed
 }
 
+TEST(ConsistencyController, BspCountsTheRoundsAReturningWorkerIsMovedPast) {
+  auto c = Make(ConsistencyMode::kBsp, 2);
+  c.Register(0);
+  c.Register(1);
+  c.Expire(1);
+  for (int round = 0; round < 3; ++round) {  // rounds 0, 1, 2 without worker 1
+    c.RecordPush(0);
+    ASSERT_TRUE(c.RoundReady());
+    c.CompleteRound();
+  }
+  EXPECT_EQ(c.skipped(1), 0);
+  EXPECT_EQ(c.Register(1), 3);
+  EXPECT_EQ(c.skipped(1), 3);  // its steps 0, 1 and 2 are in no update
+  EXPECT_EQ(c.skipped(0), 0);
+  EXPECT_EQ(c.Register(1), 3);  // a live worker registering again skips nothing more
+  EXPECT_EQ(c.skipped(1), 3);
+}
+
+TEST(ConsistencyController, SspAndAspNeverSkipAReturningWorkersSteps) {
+  for (ConsistencyMode mode : {ConsistencyMode::kSsp, ConsistencyMode::kAsp}) {
+    auto c = Make(mode, 2, /*staleness=*/1);
+    c.Register(0);
+    c.Register(1);
+    c.Expire(1);
+    c.RecordPush(0);
+    c.RecordPush(0);
+    EXPECT_EQ(c.Register(1), 0);  // it resumes at its own clock: nothing was applied without it
+    EXPECT_EQ(c.skipped(1), 0);
+  }
+}
+
 TEST(ConsistencyController, BspRejectsAPushAheadOfTheOpenRound) {
   auto c = Make(ConsistencyMode::kBsp, 2);
   c.Register(0);

@@ -6,7 +6,10 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/synchronization/notification.h"
 #include "common/shared_memory.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -658,6 +661,88 @@ TEST_F(ServiceTest, ClientRegistersPullsAndPushesThroughAllShards) {
   ASSERT_TRUE(other.ok());
   EXPECT_EQ((*other)->Register(0, absl::Seconds(5)).status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// Two ASP shards of 4 parameters with a short lease, and a registered, initialised client.
+struct TwoShards {
+  std::vector<std::unique_ptr<ShardServer>> servers;
+  std::vector<int> ports;
+  std::unique_ptr<GrpcParameterClient> client;
+};
+std::unique_ptr<ShardServer> StartShardOfTwo(int shard_id, int port) {
+  ShardServerOptions so;
+  so.port = port;
+  so.shard.shard_id = shard_id;
+  so.shard.num_shards = 2;
+  so.shard.consistency.mode = ConsistencyMode::kAsp;
+  so.shard.consistency.num_workers = 1;
+  so.shard.lease = absl::Milliseconds(600);
+  auto server = ShardServer::Start(so);
+  EXPECT_TRUE(server.ok()) << server.status();
+  return server.ok() ? std::move(*server) : nullptr;
+}
+TwoShards StartTwoShards() {
+  TwoShards two;
+  GrpcClientOptions o;
+  for (int s = 0; s < 2; ++s) {
+    two.servers.push_back(StartShardOfTwo(s, 0));
+    two.ports.push_back(two.servers.back()->port());
+    o.servers.push_back("127.0.0.1:" + std::to_string(two.ports.back()));
+  }
+  o.fingerprint = kFp;
+  o.total_params = 4;
+  o.shared_memory = false;
+  o.initial_backoff = absl::Milliseconds(20);
+  o.report_unreachable_every = absl::Milliseconds(300);
+  auto client = GrpcParameterClient::Create(o);
+  EXPECT_TRUE(client.ok());
+  two.client = std::move(*client);
+  EXPECT_TRUE(two.client->Register(0, absl::Seconds(10)).ok());
+  EXPECT_TRUE(two.client->Init(std::vector<float>{1, 2, 3, 4}).ok());
+  return two;
+}
+
+// Heartbeats go to each shard on their own: while shard 1 is down, every beat reports it
+// (UNAVAILABLE, naming it) at once, and shard 0 keeps the worker's lease over many lease
+// lengths, with the work plan the beats declare.
+TEST(ClientFaults, AShardThatIsDownNeverExpiresTheLeaseOnTheOthers) {
+  TwoShards two = StartTwoShards();
+  two.client->SetWorkPlan(7, 16);
+  two.servers[1].reset();                  // shut down
+  for (int beat = 0; beat < 12; ++beat) {  // 12 x 200 ms = 4 leases of 600 ms
+    const absl::Status s = two.client->Heartbeat();
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), "Heartbeat to shard 1")) << s;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  const ShardStatus st = two.servers[0]->shard().GetStatus();
+  EXPECT_EQ(st.workers[0].state, WorkerState::kLive);
+  EXPECT_EQ(st.workers[0].plan.steps, 7);
+  EXPECT_EQ(st.workers[0].plan.samples_per_step, 16);
+}
+
+// By default a call waits for a shard that is down as long as it takes: a push in flight while
+// shard 1 restarts (without a checkpoint, on its port) gets through to it and hears that the
+// shard restarted (ABORTED: register again), never UNAVAILABLE for having waited.
+TEST(ClientFaults, ACallWaitsForARestartingShardWithNoFixedBound) {
+  EXPECT_EQ(GrpcClientOptions{}.retry_for, absl::InfiniteDuration());
+  TwoShards two = StartTwoShards();
+  std::vector<float> w(4);
+  auto pulled = two.client->Pull(0, false, absl::MakeSpan(w));
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  two.servers[1].reset();
+  absl::Notification pushed;
+  absl::Status push_status;
+  std::thread pusher([&] {
+    push_status = two.client->Push(0, pulled->versions, 1, std::vector<float>{1, 1, 1, 1}).status();
+    pushed.Notify();
+  });
+  EXPECT_FALSE(pushed.WaitForNotificationWithTimeout(absl::Seconds(2)));
+  two.servers[1] = StartShardOfTwo(1, two.ports[1]);
+  ASSERT_NE(two.servers[1], nullptr);
+  pusher.join();
+  EXPECT_EQ(push_status.code(), absl::StatusCode::kAborted) << push_status;
+  EXPECT_TRUE(absl::StrContains(push_status.message(), "shard 1")) << push_status;
 }
 
 TEST_F(ServiceTest, ClientFailsFastWhenAShardIsListedInTheWrongPlace) {

@@ -527,6 +527,93 @@ TEST(Snapshot, RestoredShardContinuesBitForBit) {
   EXPECT_EQ(restored->GetStatus().version, 2);
 }
 
+// Work conservation: the plan a worker declares, the BSP rounds applied without it, and both
+// through a snapshot; a restored snapshot of a finished job says so.
+TEST(WorkPlans, DeclaredPlansAndSkippedRoundsAreReportedAndSurviveASnapshot) {
+  auto shard = MakeShard(ConsistencyMode::kBsp, 2, 0, absl::Milliseconds(100));
+  ASSERT_TRUE(shard->Init(kFp, 4, KeyRange{0, 4}, {1, 2, 3, 4}).ok());
+  ASSERT_TRUE(shard->Register(0, kFp, 0, WorkPlan{3, 32}).ok());
+  ASSERT_TRUE(shard->Register(1, kFp).ok());
+  ASSERT_TRUE(shard->Heartbeat(Caller{1}, WorkPlan{3, 32}).ok());
+  EXPECT_EQ(shard->Register(0, kFp, 0, WorkPlan{-1, 32}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(shard->Heartbeat(Caller{1}, WorkPlan{3, -2}).code(),
+            absl::StatusCode::kInvalidArgument);
+  // Worker 1 goes silent; worker 0 trains rounds 0 and 1 alone once the lease has expired.
+  std::vector<float> out;
+  for (int64_t clock = 0; clock < 2; ++clock) {
+    auto pushed = shard->Push(PushOf(0, clock, clock, {1, 1, 1, 1}));
+    ASSERT_TRUE(pushed.ok()) << pushed.status();
+    ASSERT_TRUE(PullOf(*shard, 0, clock + 1, absl::Now() + absl::Seconds(10), &out).ok());
+    // Its own lease may have run out while the pull waited for worker 1's: a renewal at its
+    // clock (the open round) skips nothing.
+    ASSERT_TRUE(shard->Register(0, kFp).ok());
+  }
+  auto back = shard->Register(1, kFp);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->clock, 2);
+  ShardStatus st = shard->GetStatus();
+  EXPECT_EQ(st.workers[0].plan.steps, 3);
+  EXPECT_EQ(st.workers[0].plan.samples_per_step, 32);
+  EXPECT_EQ(st.workers[1].plan.steps, 3);
+  EXPECT_EQ(st.workers[0].skipped_steps, 0);
+  EXPECT_EQ(st.workers[1].skipped_steps, 2);
+  EXPECT_EQ(st.workers[0].staleness.count(), 2);
+  EXPECT_EQ(st.workers[1].staleness.count(), 0);
+  // The last round with both; the job is finished, and a shard restoring it knows.
+  ASSERT_TRUE(shard->Push(PushOf(0, 2, 2, {1, 1, 1, 1})).ok());
+  ASSERT_TRUE(shard->Push(PushOf(1, 2, 2, {1, 1, 1, 1}))->applied);
+  const Shard::Snapshot finished = shard->EncodeSnapshot();
+  EXPECT_FALSE(shard->GetStatus().finished_at_restore);
+  auto restored = MakeShard(ConsistencyMode::kBsp, 2);
+  ASSERT_TRUE(restored->RestoreSnapshot(finished.payload).ok());
+  st = restored->GetStatus();
+  EXPECT_TRUE(st.finished_at_restore);
+  EXPECT_EQ(st.workers[1].skipped_steps, 2);
+  EXPECT_EQ(st.workers[1].plan.steps, 3);
+  EXPECT_EQ(st.workers[1].plan.samples_per_step, 32);
+  EXPECT_EQ(st.workers[1].staleness.count(), 1);
+}
+
+TEST(WorkPlans, ASnapshotOfAnUnfinishedJobIsNotFinishedAtRestore) {
+  auto shard = MakeShard(ConsistencyMode::kAsp, 2);
+  ASSERT_TRUE(shard->Init(kFp, 4, KeyRange{0, 4}, {1, 2, 3, 4}).ok());
+  ASSERT_TRUE(shard->Register(0, kFp, 0, WorkPlan{1, 8}).ok());
+  ASSERT_TRUE(shard->Register(1, kFp, 0, WorkPlan{1, 8}).ok());
+  ASSERT_TRUE(shard->Push(PushOf(0, 0, 0, {1, 1, 1, 1})).ok());  // rank 1 still owes its step
+  auto restored = MakeShard(ConsistencyMode::kAsp, 2);
+  ASSERT_TRUE(restored->RestoreSnapshot(shard->EncodeSnapshot().payload).ok());
+  EXPECT_FALSE(restored->GetStatus().finished_at_restore);
+}
+
+// --lr_schedule cosine with no --decay_updates: the shard ends the decay at the run's last
+// update, known from the first declared plan (BSP: one update per step; ASP: one per push).
+TEST(WorkPlans, AnAutomaticCosineScheduleEndsAtTheDeclaredRunsLastUpdate) {
+  for (ConsistencyMode mode : {ConsistencyMode::kBsp, ConsistencyMode::kAsp}) {
+    ShardOptions o;
+    o.consistency.mode = mode;
+    o.consistency.num_workers = 2;
+    o.optimizer.kind = OptimizerKind::kSgd;
+    o.optimizer.lr = 1.0f;
+    o.optimizer.schedule = LrSchedule::kCosine;
+    auto shard = CreateShard(o);
+    ASSERT_TRUE(shard->Init(kFp, 4, KeyRange{0, 4}, {0, 0, 0, 0}).ok());
+    EXPECT_EQ(shard->GetStatus().decay_updates, 0);
+    ASSERT_TRUE(shard->Register(0, kFp, 0, WorkPlan{2, 16}).ok());
+    ASSERT_TRUE(shard->Register(1, kFp, 0, WorkPlan{2, 16}).ok());
+    const int64_t decay = mode == ConsistencyMode::kBsp ? 2 : 4;
+    EXPECT_EQ(shard->GetStatus().decay_updates, decay);
+    // The first update runs at the peak rate, the one halfway at half of it (BSP: a round of
+    // two gradients of 1 is one update of 1; ASP: each push is one).
+    ASSERT_TRUE(shard->Push(PushOf(0, 0, 0, {1, 1, 1, 1})).ok());
+    ASSERT_TRUE(shard->Push(PushOf(1, 0, 0, {1, 1, 1, 1})).ok());
+    const std::vector<float> after = shard->Values();
+    const float expected =
+        mode == ConsistencyMode::kBsp ? -1.0f : -1.0f - 0.5f * (1 + std::cos(M_PI / 4));
+    EXPECT_NEAR(after[0], expected, 1e-6) << ConsistencyModeName(mode);
+  }
+}
+
 TEST(Snapshot, RefusesAnotherConfigurationAShardInUseAndEveryTruncation) {
   auto original = MakeAdamShard(ConsistencyMode::kBsp, 2);
   ASSERT_TRUE(original->Init(kFp, 4, KeyRange{0, 4}, {1, 2, 3, 4}).ok());

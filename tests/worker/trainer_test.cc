@@ -75,6 +75,9 @@ class CountingClient final : public ParameterClient {
     return inner_.Register(rank, timeout);
   }
   absl::Status Heartbeat() override { return inner_.Heartbeat(); }
+  void SetWorkPlan(int64_t steps, int64_t samples_per_step) override {
+    inner_.SetWorkPlan(steps, samples_per_step);
+  }
   absl::Status Init(absl::Span<const float> params) override { return inner_.Init(params); }
   absl::StatusOr<PullStats> Pull(int64_t clock, bool no_wait, absl::Span<float> params) override {
     ++counts_.pulls;
