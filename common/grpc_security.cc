@@ -143,6 +143,12 @@ grpc::ChannelArguments ClientChannelArguments(int max_message_bytes,
   // connection among all clients of a process that target the same shard (in-process workers
   // of tests and benchmarks), serialising them on one HTTP/2 connection.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // A shard that comes back is found within about a second: gRPC's default reconnect backoff
+  // grows to 120 s, so after a long outage the channel would stay in TRANSIENT_FAILURE (every
+  // call failing at once) for minutes after the shard is up again.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kReconnectBackoffMs);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kReconnectBackoffMs);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kReconnectBackoffMs);
   if (!security.server_name_override.empty()) {
     args.SetSslTargetNameOverride(security.server_name_override);
   }

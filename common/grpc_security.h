@@ -27,6 +27,8 @@ inline constexpr char kBearerPrefix[] = "Bearer ";
 inline constexpr int kKeepaliveTimeMs = 20000;
 inline constexpr int kKeepaliveTimeoutMs = 10000;
 inline constexpr int kServerMinPingIntervalMs = 10000;
+// Clients try to reconnect to a shard that went away every this many milliseconds, no slower.
+inline constexpr int kReconnectBackoffMs = 1000;
 static_assert(kServerMinPingIntervalMs < kKeepaliveTimeMs,
               "servers must accept the clients' keepalive pings");
 

@@ -15,7 +15,7 @@ PACKAGES=(
   build-essential cmake pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev libopenblas-dev libgtest-dev libbenchmark-dev zlib1g-dev
-  libcpp-httplib-dev
+  libcpp-httplib-dev nlohmann-json3-dev
   dataset-fashion-mnist
 )
 # What only the tests need (INSTALL_TEST_PACKAGES=1, as scripts/test.sh and scripts/fuzz.sh set):

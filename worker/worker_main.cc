@@ -399,7 +399,9 @@ int main(int argc, char** argv) {
   client_options.rank = rank;
   client_options.call_timeout = absl::Seconds(absl::GetFlag(FLAGS_call_timeout_s));
   client_options.pull_timeout = absl::Seconds(absl::GetFlag(FLAGS_pull_timeout_s));
-  client_options.retry_for = absl::Seconds(absl::GetFlag(FLAGS_retry_s));
+  client_options.retry_for = absl::GetFlag(FLAGS_retry_s) == 0
+                                 ? absl::InfiniteDuration()
+                                 : absl::Seconds(absl::GetFlag(FLAGS_retry_s));
   client_options.duplicate_pushes = absl::GetFlag(FLAGS_fault_duplicate_pushes);
   if (absl::GetFlag(FLAGS_max_message_mb) < 1 || absl::GetFlag(FLAGS_max_message_mb) > 2047 ||
       absl::GetFlag(FLAGS_call_timeout_s) < 1 || absl::GetFlag(FLAGS_pull_timeout_s) < 1 ||
