@@ -145,10 +145,13 @@ grpc::ChannelArguments ClientChannelArguments(int max_message_bytes,
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   // A shard that comes back is found within about a second: gRPC's default reconnect backoff
   // grows to 120 s, so after a long outage the channel would stay in TRANSIENT_FAILURE (every
-  // call failing at once) for minutes after the shard is up again.
+  // call failing at once) for minutes after the shard is up again. Its name is looked up again
+  // as often: a container's name resolves only while it runs, and gRPC would otherwise wait 30 s
+  // between lookups.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kReconnectBackoffMs);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kReconnectBackoffMs);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kReconnectBackoffMs);
+  args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, kReconnectBackoffMs);
   if (!security.server_name_override.empty()) {
     args.SetSslTargetNameOverride(security.server_name_override);
   }

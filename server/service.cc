@@ -342,6 +342,7 @@ grpc::Status ParameterServerService::HandleRegister(const ps::v1::RegisterReques
   resp->set_staleness(status.staleness_bound);
   resp->set_lease_ms(absl::ToInt64Milliseconds(shard_.options().lease));
   resp->set_shard_incarnation(shard_.options().incarnation);
+  resp->set_job_finished(r->job_finished);
   return grpc::Status::OK;
 }
 
@@ -577,6 +578,7 @@ grpc::Status ParameterServerService::HandleGetStatus(ps::v1::GetStatusResponse* 
   resp->set_shared_memory_payloads(shared_memory_payloads());
   resp->set_finished_at_restore(s.finished_at_restore);
   resp->set_decay_updates(s.decay_updates);
+  resp->set_finished_job_rerun(s.finished_job_rerun);
   for (const WorkerStatusInfo& w : s.workers) {
     ps::v1::WorkerStatus* out = resp->add_workers();
     out->set_rank(w.rank);

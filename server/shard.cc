@@ -108,6 +108,13 @@ absl::Status ValidatePlan(const WorkPlan& plan) {
 
 }  // namespace
 
+bool Shard::JobFinished() const {
+  for (int r = 0; r < options_.consistency.num_workers; ++r) {
+    if (plans_[r].steps <= 0 || controller_.clock(r) < plans_[r].steps) return false;
+  }
+  return true;
+}
+
 void Shard::RecordPlan(int rank, const WorkPlan& plan) {
   if (plan.steps <= 0) return;
   plans_[rank] = plan;
@@ -132,8 +139,12 @@ absl::StatusOr<Shard::RegisterResult> Shard::Register(int rank, uint64_t fingerp
                                                       ": the worker runs another model"));
   }
   used_ = true;
-  if (incarnation != 0) incarnations_[rank] = incarnation;
   RegisterResult result;
+  result.job_finished = JobFinished();
+  if (result.job_finished && incarnation != 0 && incarnation != incarnations_[rank]) {
+    rerun_at_version_ = version_;
+  }
+  if (incarnation != 0) incarnations_[rank] = incarnation;
   result.clock = controller_.Register(rank);
   staged_[rank].clock = -1;  // a new process pushes its clock afresh
   result.initialized = initialized_;
@@ -640,6 +651,7 @@ ShardStatus Shard::GetStatus() const {
   s.pieces_received = pieces_received_;
   s.restored_version = restored_version_;
   s.finished_at_restore = finished_at_restore_;
+  s.finished_job_rerun = rerun_at_version_ == version_;
   s.decay_updates = options_.optimizer.schedule == LrSchedule::kCosine ? decay_updates_ : 0;
   for (int r = 0; r < options_.consistency.num_workers; ++r) {
     WorkerStatusInfo w;

@@ -42,6 +42,10 @@ struct AppliedUpdate {
   int64_t staleness = 0;
 };
 
+// How long a shard restored from a checkpoint waits at least for the workers that were live to
+// register again (ShardOptions::lease when longer).
+inline constexpr absl::Duration kRestoreGrace = absl::Seconds(30);
+
 struct ShardOptions {
   int shard_id = 0;  // 0 <= shard_id < num_shards
   int num_shards = 1;
@@ -100,6 +104,9 @@ struct ShardStatus {
   // all of it. What these shards hold is that job's result, not a new one.
   bool finished_at_restore = false;
   int64_t decay_updates = 0;  // the cosine schedule's end in force; 0: none or not known yet
+  // A new worker process registered after the job had finished, and no update was applied
+  // since: these shards hold that job's result, not a new one.
+  bool finished_job_rerun = false;
   std::vector<WorkerStatusInfo> workers;
 };
 
@@ -120,6 +127,9 @@ class Shard {
   struct RegisterResult {
     int64_t clock = 0;  // where the worker resumes
     bool initialized = false;
+    // Every rank had pushed all the steps it declared when this worker registered (a new process
+    // then sets ShardStatus::finished_job_rerun until an update is applied).
+    bool job_finished = false;
   };
   // Starts or renews `rank`'s lease; a new `incarnation` (non-zero) replaces the process that
   // held the rank, whose later calls get ABORTED. A declared `plan` (steps > 0) is recorded.
@@ -247,6 +257,8 @@ class Shard {
   absl::Status CheckLive(int rank, absl::StatusCode if_pending) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RenewLease(int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every rank has declared its work and pushed all of it.
+  bool JobFinished() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records a declared plan (steps > 0); the first one fixes an automatic cosine schedule's end.
   void RecordPlan(int rank, const WorkPlan& plan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the BSP round when it is complete (after a push or an expiry).
@@ -302,6 +314,8 @@ class Shard {
   int64_t pieces_received_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t restored_version_ ABSL_GUARDED_BY(mu_) = -1;
   bool finished_at_restore_ ABSL_GUARDED_BY(mu_) = false;
+  // The version at which a new worker process registered over a finished job; -1: never.
+  int64_t rerun_at_version_ ABSL_GUARDED_BY(mu_) = -1;
   std::vector<WorkPlan> plans_ ABSL_GUARDED_BY(mu_);  // per rank, as last declared
   // The cosine schedule's end: --decay_updates, or (0 there) the run's end once declared.
   int64_t decay_updates_ ABSL_GUARDED_BY(mu_) = 0;

@@ -201,15 +201,16 @@ absl::Status Shard::RestoreSnapshot(absl::string_view payload) {
     round_has_gradient_[r] = w.has_gradient;
     round_base_versions_[r] = w.base_version;
     round_gradients_[r] = std::move(w.gradient);
-    // A worker that was live gets a whole lease to come back before it leaves the barrier set.
-    if (w.state == WorkerState::kLive) lease_deadline_[r] = now + options_.lease;
+    // A worker that was live gets time to come back before it leaves the barrier set: all of
+    // them must register again with this new process, after their retries' backoff and a new
+    // connection, so at least kRestoreGrace (BSP would otherwise go on without the late ones,
+    // and their steps since the checkpoint would be skipped).
+    if (w.state == WorkerState::kLive) {
+      lease_deadline_[r] = now + std::max(options_.lease, kRestoreGrace);
+    }
   }
   restored_version_ = version;
-  finished_at_restore_ = true;
-  for (int r = 0; r < workers; ++r) {
-    const WorkPlan& plan = plans_[r];
-    if (plan.steps <= 0 || controller_.clock(r) < plan.steps) finished_at_restore_ = false;
-  }
+  finished_at_restore_ = JobFinished();
   used_ = true;
   lease_changed_ = true;
   return absl::OkStatus();

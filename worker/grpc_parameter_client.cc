@@ -270,6 +270,7 @@ absl::StatusOr<ClusterInfo> GrpcParameterClient::Register(int rank, absl::Durati
     }
     info.resume_clock = std::min(info.resume_clock, r.clock());
     info.initialized = info.initialized && r.initialized();
+    info.job_finished = info.job_finished || r.job_finished();
     info.lease = std::min(info.lease, absl::Milliseconds(r.lease_ms()));
   }
   if (rank >= info.num_workers) {
@@ -839,6 +840,7 @@ absl::StatusOr<std::vector<ShardReport>> GrpcParameterClient::Status() {
     rep.rejected_unauthenticated = r.rejected_unauthenticated();
     rep.finished_at_restore = r.finished_at_restore();
     rep.decay_updates = r.decay_updates();
+    rep.finished_job_rerun = r.finished_job_rerun();
     for (const auto& w : r.workers()) {
       ShardReport::Worker out;
       out.rank = w.rank();

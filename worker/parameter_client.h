@@ -25,6 +25,8 @@ struct ClusterInfo {
   int staleness = 0;
   int64_t resume_clock = 0;  // the smallest clock the shards hold for this worker
   bool initialized = false;  // every shard has been initialised
+  // Some shard's job had finished when this worker registered: nothing is left to train.
+  bool job_finished = false;
   absl::Duration lease;      // heartbeat well within this
 };
 
@@ -71,6 +73,7 @@ struct ShardReport {
   int64_t rejected_unauthenticated = 0;
   bool finished_at_restore = false;  // the restored checkpoint held a finished job
   int64_t decay_updates = 0;         // the cosine schedule's end in force; 0: none or unknown
+  bool finished_job_rerun = false;  // a new worker found the job finished; nothing trained since
   struct Worker {
     int rank = 0;
     int64_t clock = 0;

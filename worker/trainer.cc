@@ -143,6 +143,16 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
       StepGradient::Create(model_, device_, train_, plan_options, options_.overlap_copies));
   const BatchPlan& plan = gradient->plan();
   const int64_t total_steps = plan.steps_per_epoch() * options_.epochs;
+  if (cluster.resume_clock >= total_steps) {
+    // Not an error of this process: it has nothing to do. Over a finished job the shards flag
+    // the start, and the job's evaluation refuses to present the old result as a new one.
+    spdlog::error(
+        "rank {}: nothing to train: the shards hold step {} of this worker's {}{}. To train "
+        "afresh, start fresh shards (docker-compose: `down -v`; ps_launch: another "
+        "--checkpoint_dir)",
+        options_.rank, cluster.resume_clock, total_steps,
+        cluster.job_finished ? " (a job that has finished)" : "");
+  }
   // The work this worker owes, declared before its first push (and with every later Register and
   // Heartbeat): the shards account for it, and an automatic cosine schedule ends with it. A
   // failed beat is not fatal: the next one declares it again.

@@ -124,6 +124,8 @@ namespace {
 constexpr int kEvalBatch = 1000;
 // --evaluate: the result is written, but work the job was required to do was skipped.
 constexpr int kExitWorkSkipped = 3;
+// --wait_for_job_s: how long new workers get to register when the job is found finished at once.
+constexpr absl::Duration kRerunGrace = absl::Seconds(5);
 
 absl::StatusOr<ps::ModelSpec> ModelSpecFromFlags() {
   ps::ModelSpec spec;
@@ -185,10 +187,16 @@ absl::StatusOr<std::vector<ps::ShardReport>> WaitForJob(ps::ParameterClient& cli
                                                         const std::atomic<bool>& stop) {
   const absl::Time deadline = absl::Now() + timeout;
   absl::Time next_report = absl::Now();
-  for (;;) {
+  for (bool first = true;; first = false) {
     auto reports = client.Status();
     if (!reports.ok()) return reports.status();
     const ps::WorkAccount account = ps::AccountWork(*reports);
+    if (account.job_done && first && timeout > absl::ZeroDuration()) {
+      // Done before this evaluation began waiting: a finished job, or one started again over
+      // finished shards whose new workers have yet to register (and be flagged as a rerun).
+      absl::SleepFor(kRerunGrace);
+      return client.Status();
+    }
     if (account.job_done || timeout <= absl::ZeroDuration()) return reports;
     std::string waiting;
     for (const ps::WorkerWork& w : account.workers) {
@@ -222,13 +230,21 @@ absl::StatusOr<bool> Evaluate(ps::Model& model, ps::Device& device, ps::Paramete
   if (!waited.ok()) return waited.status();
   const std::vector<ps::ShardReport>& reports = *waited;
   const ps::WorkAccount work = ps::AccountWork(reports);
-  bool nothing_new = work.finished_at_restore;
-  for (const ps::ShardReport& r : reports) nothing_new &= r.version == r.restored_version;
-  if (nothing_new) {
-    return absl::FailedPreconditionError(
-        "the shards restored a job that had already finished, and nothing was trained since: "
-        "its result is not new. Delete their checkpoints to train afresh (docker-compose: "
-        "`down -v`; ps_launch: another --checkpoint_dir)");
+  // A job started again over shards that hold a finished one (still running, or restored from
+  // their checkpoints) trains nothing: its result would be the old one.
+  bool restored_unchanged = work.finished_at_restore;
+  bool rerun = false;
+  for (const ps::ShardReport& r : reports) {
+    restored_unchanged &= r.version == r.restored_version;
+    rerun |= r.finished_job_rerun;
+  }
+  if (restored_unchanged || rerun) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the shards hold a job that had already finished before ",
+        rerun ? "this run's workers started" : "they restarted",
+        ", and nothing was trained since: its result is not new. To train afresh, start fresh "
+        "shards (docker-compose: `down -v` deletes their checkpoints; ps_launch: another "
+        "--checkpoint_dir)"));
   }
   auto require_all_or = ps::RequireAllWorkFromFlags(!reports.empty() && reports[0].mode == "bsp");
   if (!require_all_or.ok()) return require_all_or.status();

@@ -586,6 +586,33 @@ TEST(WorkPlans, ASnapshotOfAnUnfinishedJobIsNotFinishedAtRestore) {
   EXPECT_FALSE(restored->GetStatus().finished_at_restore);
 }
 
+// A new worker process over a finished job is flagged (its result would be the old one) until
+// an update is applied again (a run that declares more steps and trains them).
+TEST(WorkPlans, ANewWorkerOverAFinishedJobIsFlaggedUntilTrainingResumes) {
+  auto shard = MakeShard(ConsistencyMode::kAsp, 1);
+  ASSERT_TRUE(shard->Init(kFp, 4, KeyRange{0, 4}, {1, 2, 3, 4}).ok());
+  auto first = shard->Register(0, kFp, /*incarnation=*/7, WorkPlan{1, 8});
+  ASSERT_TRUE(first.ok());
+  EXPECT_FALSE(first->job_finished);
+  ASSERT_TRUE(shard->Push(PushOf(0, 0, 0, {1, 1, 1, 1})).ok());
+  // The same process registering again is no rerun.
+  auto same = shard->Register(0, kFp, 7);
+  ASSERT_TRUE(same.ok());
+  EXPECT_TRUE(same->job_finished);
+  EXPECT_FALSE(shard->GetStatus().finished_job_rerun);
+  auto rerun = shard->Register(0, kFp, /*incarnation=*/8);
+  ASSERT_TRUE(rerun.ok());
+  EXPECT_TRUE(rerun->job_finished);
+  EXPECT_EQ(rerun->clock, 1);
+  EXPECT_TRUE(shard->GetStatus().finished_job_rerun);
+  // It declares a longer run and trains on: the result is new again.
+  ASSERT_TRUE(shard->Heartbeat(Caller{0, 8}, WorkPlan{2, 8}).ok());
+  Shard::PushArgs more = PushOf(0, 1, 1, {1, 1, 1, 1});
+  more.incarnation = 8;
+  ASSERT_TRUE(shard->Push(more).ok());
+  EXPECT_FALSE(shard->GetStatus().finished_job_rerun);
+}
+
 // --lr_schedule cosine with no --decay_updates: the shard ends the decay at the run's last
 // update, known from the first declared plan (BSP: one update per step; ASP: one per push).
 TEST(WorkPlans, AnAutomaticCosineScheduleEndsAtTheDeclaredRunsLastUpdate) {
