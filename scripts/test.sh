@@ -6,8 +6,9 @@
 #   configurations stay green (its unit and in-process tests; the end-to-end ones, which run the
 #   same CPU code paths, run in build/ and build-asan/);
 # - build-asan/: with SANITIZE=1, AddressSanitizer + UndefinedBehaviorSanitizer (CPU only);
-# - the load test (label "load": 32 worker processes for a minute) and the network-namespace
-#   test (label "netns": 4 hosts, 5 epochs) run in build/ only.
+# - the load test (label "load": 32 worker processes for a minute), the network-namespace
+#   test (label "netns": 4 hosts, 5 epochs) and the container cluster (label "docker": builds
+#   the image, runs docker-compose with its faults, about 8 minutes) run in build/ only.
 # The fuzzers run separately: scripts/fuzz.sh (CI runs both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,5 +29,5 @@ if [[ "${SANITIZE:-0}" == "1" ]]; then
     BUILD_TYPE=Debug scripts/setup.sh
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     LSAN_OPTIONS="suppressions=$ROOT/tests/lsan.supp" \
-    ctest --output-on-failure -j "$JOBS" -LE "load|netns")
+    ctest --output-on-failure -j "$JOBS" -LE "load|netns|docker")
 fi

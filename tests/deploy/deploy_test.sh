@@ -75,6 +75,16 @@ for f in "$HERE"/fixtures/compose/*.yml; do
   expect_fail "fixture compose/$(basename "$f")" "$(expected "$f")" docker-compose -f "$f" config -q
 done
 
+# --- One configuration: the clusters train with scripts/run.sh's hyper-parameters.
+PY3=/usr/bin/python3  # Debian's, with python3-yaml
+[[ -x "$PY3" ]] || PY3=python3
+expect_ok "compose trains as scripts/run.sh does" \
+  "$PY3" "$HERE/check_effective_config.py" "$BIN" "$ROOT/scripts/run.sh" \
+  --compose "$ROOT/deploy/compose/docker-compose.yml"
+f="$HERE/fixtures/effective/compose-lr.yml"
+expect_fail "fixture effective/compose-lr.yml" "$(expected "$f")" \
+  "$PY3" "$HERE/check_effective_config.py" "$BIN" "$ROOT/scripts/run.sh" --compose "$f"
+
 # --- Kubernetes: a copy of the tree with test certificates where the secretGenerator wants them.
 mkdir -p "$WORK/tree"
 cp -r "$ROOT/deploy/k8s" "$WORK/tree/k8s"
@@ -85,6 +95,8 @@ render_and_check() {  # DIR: render with kubectl kustomize, then check the objec
 }
 for overlay in cpu gpu; do
   expect_ok "kustomize overlays/$overlay + schema + cross-object checks" render_and_check "$WORK/tree/k8s/overlays/$overlay"
+  expect_ok "overlays/$overlay trains as scripts/run.sh does" \
+    "$PY3" "$HERE/check_effective_config.py" "$BIN" "$ROOT/scripts/run.sh" --k8s "$WORK/rendered.yaml"
 done
 if kubectl kustomize "$WORK/tree/k8s/overlays/gpu" | grep -q 'nvidia.com/gpu: 1'; then
   pass "overlays/gpu asks for nvidia.com/gpu"
