@@ -50,6 +50,9 @@ pass() { echo "PASS  $1"; }
 fail() { echo "FAIL  $1"; failures=$((failures + 1)); }
 compose() { docker-compose -p "$PROJECT" -f "$COMPOSE_FILE" "$@"; }
 
+# The bridge dockerd makes, removed at the end unless it was there before.
+BRIDGE_EXISTED=0
+ip link show docker0 >/dev/null 2>&1 && BRIDGE_EXISTED=1
 cleanup() {
   set +e
   if [[ -n "$DOCKERD_PID" ]]; then
@@ -57,6 +60,7 @@ cleanup() {
     kill "$DOCKERD_PID" 2>/dev/null
     for _ in $(seq 1 100); do kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 0.2; done
     kill -9 "$DOCKERD_PID" 2>/dev/null
+    if ((BRIDGE_EXISTED == 0)); then ip link delete docker0 2>/dev/null; fi
   fi
 }
 trap cleanup EXIT
