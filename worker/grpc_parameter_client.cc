@@ -108,13 +108,14 @@ template <typename Request, typename Response>
 absl::Status GrpcParameterClient::CallAll(const char* method, StartFn<Request, Response> start,
                                           const std::vector<Request>& requests,
                                           std::vector<Response>* responses, absl::Duration timeout,
-                                          bool wait_for_ready, bool retry) {
+                                          bool wait_for_ready, bool retry,
+                                          std::vector<absl::Status>* each_status) {
   return CallEach(
       method, EveryShard(),
       [&](size_t s, grpc::ClientContext* ctx, grpc::CompletionQueue* cq) {
         return (stubs_[s].get()->*start)(ctx, requests[s], cq);
       },
-      responses, timeout, wait_for_ready, nullptr, retry);
+      responses, timeout, wait_for_ready, nullptr, retry, each_status);
 }
 
 absl::Status GrpcParameterClient::CallRaw(const char* method, RawMethod raw,
@@ -145,9 +146,11 @@ template <typename Response, typename Start>
 absl::Status GrpcParameterClient::CallEach(const char* method, const std::vector<int>& shards,
                                            Start start, std::vector<Response>* responses,
                                            absl::Duration timeout, bool wait_for_ready,
-                                           const std::function<void(size_t)>& on_ok, bool retry) {
+                                           const std::function<void(size_t)>& on_ok, bool retry,
+                                           std::vector<absl::Status>* each_status) {
   const size_t n = shards.size();
   responses->assign(n, Response());
+  if (each_status != nullptr) each_status->assign(n, absl::OkStatus());
   std::vector<size_t> pending(n);
   for (size_t i = 0; i < n; ++i) pending[i] = i;
   absl::Duration backoff = options_.initial_backoff;
@@ -167,7 +170,7 @@ absl::Status GrpcParameterClient::CallEach(const char* method, const std::vector
       for (size_t s : pending) {
         contexts[s] = std::make_unique<grpc::ClientContext>();
         Prepare(contexts[s].get(), timeout, wait_for_ready);
-        active_.push_back(contexts[s].get());
+        active_.push_back(ActiveCall{contexts[s].get(), shards[s]});
       }
     }
     for (size_t s : pending) {
@@ -185,11 +188,14 @@ absl::Status GrpcParameterClient::CallEach(const char* method, const std::vector
     {
       absl::MutexLock lock(&mu_);
       for (size_t s : pending) {
-        active_.erase(std::remove(active_.begin(), active_.end(), contexts[s].get()),
-                      active_.end());
+        active_.erase(
+            std::remove_if(active_.begin(), active_.end(),
+                           [&](const ActiveCall& a) { return a.context == contexts[s].get(); }),
+            active_.end());
       }
     }
     std::vector<size_t> retry_calls;
+    absl::Status first_error;
     for (size_t s : pending) {
       const grpc::Status& st = statuses[s];
       if (st.ok()) continue;
@@ -207,10 +213,14 @@ absl::Status GrpcParameterClient::CallEach(const char* method, const std::vector
         continue;
       }
       const int shard = shards[s];
-      return FromGrpcStatus(
+      absl::Status error = FromGrpcStatus(
           st, absl::StrCat(method, " to shard ", shard, " (", options_.servers[shard], ")",
                            attempt > 1 ? " after retries" : ""));
+      if (each_status == nullptr) return error;
+      (*each_status)[s] = error;
+      if (first_error.ok()) first_error = std::move(error);
     }
+    if (!first_error.ok()) return first_error;
     if (retry_calls.empty()) {
       if (reported) {
         spdlog::info("{}: every shard answers again, after {:.0f}s", method,
@@ -423,8 +433,24 @@ absl::Status GrpcParameterClient::Heartbeat() {
     timeout = std::clamp(lease_ / 3, absl::Milliseconds(10), options_.call_timeout);
   }
   std::vector<ps::v1::HeartbeatResponse> responses;
-  return CallAll("Heartbeat", &Stub::PrepareAsyncHeartbeat, requests, &responses, timeout,
-                 /*wait_for_ready=*/false, /*retry=*/false);
+  std::vector<absl::Status> each_status;
+  absl::Status result = CallAll("Heartbeat", &Stub::PrepareAsyncHeartbeat, requests, &responses,
+                                timeout, /*wait_for_ready=*/false, /*retry=*/false, &each_status);
+  for (size_t s = 0; s < each_status.size(); ++s) {
+    // The shard restarted (or dropped this worker): calls in flight to it talk to a process that
+    // is gone, perhaps over a connection whose peer vanished without a word (a killed container),
+    // where they could wait for TCP's retransmission backoff. Started again, they reach the
+    // shard as it is now, and its ABORTED makes the trainer register again.
+    if (absl::IsAborted(each_status[s])) CancelCallsTo(static_cast<int>(s));
+  }
+  return result;
+}
+
+void GrpcParameterClient::CancelCallsTo(int shard) {
+  absl::MutexLock lock(&mu_);
+  for (const ActiveCall& call : active_) {
+    if (call.shard == shard) call.context->TryCancel();
+  }
 }
 
 absl::Status GrpcParameterClient::Init(absl::Span<const float> params) {
@@ -865,7 +891,7 @@ absl::StatusOr<std::vector<ShardReport>> GrpcParameterClient::Status() {
 void GrpcParameterClient::Cancel() {
   absl::MutexLock lock(&mu_);
   cancelled_ = true;
-  for (grpc::ClientContext* ctx : active_) ctx->TryCancel();
+  for (const ActiveCall& call : active_) call.context->TryCancel();
 }
 
 }  // namespace ps

@@ -163,10 +163,12 @@ class GrpcParameterClient final : public ParameterClient {
   // One call per shard, all in flight together; retries UNAVAILABLE. The error returned names
   // the method and the shard.
   // `retry` false: one attempt per shard (heartbeats, which come again soon anyway).
+  // `each_status`, if given: every call's outcome, not only the first error's.
   template <typename Request, typename Response>
   absl::Status CallAll(const char* method, StartFn<Request, Response> start,
                        const std::vector<Request>& requests, std::vector<Response>* responses,
-                       absl::Duration timeout, bool wait_for_ready, bool retry = true);
+                       absl::Duration timeout, bool wait_for_ready, bool retry = true,
+                       std::vector<absl::Status>* each_status = nullptr);
   // Raw calls, call i to pieces[i]'s shard over its connection, all in flight together;
   // on_ok(i), if given, runs on this thread as soon as call i has succeeded.
   absl::Status CallRaw(const char* method, RawMethod raw, const std::vector<Piece>& pieces,
@@ -179,7 +181,10 @@ class GrpcParameterClient final : public ParameterClient {
   absl::Status CallEach(const char* method, const std::vector<int>& shards, Start start,
                         std::vector<Response>* responses, absl::Duration timeout,
                         bool wait_for_ready, const std::function<void(size_t)>& on_ok,
-                        bool retry = true);
+                        bool retry = true, std::vector<absl::Status>* each_status = nullptr);
+  // Cancels the calls in flight to `shard` as the shard would (CANCELLED, which this client
+  // retries): for calls that wait on a process that is gone.
+  void CancelCallsTo(int shard);
   // The declared work, as sent with Register and Heartbeat.
   void FillPlan(ps::v1::WorkPlan* plan) const;
   std::vector<int> EveryShard() const;  // {0, 1, ..., S-1}
@@ -216,7 +221,11 @@ class GrpcParameterClient final : public ParameterClient {
   absl::Duration lease_ ABSL_GUARDED_BY(mu_) = absl::Seconds(10);  // the shortest, at Register
   // The shards' incarnations from the last Register (0 until then).
   std::vector<uint64_t> shard_incarnations_ ABSL_GUARDED_BY(mu_);
-  std::vector<grpc::ClientContext*> active_ ABSL_GUARDED_BY(mu_);
+  struct ActiveCall {
+    grpc::ClientContext* context;
+    int shard;
+  };
+  std::vector<ActiveCall> active_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<SharedMemory> shared_;             // created at the first Register; null: none
   std::vector<char> attached_ ABSL_GUARDED_BY(mu_);  // per shard
   // Per slot and Area, at [2 x slot + area]: the parts lent to calls, and whether the caller took

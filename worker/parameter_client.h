@@ -27,7 +27,7 @@ struct ClusterInfo {
   bool initialized = false;  // every shard has been initialised
   // Some shard's job had finished when this worker registered: nothing is left to train.
   bool job_finished = false;
-  absl::Duration lease;      // heartbeat well within this
+  absl::Duration lease;  // heartbeat well within this
 };
 
 struct PullStats {
@@ -73,7 +73,7 @@ struct ShardReport {
   int64_t rejected_unauthenticated = 0;
   bool finished_at_restore = false;  // the restored checkpoint held a finished job
   int64_t decay_updates = 0;         // the cosine schedule's end in force; 0: none or unknown
-  bool finished_job_rerun = false;  // a new worker found the job finished; nothing trained since
+  bool finished_job_rerun = false;   // a new worker found the job finished; nothing trained since
   struct Worker {
     int rank = 0;
     int64_t clock = 0;

@@ -745,6 +745,54 @@ TEST(ClientFaults, ACallWaitsForARestartingShardWithNoFixedBound) {
   EXPECT_TRUE(absl::StrContains(push_status.message(), "shard 1")) << push_status;
 }
 
+// A heartbeat that hears ABORTED from a shard (it restarted, or another process took this
+// rank) starts the calls in flight to that shard again, so they learn it at once instead of
+// waiting on a process or a connection that is gone. Here a BSP pull waits for a round that
+// never completes while a new process takes over rank 0: after one beat the pull is ABORTED,
+// not left to its deadline.
+TEST(ClientFaults, AnAbortedHeartbeatRestartsTheCallsInFlightToThatShard) {
+  ShardServerOptions so;
+  so.shard.consistency.mode = ConsistencyMode::kBsp;
+  so.shard.consistency.num_workers = 2;
+  so.shard.lease = absl::Seconds(30);
+  auto server = ShardServer::Start(so);
+  ASSERT_TRUE(server.ok()) << server.status();
+  GrpcClientOptions o;
+  o.servers = {"127.0.0.1:" + std::to_string((*server)->port())};
+  o.fingerprint = kFp;
+  o.total_params = 3;
+  o.shared_memory = false;
+  o.pull_timeout = absl::Seconds(20);
+  o.initial_backoff = absl::Milliseconds(20);
+  auto first = GrpcParameterClient::Create(o);
+  auto second = GrpcParameterClient::Create(o);
+  ASSERT_TRUE(first.ok() && second.ok());
+  ASSERT_TRUE((*first)->Register(0, absl::Seconds(10)).ok());
+  ASSERT_TRUE((*second)->Register(1, absl::Seconds(10)).ok());
+  ASSERT_TRUE((*first)->Init(std::vector<float>{1, 2, 3}).ok());
+  std::vector<float> w(3);
+  auto pulled = (*first)->Pull(0, false, absl::MakeSpan(w));
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  ASSERT_TRUE((*first)->Push(0, pulled->versions, 1, std::vector<float>{1, 1, 1}).ok());
+  absl::Status waiting_pull;
+  absl::Notification done;
+  std::thread puller([&] {
+    std::vector<float> next(3);
+    waiting_pull = (*first)->Pull(1, false, absl::MakeSpan(next)).status();  // rank 1 never pushes
+    done.Notify();
+  });
+  EXPECT_FALSE(done.WaitForNotificationWithTimeout(absl::Milliseconds(300)));
+  auto replacement = GrpcParameterClient::Create(o);
+  ASSERT_TRUE(replacement.ok());
+  ASSERT_TRUE((*replacement)->Register(0, absl::Seconds(10)).ok());  // takes over rank 0
+  EXPECT_EQ((*first)->Heartbeat().code(), absl::StatusCode::kAborted);
+  EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  puller.join();
+  EXPECT_EQ(waiting_pull.code(), absl::StatusCode::kAborted) << waiting_pull;
+  EXPECT_TRUE(absl::StrContains(waiting_pull.message(), "held by another worker process"))
+      << waiting_pull;
+}
+
 TEST_F(ServiceTest, ClientFailsFastWhenAShardIsListedInTheWrongPlace) {
   GrpcClientOptions o;
   const std::string addr = "127.0.0.1:" + std::to_string(server_->port());
