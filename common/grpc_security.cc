@@ -152,6 +152,10 @@ grpc::ChannelArguments ClientChannelArguments(int max_message_bytes,
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kReconnectBackoffMs);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kReconnectBackoffMs);
   args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, kReconnectBackoffMs);
+  // Keepalive pings go out on schedule while a call waits for its answer (gRPC would otherwise
+  // hold them back for 5 minutes once no data arrives), so a shard that vanished without closing
+  // its connections is noticed within keepalive time + timeout.
+  args.SetInt(GRPC_ARG_HTTP2_MIN_SENT_PING_INTERVAL_WITHOUT_DATA_MS, kKeepaliveTimeMs);
   if (!security.server_name_override.empty()) {
     args.SetSslTargetNameOverride(security.server_name_override);
   }

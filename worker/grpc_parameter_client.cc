@@ -437,19 +437,31 @@ absl::Status GrpcParameterClient::Heartbeat() {
   absl::Status result = CallAll("Heartbeat", &Stub::PrepareAsyncHeartbeat, requests, &responses,
                                 timeout, /*wait_for_ready=*/false, /*retry=*/false, &each_status);
   for (size_t s = 0; s < each_status.size(); ++s) {
-    // The shard restarted (or dropped this worker): calls in flight to it talk to a process that
-    // is gone, perhaps over a connection whose peer vanished without a word (a killed container),
-    // where they could wait for TCP's retransmission backoff. Started again, they reach the
-    // shard as it is now, and its ABORTED makes the trainer register again.
+    // The shard restarted, expired this worker or gave its rank to another process: calls in
+    // flight to it (a pull waiting for a round, say) wait for something that will not come.
+    // Started again, they reach the shard as it is now, and its ABORTED makes the trainer
+    // register again. (A call whose request the kernel still holds for a dead connection cannot
+    // be cancelled; a restored shard's grace, kRestoreGrace, covers that.)
     if (absl::IsAborted(each_status[s])) CancelCallsTo(static_cast<int>(s));
   }
   return result;
 }
 
 void GrpcParameterClient::CancelCallsTo(int shard) {
-  absl::MutexLock lock(&mu_);
-  for (const ActiveCall& call : active_) {
-    if (call.shard == shard) call.context->TryCancel();
+  int cancelled = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const ActiveCall& call : active_) {
+      if (call.shard != shard) continue;
+      call.context->TryCancel();
+      ++cancelled;
+    }
+  }
+  if (cancelled > 0) {
+    spdlog::info(
+        "shard {} ({}) restarted or dropped this worker: {} calls in flight to it start "
+        "again",
+        shard, options_.servers[shard], cancelled);
   }
 }
 
