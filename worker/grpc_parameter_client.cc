@@ -151,101 +151,149 @@ absl::Status GrpcParameterClient::CallEach(const char* method, const std::vector
   const size_t n = shards.size();
   responses->assign(n, Response());
   if (each_status != nullptr) each_status->assign(n, absl::OkStatus());
-  std::vector<size_t> pending(n);
-  for (size_t i = 0; i < n; ++i) pending[i] = i;
-  absl::Duration backoff = options_.initial_backoff;
+  // Each call retries on its own: a call to a healthy shard may wait (a pull held for its round)
+  // for progress that needs this worker's retry to another shard, so no retry waits for the
+  // other calls. The first call that fails for good cancels the rest (the operation has failed).
+  struct Call {
+    std::unique_ptr<grpc::ClientContext> context;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<Response>> reader;
+    grpc::Status status;
+    int attempts = 0;
+    absl::Duration backoff;
+    absl::Time retry_at = absl::InfiniteFuture();  // finite while a retry waits
+    bool in_flight = false;
+  };
+  std::vector<Call> calls(n);
+  grpc::CompletionQueue cq;
   const absl::Time first_try = absl::Now();
   const absl::Time give_up = retry ? first_try + options_.retry_for : first_try;
   // Retries that last are reported, so an operator sees which shard the job waits for.
   absl::Time next_report = first_try + options_.report_unreachable_every;
   bool reported = false;
-  for (int attempt = 1;; ++attempt) {
-    grpc::CompletionQueue cq;
-    std::vector<std::unique_ptr<grpc::ClientContext>> contexts(n);
-    std::vector<grpc::Status> statuses(n);
-    std::vector<std::unique_ptr<grpc::ClientAsyncResponseReader<Response>>> readers(n);
+  absl::Status first_error;
+  size_t in_flight = 0, waiting = 0;
+  const auto fail_with = [&](size_t i, absl::Status error) {
+    if (each_status != nullptr) (*each_status)[i] = error;
+    if (!first_error.ok()) return;
+    first_error = std::move(error);
+    absl::MutexLock lock(&mu_);
+    for (Call& c : calls) {
+      if (c.in_flight) c.context->TryCancel();
+    }
+  };
+  // Starts call i's next attempt; false (and the call failed) when the client was cancelled.
+  const auto launch = [&](size_t i) {
+    Call& c = calls[i];
+    c.retry_at = absl::InfiniteFuture();
+    bool cancelled = false;
     {
       absl::MutexLock lock(&mu_);
-      if (cancelled_) return absl::CancelledError(absl::StrCat(method, ": client cancelled"));
-      for (size_t s : pending) {
-        contexts[s] = std::make_unique<grpc::ClientContext>();
-        Prepare(contexts[s].get(), timeout, wait_for_ready);
-        active_.push_back(ActiveCall{contexts[s].get(), shards[s]});
+      cancelled = cancelled_;
+      if (!cancelled) {
+        c.context = std::make_unique<grpc::ClientContext>();
+        Prepare(c.context.get(), timeout, wait_for_ready);
+        active_.push_back(ActiveCall{c.context.get(), shards[i]});
       }
     }
-    for (size_t s : pending) {
-      readers[s] = start(s, contexts[s].get(), &cq);
-      readers[s]->StartCall();
-      readers[s]->Finish(&(*responses)[s], &statuses[s], reinterpret_cast<void*>(s));
+    if (cancelled) {
+      fail_with(i, absl::CancelledError(absl::StrCat(method, ": client cancelled")));
+      return;
     }
-    for (size_t done = 0; done < pending.size(); ++done) {
-      void* tag = nullptr;
-      bool ok = false;
-      cq.Next(&tag, &ok);
-      const size_t i = reinterpret_cast<size_t>(tag);
-      if (on_ok && statuses[i].ok()) on_ok(i);
-    }
-    {
-      absl::MutexLock lock(&mu_);
-      for (size_t s : pending) {
-        active_.erase(
-            std::remove_if(active_.begin(), active_.end(),
-                           [&](const ActiveCall& a) { return a.context == contexts[s].get(); }),
-            active_.end());
-      }
-    }
-    std::vector<size_t> retry_calls;
-    absl::Status first_error;
-    for (size_t s : pending) {
-      const grpc::Status& st = statuses[s];
-      if (st.ok()) continue;
-      // A server that shuts down cancels the calls it has not started (CANCELLED); unless this
-      // client cancelled them itself, that is as retryable as UNAVAILABLE.
-      bool self_cancelled = false;
+    ++c.attempts;
+    c.reader = start(i, c.context.get(), &cq);
+    c.reader->StartCall();
+    c.reader->Finish(&(*responses)[i], &c.status, reinterpret_cast<void*>(i));
+    c.in_flight = true;
+    ++in_flight;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    calls[i].backoff = options_.initial_backoff;
+    launch(i);
+  }
+  while (in_flight > 0 || waiting > 0) {
+    // Wake for the earliest retry due, and now and then to notice Cancel().
+    absl::Time wake = absl::Now() + absl::Milliseconds(200);
+    for (const Call& c : calls) wake = std::min(wake, c.retry_at);
+    void* tag = nullptr;
+    bool ok = false;
+    const grpc::CompletionQueue::NextStatus next =
+        cq.AsyncNext(&tag, &ok, absl::ToChronoTime(wake));
+    if (next == grpc::CompletionQueue::TIMEOUT) {
+      bool cancelled = false;
       {
         absl::MutexLock lock(&mu_);
-        self_cancelled = cancelled_;
+        cancelled = cancelled_;
       }
-      const bool retryable = st.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                             (st.error_code() == grpc::StatusCode::CANCELLED && !self_cancelled);
-      if (retryable && absl::Now() + backoff < give_up) {
-        retry_calls.push_back(s);
-        continue;
+      for (size_t i = 0; i < n; ++i) {
+        Call& c = calls[i];
+        if (c.retry_at == absl::InfiniteFuture()) continue;
+        if (!first_error.ok() || cancelled) {
+          c.retry_at = absl::InfiniteFuture();
+          --waiting;
+          if (first_error.ok()) {
+            fail_with(i, absl::CancelledError(absl::StrCat(method, ": client cancelled")));
+          }
+        } else if (absl::Now() >= c.retry_at) {
+          --waiting;
+          launch(i);
+        }
       }
-      const int shard = shards[s];
-      absl::Status error = FromGrpcStatus(
-          st, absl::StrCat(method, " to shard ", shard, " (", options_.servers[shard], ")",
-                           attempt > 1 ? " after retries" : ""));
-      if (each_status == nullptr) return error;
-      (*each_status)[s] = error;
-      if (first_error.ok()) first_error = std::move(error);
+      continue;
     }
-    if (!first_error.ok()) return first_error;
-    if (retry_calls.empty()) {
-      if (reported) {
-        spdlog::info("{}: every shard answers again, after {:.0f}s", method,
-                     absl::ToDoubleSeconds(absl::Now() - first_try));
+    const size_t i = reinterpret_cast<size_t>(tag);
+    Call& c = calls[i];
+    c.in_flight = false;
+    --in_flight;
+    {
+      absl::MutexLock lock(&mu_);
+      active_.erase(
+          std::remove_if(active_.begin(), active_.end(),
+                         [&](const ActiveCall& a) { return a.context == c.context.get(); }),
+          active_.end());
+    }
+    if (c.status.ok()) {
+      if (on_ok && first_error.ok()) on_ok(i);
+      continue;
+    }
+    if (!first_error.ok()) continue;  // cancelled because another call failed
+    // A server that shuts down cancels the calls it has not started (CANCELLED); unless this
+    // client cancelled them itself, that is as retryable as UNAVAILABLE.
+    bool self_cancelled = false;
+    {
+      absl::MutexLock lock(&mu_);
+      self_cancelled = cancelled_;
+    }
+    const bool retryable =
+        c.status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+        (c.status.error_code() == grpc::StatusCode::CANCELLED && !self_cancelled);
+    if (retryable && absl::Now() + c.backoff < give_up) {
+      c.retry_at = absl::Now() + c.backoff;
+      c.backoff = std::min(c.backoff * 2, absl::Seconds(5));
+      ++waiting;
+      if (absl::Now() >= next_report) {
+        spdlog::warn(
+            "{}: shard {} ({}) unreachable for {:.0f}s ({}); still retrying{}", method, shards[i],
+            options_.servers[shards[i]], absl::ToDoubleSeconds(absl::Now() - first_try),
+            c.status.error_message(),
+            options_.retry_for == absl::InfiniteDuration()
+                ? " until it is back"
+                : absl::StrCat(" for up to ", absl::ToDoubleSeconds(options_.retry_for), "s"));
+        next_report = absl::Now() + options_.report_unreachable_every;
+        reported = true;
       }
-      return absl::OkStatus();
+      continue;
     }
-    if (absl::Now() >= next_report) {
-      const size_t s = retry_calls.front();
-      spdlog::warn(
-          "{}: shard {} ({}) unreachable for {:.0f}s ({}); still retrying{}", method, shards[s],
-          options_.servers[shards[s]], absl::ToDoubleSeconds(absl::Now() - first_try),
-          statuses[s].error_message(),
-          options_.retry_for == absl::InfiniteDuration()
-              ? " until it is back"
-              : absl::StrCat(" for up to ", absl::ToDoubleSeconds(options_.retry_for), "s"));
-      next_report = absl::Now() + options_.report_unreachable_every;
-      reported = true;
-    }
-    pending = std::move(retry_calls);
-    // Sleep the backoff unless cancelled meanwhile.
-    absl::MutexLock lock(&mu_);
-    mu_.AwaitWithTimeout(absl::Condition(&cancelled_), backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(5));
+    const int shard = shards[i];
+    fail_with(i, FromGrpcStatus(c.status, absl::StrCat(method, " to shard ", shard, " (",
+                                                       options_.servers[shard], ")",
+                                                       c.attempts > 1 ? " after retries" : "")));
   }
+  if (!first_error.ok()) return first_error;
+  if (reported) {
+    spdlog::info("{}: every shard answers again, after {:.0f}s", method,
+                 absl::ToDoubleSeconds(absl::Now() - first_try));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ClusterInfo> GrpcParameterClient::Register(int rank, absl::Duration timeout) {
