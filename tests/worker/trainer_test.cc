@@ -2,7 +2,10 @@
 
 #include "worker/trainer.h"
 
+#include <unistd.h>
+
 #include <atomic>
+#include <filesystem>
 #include <thread>
 
 #include "common/cpu_device.h"
@@ -11,6 +14,7 @@
 #include "server/shard_server.h"
 #include "tests/common/deferred_copy_device.h"
 #include "worker/grpc_parameter_client.h"
+#include "worker/work_account.h"
 
 namespace ps {
 namespace {
@@ -198,6 +202,76 @@ TEST(Trainer, ARestartedWorkerResumesAtTheShardsClock) {
   ASSERT_TRUE(TrainWorker(twice, train, 0, 32, 1, 2).ok());
   EXPECT_EQ(twice.servers[1]->shard().GetStatus().version, 16);
   EXPECT_EQ(AllWeights(once), AllWeights(twice));
+}
+
+// BSP, 2 workers, 2 shards: shard 1 stops mid-run and a new process takes its port, restoring its
+// checkpoint, while the workers wait for it (their retries have no fixed bound). Both register
+// again with the new process, the rounds resume, and every gradient both declared is applied on
+// both shards: the work account shows nothing skipped.
+TEST(Trainer, AShardRestartedMidRunFromItsCheckpointLosesNoWork) {
+  const Dataset train = SyntheticData(256, 3);
+  const std::string checkpoints = (std::filesystem::temp_directory_path() /
+                                   ("trainer_test_restart." + std::to_string(getpid())))
+                                      .string();
+  std::filesystem::remove_all(checkpoints);
+  const auto start_shard = [&](int id, int port) {
+    ShardServerOptions o;
+    o.port = port;
+    o.shard.shard_id = id;
+    o.shard.num_shards = 2;
+    o.shard.consistency.mode = ConsistencyMode::kBsp;
+    o.shard.consistency.num_workers = 2;
+    o.shard.optimizer.kind = OptimizerKind::kSgd;
+    o.shard.optimizer.lr = 0.1f;
+    o.checkpoint_dir = checkpoints + "/ps-" + std::to_string(id);
+    o.checkpoint_every_updates = 25;
+    auto server = ShardServer::Start(o);
+    EXPECT_TRUE(server.ok()) << server.status();
+    return server.ok() ? std::move(*server) : nullptr;
+  };
+  Cluster c;
+  for (int s = 0; s < 2; ++s) {
+    c.servers.push_back(start_shard(s, 0));
+    ASSERT_NE(c.servers.back(), nullptr);
+    c.addresses.push_back("127.0.0.1:" + std::to_string(c.servers.back()->port()));
+  }
+  const int port1 = c.servers[1]->port();
+  constexpr int kEpochs = 400;  // 4 steps each: 1600 steps, long enough to restart a shard within
+  absl::Status results[2];
+  std::thread workers[2];
+  for (int r = 0; r < 2; ++r) {
+    workers[r] = std::thread([&, r] { results[r] = TrainWorker(c, train, r, 32, 1, kEpochs); });
+  }
+  while (c.servers[0]->shard().GetStatus().version < 300) absl::SleepFor(absl::Milliseconds(1));
+  c.servers[1].reset();                     // stops after its final checkpoint
+  absl::SleepFor(absl::Milliseconds(500));  // the workers retry meanwhile
+  c.servers[1] = start_shard(1, port1);
+  ASSERT_NE(c.servers[1], nullptr);
+  for (std::thread& t : workers) t.join();
+  for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
+  EXPECT_GE(c.servers[1]->shard().GetStatus().restored_version, 300);
+  std::vector<ShardReport> reports;
+  for (auto& server : c.servers) {
+    const ShardStatus st = server->shard().GetStatus();
+    EXPECT_EQ(st.version, 4 * kEpochs);
+    ShardReport report;
+    for (const WorkerStatusInfo& w : st.workers) {
+      ShardReport::Worker out;
+      out.rank = w.rank;
+      out.clock = w.clock;
+      out.state = WorkerStateName(w.state);
+      out.applied = w.staleness.count();
+      out.planned_steps = w.plan.steps;
+      out.samples_per_step = w.plan.samples_per_step;
+      report.workers.push_back(out);
+    }
+    reports.push_back(report);
+  }
+  const WorkAccount work = AccountWork(reports);
+  EXPECT_EQ(work.gradients_expected, 2 * 2 * 4 * kEpochs);
+  EXPECT_EQ(work.gradients_applied, work.gradients_expected);
+  EXPECT_EQ(work.samples_skipped, 0);
+  std::filesystem::remove_all(checkpoints);
 }
 
 // SSP with s = 0 and one worker: the prefetched pull of step c+1 must wait on the shard for this
