@@ -43,11 +43,9 @@ struct AppliedUpdate {
 };
 
 // How long a shard restored from a checkpoint waits at least for the workers that were live to
-// register again (ShardOptions::lease when longer). A worker's call in flight when the shard
-// died can sit on the dead connection until one of TCP's retransmissions reaches the restarted
-// shard and is reset; those are spaced ever wider, up to 120 s apart, and neither the call's
-// cancellation nor gRPC's keepalive can end a call whose request the kernel still holds.
-inline constexpr absl::Duration kRestoreGrace = absl::Seconds(150);
+// register again (ShardOptions::lease when longer): their retries' backoff (up to 5 s), a new
+// connection and the registration itself, with room to spare on a loaded machine.
+inline constexpr absl::Duration kRestoreGrace = absl::Seconds(30);
 
 struct ShardOptions {
   int shard_id = 0;  // 0 <= shard_id < num_shards

@@ -202,9 +202,9 @@ absl::Status Shard::RestoreSnapshot(absl::string_view payload) {
     round_base_versions_[r] = w.base_version;
     round_gradients_[r] = std::move(w.gradient);
     // A worker that was live gets time to come back before it leaves the barrier set: all of
-    // them must register again with this new process, after their retries' backoff, a new
-    // connection, or a call stuck on the old one (kRestoreGrace); BSP would otherwise go on
-    // without the late ones, and their steps since the checkpoint would be skipped.
+    // them must register again with this new process, after their retries' backoff and a new
+    // connection (kRestoreGrace); BSP would otherwise go on without the late ones, and their
+    // steps since the checkpoint would be skipped.
     if (w.state == WorkerState::kLive) {
       lease_deadline_[r] = now + std::max(options_.lease, kRestoreGrace);
     }

@@ -488,8 +488,7 @@ absl::Status GrpcParameterClient::Heartbeat() {
     // The shard restarted, expired this worker or gave its rank to another process: calls in
     // flight to it (a pull waiting for a round, say) wait for something that will not come.
     // Started again, they reach the shard as it is now, and its ABORTED makes the trainer
-    // register again. (A call whose request the kernel still holds for a dead connection cannot
-    // be cancelled; a restored shard's grace, kRestoreGrace, covers that.)
+    // register again.
     if (absl::IsAborted(each_status[s])) CancelCallsTo(static_cast<int>(s));
   }
   return result;
