@@ -10,9 +10,10 @@
 namespace ps {
 
 // --require_all_work: whether skipped work (steps no update contains) fails the job. "auto" is
-// true under BSP, whose every step is meant to hold every worker's share, and false under SSP
-// and ASP. INVALID_ARGUMENT for another value.
-absl::StatusOr<bool> RequireAllWorkFromFlags(bool bsp);
+// `all_work_by_design`: true for a BSP job (whose every step is meant to hold every worker's
+// share) without backup workers or a time limit, false under SSP and ASP. INVALID_ARGUMENT for
+// another value.
+absl::StatusOr<bool> RequireAllWorkFromFlags(bool all_work_by_design);
 
 }  // namespace ps
 

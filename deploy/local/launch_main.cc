@@ -306,9 +306,11 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_effective_batch) == 0)
     absl::SetFlag(&FLAGS_effective_batch, update_batch);
   const absl::StatusOr<ps::OptimizerOptions> optimizer = ps::OptimizerOptionsFromFlags();
-  // Work the job must do: a run cut short on purpose (--max_seconds) skips the rest by design.
+  // Work the job must do: a run cut short on purpose (--max_seconds), or with backup workers
+  // (whose late pushes are left out by design), skips some by design.
   const absl::StatusOr<bool> require_all_work = ps::RequireAllWorkFromFlags(
-      absl::GetFlag(FLAGS_mode) == "bsp" && absl::GetFlag(FLAGS_max_seconds) == 0);
+      absl::GetFlag(FLAGS_mode) == "bsp" && absl::GetFlag(FLAGS_max_seconds) == 0 &&
+      absl::GetFlag(FLAGS_backup_workers) == 0);
   for (const absl::Status& s : {optimizer.status(), require_all_work.status()}) {
     if (!s.ok()) {
       std::fprintf(stderr, "ps_launch: %s\n", std::string(s.message()).c_str());
