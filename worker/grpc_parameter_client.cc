@@ -181,7 +181,7 @@ absl::Status GrpcParameterClient::CallEach(const char* method, const std::vector
       if (c.in_flight) c.context->TryCancel();
     }
   };
-  // Starts call i's next attempt; false (and the call failed) when the client was cancelled.
+  // Starts call i's next attempt, or fails it with CANCELLED when the client was cancelled.
   const auto launch = [&](size_t i) {
     Call& c = calls[i];
     c.retry_at = absl::InfiniteFuture();
