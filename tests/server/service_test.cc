@@ -663,7 +663,8 @@ TEST_F(ServiceTest, ClientRegistersPullsAndPushesThroughAllShards) {
             absl::StatusCode::kFailedPrecondition);
 }
 
-// Two ASP shards of 4 parameters with a short lease, and a registered, initialised client.
+// Two ASP shards of 4 parameters with a short lease (1.5 s), and a registered, initialised
+// client.
 struct TwoShards {
   std::vector<std::unique_ptr<ShardServer>> servers;
   std::vector<int> ports;
@@ -676,7 +677,7 @@ std::unique_ptr<ShardServer> StartShardOfTwo(int shard_id, int port) {
   so.shard.num_shards = 2;
   so.shard.consistency.mode = ConsistencyMode::kAsp;
   so.shard.consistency.num_workers = 1;
-  so.shard.lease = absl::Milliseconds(600);
+  so.shard.lease = absl::Milliseconds(1500);
   auto server = ShardServer::Start(so);
   EXPECT_TRUE(server.ok()) << server.status();
   return server.ok() ? std::move(*server) : nullptr;
@@ -708,12 +709,14 @@ TwoShards StartTwoShards() {
 TEST(ClientFaults, AShardThatIsDownNeverExpiresTheLeaseOnTheOthers) {
   TwoShards two = StartTwoShards();
   two.client->SetWorkPlan(7, 16);
-  two.servers[1].reset();                  // shut down
-  for (int beat = 0; beat < 12; ++beat) {  // 12 x 200 ms = 4 leases of 600 ms
+  two.servers[1].reset();  // shut down
+  // A beat at most every 750 ms (its deadline is lease/3, then a 250 ms pause), for more than
+  // two lease lengths.
+  for (int beat = 0; beat < 10; ++beat) {
     const absl::Status s = two.client->Heartbeat();
     EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
     EXPECT_TRUE(absl::StrContains(s.message(), "Heartbeat to shard 1")) << s;
-    absl::SleepFor(absl::Milliseconds(200));
+    absl::SleepFor(absl::Milliseconds(250));
   }
   const ShardStatus st = two.servers[0]->shard().GetStatus();
   EXPECT_EQ(st.workers[0].state, WorkerState::kLive);
