@@ -607,7 +607,8 @@ TEST(WorkPlans, ANewWorkerOverAFinishedJobIsFlaggedUntilTrainingResumes) {
   EXPECT_TRUE(shard->GetStatus().finished_job_rerun);
   // It declares a longer run and trains on: the result is new again.
   ASSERT_TRUE(shard->Heartbeat(Caller{0, 8}, WorkPlan{2, 8}).ok());
-  Shard::PushArgs more = PushOf(0, 1, 1, {1, 1, 1, 1});
+  const std::vector<float> gradient = {1, 1, 1, 1};  // borrowed by the push below
+  Shard::PushArgs more = PushOf(0, 1, 1, gradient);
   more.incarnation = 8;
   ASSERT_TRUE(shard->Push(more).ok());
   EXPECT_FALSE(shard->GetStatus().finished_job_rerun);
