@@ -153,7 +153,11 @@ absl::Status GrpcParameterClient::CallEach(const char* method, const std::vector
   if (each_status != nullptr) each_status->assign(n, absl::OkStatus());
   // Each call retries on its own: a call to a healthy shard may wait (a pull held for its round)
   // for progress that needs this worker's retry to another shard, so no retry waits for the
-  // other calls. The first call that fails for good cancels the rest (the operation has failed).
+  // other calls. The first call that fails for good cancels the rest (the operation has failed),
+  // unless the caller asked for each call's outcome: then the calls are independent (a heartbeat
+  // that fails at once on a shard that is down must not cancel the beat to a healthy shard, whose
+  // lease would expire).
+  const bool independent = each_status != nullptr;
   struct Call {
     std::unique_ptr<grpc::ClientContext> context;
     std::unique_ptr<grpc::ClientAsyncResponseReader<Response>> reader;
@@ -173,9 +177,10 @@ absl::Status GrpcParameterClient::CallEach(const char* method, const std::vector
   absl::Status first_error;
   size_t in_flight = 0, waiting = 0;
   const auto fail_with = [&](size_t i, absl::Status error) {
-    if (each_status != nullptr) (*each_status)[i] = error;
+    if (independent) (*each_status)[i] = error;
     if (!first_error.ok()) return;
     first_error = std::move(error);
+    if (independent) return;
     absl::MutexLock lock(&mu_);
     for (Call& c : calls) {
       if (c.in_flight) c.context->TryCancel();
@@ -227,10 +232,10 @@ absl::Status GrpcParameterClient::CallEach(const char* method, const std::vector
       for (size_t i = 0; i < n; ++i) {
         Call& c = calls[i];
         if (c.retry_at == absl::InfiniteFuture()) continue;
-        if (!first_error.ok() || cancelled) {
+        if ((!first_error.ok() && !independent) || cancelled) {
           c.retry_at = absl::InfiniteFuture();
           --waiting;
-          if (first_error.ok()) {
+          if (first_error.ok() || independent) {
             fail_with(i, absl::CancelledError(absl::StrCat(method, ": client cancelled")));
           }
         } else if (absl::Now() >= c.retry_at) {
@@ -255,7 +260,7 @@ absl::Status GrpcParameterClient::CallEach(const char* method, const std::vector
       if (on_ok && first_error.ok()) on_ok(i);
       continue;
     }
-    if (!first_error.ok()) continue;  // cancelled because another call failed
+    if (!first_error.ok() && !independent) continue;  // cancelled: another call failed
     // A server that shuts down cancels the calls it has not started (CANCELLED); unless this
     // client cancelled them itself, that is as retryable as UNAVAILABLE.
     bool self_cancelled = false;

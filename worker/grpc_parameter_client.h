@@ -163,7 +163,8 @@ class GrpcParameterClient final : public ParameterClient {
   // One call per shard, all in flight together; retries UNAVAILABLE. The error returned names
   // the method and the shard.
   // `retry` false: one attempt per shard (heartbeats, which come again soon anyway).
-  // `each_status`, if given: every call's outcome, not only the first error's.
+  // `each_status`, if given: every call's outcome, not only the first error's; the calls are then
+  // independent (a failure does not cancel the others).
   template <typename Request, typename Response>
   absl::Status CallAll(const char* method, StartFn<Request, Response> start,
                        const std::vector<Request>& requests, std::vector<Response>* responses,
