@@ -16,13 +16,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/consistency_mode.h"
 
 namespace ps {
-
-enum class ConsistencyMode { kBsp, kSsp, kAsp };
-
-absl::StatusOr<ConsistencyMode> ParseConsistencyMode(const std::string& name);
-std::string ConsistencyModeName(ConsistencyMode mode);
 
 struct ConsistencyOptions {
   ConsistencyMode mode = ConsistencyMode::kBsp;

@@ -316,7 +316,7 @@ absl::StatusOr<ClusterInfo> GrpcParameterClient::Register(int rank, absl::Durati
   ClusterInfo info;
   info.num_shards = static_cast<int>(stubs_.size());
   info.num_workers = responses[0].num_workers();
-  info.mode = responses[0].mode();
+  ASSIGN_OR_RETURN(info.mode, ParseConsistencyMode(responses[0].mode()));
   info.staleness = responses[0].staleness();
   info.resume_clock = responses[0].clock();
   info.initialized = true;
@@ -324,12 +324,13 @@ absl::StatusOr<ClusterInfo> GrpcParameterClient::Register(int rank, absl::Durati
   for (size_t s = 0; s < responses.size(); ++s) {
     const auto& r = responses[s];
     if (r.shard_id() != static_cast<int>(s) || r.num_shards() != info.num_shards ||
-        r.num_workers() != info.num_workers || r.mode() != info.mode ||
+        r.num_workers() != info.num_workers || r.mode() != ConsistencyModeName(info.mode) ||
         r.staleness() != info.staleness) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          options_.servers[s], " is shard ", r.shard_id(), " of ", r.num_shards(), " (", r.mode(),
-          ", ", r.num_workers(), " workers) but is listed as shard ", s, " of ", info.num_shards,
-          " (", info.mode, ", ", info.num_workers, " workers): check --servers and the flags"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(options_.servers[s], " is shard ", r.shard_id(), " of ", r.num_shards(),
+                       " (", r.mode(), ", ", r.num_workers(), " workers) but is listed as shard ",
+                       s, " of ", info.num_shards, " (", ConsistencyModeName(info.mode), ", ",
+                       info.num_workers, " workers): check --servers and the flags"));
     }
     info.resume_clock = std::min(info.resume_clock, r.clock());
     info.initialized = info.initialized && r.initialized();
@@ -910,7 +911,7 @@ absl::StatusOr<std::vector<ShardReport>> GrpcParameterClient::Status() {
   for (const auto& r : responses) {
     ShardReport rep;
     rep.shard_id = r.shard_id();
-    rep.mode = r.mode();
+    ASSIGN_OR_RETURN(rep.mode, ParseConsistencyMode(r.mode()));
     rep.staleness_bound = r.staleness();
     rep.initialized = r.initialized();
     rep.range = KeyRange{r.begin(), r.end()};

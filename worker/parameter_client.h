@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/consistency_mode.h"
 #include "common/param_layout.h"
 #include "common/status_macros.h"
 
@@ -21,7 +22,7 @@ namespace ps {
 struct ClusterInfo {
   int num_shards = 0;
   int num_workers = 0;
-  std::string mode;  // "bsp", "ssp" or "asp"
+  ConsistencyMode mode = ConsistencyMode::kBsp;
   int staleness = 0;
   int64_t resume_clock = 0;  // the smallest clock the shards hold for this worker
   bool initialized = false;  // every shard has been initialised
@@ -53,7 +54,7 @@ struct PushPullStats {
 
 struct ShardReport {
   int shard_id = 0;
-  std::string mode;
+  ConsistencyMode mode = ConsistencyMode::kBsp;
   int staleness_bound = 0;
   bool initialized = false;
   KeyRange range;

@@ -165,11 +165,11 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   // Overlap (SSP and ASP only): the pull of step c+1 runs on another thread into a second buffer
   // while step c computes and pushes. BSP's pull of c+1 needs this worker's push of c, so there
   // is nothing to gain there.
-  const bool overlap = options_.overlap && cluster.mode != "bsp";
+  const bool overlap = options_.overlap && cluster.mode != ConsistencyMode::kBsp;
   // Asynchronous pushes (SSP and ASP only): step c's push travels while step c+1 pulls and
   // computes into a second gradient buffer; it is settled (and step c accounted for) after that
   // compute, before step c+1's push, so a worker's pushes still reach the shards in clock order.
-  const bool async_push = options_.async_push && cluster.mode != "bsp";
+  const bool async_push = options_.async_push && cluster.mode != ConsistencyMode::kBsp;
   const bool double_buffered = overlap || async_push;
   const size_t n_size = static_cast<size_t>(n);
   // Weights and gradients live in the transport's own buffers when it has them (shared memory
@@ -259,7 +259,7 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   // step c+1 computes on the weights step c-1's call brought. The pull of c+2 right after the
   // push of c needs the shards to allow this worker a clock ahead of its own (SSP bound >= 1).
   const bool pipelined = options_.push_pull && overlap && async_push && !options_.priority &&
-                         !(cluster.mode == "ssp" && cluster.staleness < 1);
+                         !(cluster.mode == ConsistencyMode::kSsp && cluster.staleness < 1);
   // The weights of step `carried_step` (-1: none) are in `carried_weights` (`params` or
   // `prefetch_params`), pulled with an earlier push. Anything else that writes those buffers
   // (an evaluation, a rejoin) drops them.
@@ -288,8 +288,9 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   spdlog::info(
       "rank {}/{} {} mode={} staleness={} shards={} params={} global_batch={} "
       "steps/epoch={} resume_step={}",
-      options_.rank, cluster.num_workers, model_.name(), cluster.mode, cluster.staleness,
-      cluster.num_shards, n, plan.global_batch(), plan.steps_per_epoch(), cluster.resume_clock);
+      options_.rank, cluster.num_workers, model_.name(), ConsistencyModeName(cluster.mode),
+      cluster.staleness, cluster.num_shards, n, plan.global_batch(), plan.steps_per_epoch(),
+      cluster.resume_clock);
   HeartbeatThread heartbeat(client_, cluster.lease);
   if (metrics_ != nullptr) {
     JsonObject line;

@@ -247,7 +247,8 @@ absl::StatusOr<bool> Evaluate(ps::Model& model, ps::Device& device, ps::Paramete
         "--checkpoint_dir)"));
   }
   // BSP with backup workers leaves the late pushes out by design.
-  auto require_all_or = ps::RequireAllWorkFromFlags(!reports.empty() && reports[0].mode == "bsp" &&
+  auto require_all_or = ps::RequireAllWorkFromFlags(!reports.empty() &&
+                                                    reports[0].mode == ps::ConsistencyMode::kBsp &&
                                                     reports[0].backup_workers == 0);
   if (!require_all_or.ok()) return require_all_or.status();
   const bool require_all = *require_all_or;

@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
       std::printf("%s\n", ps::JsonObject()
                               .Add("server", o.servers[i])
                               .Add("shard_id", r.shard_id)
-                              .Add("mode", r.mode)
+                              .Add("mode", ps::ConsistencyModeName(r.mode))
                               .Add("staleness_bound", r.staleness_bound)
                               .Add("initialized", r.initialized)
                               .Add("begin", r.range.begin)
@@ -150,8 +150,9 @@ int main(int argc, char** argv) {
     std::printf(
         "shard %d (%s)  mode %s%s  range [%lld, %lld)  version %lld  min_clock %lld  "
         "rejected_nonfinite %lld\n",
-        r.shard_id, o.servers[i].c_str(), r.mode.c_str(),
-        r.mode == "ssp" ? (" s=" + std::to_string(r.staleness_bound)).c_str() : "",
+        r.shard_id, o.servers[i].c_str(), ps::ConsistencyModeName(r.mode).c_str(),
+        r.mode == ps::ConsistencyMode::kSsp ? (" s=" + std::to_string(r.staleness_bound)).c_str()
+                                            : "",
         static_cast<long long>(r.range.begin), static_cast<long long>(r.range.end),
         static_cast<long long>(r.version), static_cast<long long>(r.min_clock),
         static_cast<long long>(r.rejected_nonfinite));

@@ -644,7 +644,7 @@ TEST_F(ServiceTest, ClientRegistersPullsAndPushesThroughAllShards) {
   ASSERT_TRUE(client.ok());
   auto info = (*client)->Register(0, absl::Seconds(5));
   ASSERT_TRUE(info.ok()) << info.status();
-  EXPECT_EQ(info->mode, "asp");
+  EXPECT_EQ(info->mode, ConsistencyMode::kAsp);
   EXPECT_TRUE(info->initialized);
   std::vector<float> w(3);
   auto pulled = (*client)->Pull(0, false, absl::MakeSpan(w));
