@@ -19,10 +19,12 @@
 #include "common/device.h"
 #include "common/json_lines.h"
 #include "common/model.h"
+#include "worker/batch_plan.h"
 #include "worker/delay_injector.h"
 #include "worker/parameter_client.h"
+#include "worker/step_accounting.h"
 #include "worker/step_gradient.h"
-#include "worker/task_pool.h"
+#include "worker/step_schedule.h"
 
 namespace ps {
 
@@ -71,47 +73,6 @@ struct TrainerOptions {
   absl::Duration max_duration = absl::InfiniteDuration();
 };
 
-// Per-epoch summary handed to the progress callback (rank 0 with evaluate_each_epoch).
-struct EpochReport {
-  int epoch = 0;  // 1-based
-  int epochs = 0;
-  double train_loss = 0.0;  // mean over this worker's samples of the epoch
-  double test_loss = 0.0;
-  double test_accuracy = 0.0;
-  double samples_per_sec = 0.0;  // cluster estimate: this worker's rate x number of workers
-  absl::Duration elapsed;        // since training started
-};
-
-// Where a worker's time went, summed over the steps it ran.
-struct TrainStats {
-  int64_t steps = 0;
-  int64_t samples = 0;
-  absl::Duration pull;      // waiting for and receiving weights
-  absl::Duration compute;   // forward, backward, host<->device copies
-  absl::Duration injected;  // sleeps added by DelayOptions before the push
-  absl::Duration push;      // sending gradients
-  absl::Duration total;     // the steps' wall time (excludes evaluation)
-  int64_t rejoins = 0;      // re-registrations after ABORTED answers
-  int64_t push_bytes = 0;   // tensor bytes pushed (after compression)
-  int64_t pull_bytes = 0;   // tensor bytes pulled
-};
-
-// Running totals of a training run, readable from another thread while it runs (the /metrics
-// endpoint). Durations in microseconds.
-struct LiveCounters {
-  std::atomic<int64_t> steps{0};
-  std::atomic<int64_t> samples{0};
-  std::atomic<int64_t> step{-1};  // the last step completed
-  std::atomic<int64_t> pull_us{0};
-  std::atomic<int64_t> server_wait_us{0};  // part of pull_us the shards held the pulls
-  std::atomic<int64_t> compute_us{0};
-  std::atomic<int64_t> push_us{0};
-  std::atomic<int64_t> step_us{0};
-  std::atomic<int64_t> max_staleness{0};
-  std::atomic<int64_t> dropped{0};
-  std::atomic<int64_t> rejoins{0};
-};
-
 class Trainer {
  public:
   // All references must outlive the trainer. `test` may be null when no evaluation is wanted;
@@ -131,17 +92,15 @@ class Trainer {
   // then onto the device); `updates` receives the largest shard version read.
   absl::StatusOr<BatchStats> EvaluateFresh(int64_t step, absl::Span<float> params,
                                            float* params_dev, int64_t* updates);
-  // Where a priority-scheduled step spent its time on the training thread.
-  struct StepTimes {
-    absl::Duration pull;     // waiting for layers' weights
-    absl::Duration compute;  // forward and backward, without those waits
-    absl::Duration push;     // after backward, waiting for the last gradients to be acknowledged
-  };
-  // One step of priority scheduling (see TrainerOptions::priority): pulls on one helper thread,
-  // pushes on another, computes on this one. The first error of the three is returned.
-  absl::Status PriorityStep(int64_t step, StepGradient& gradient, absl::Span<float> params,
-                            absl::Span<float> grads, int num_samples, PullStats* pulled,
-                            PushStats* pushed, BatchStats* batch, StepTimes* times);
+  // Where this rank's samples come from in a cluster of `num_workers`.
+  BatchPlanOptions PlanOptions(int num_workers) const;
+  // Declares the work this worker owes (see ParameterClient::SetWorkPlan) and says when there
+  // is none left.
+  void DeclareWork(const ClusterInfo& cluster, int64_t total_steps);
+  // The accounting's options; evaluations read the shards' weights into buffers of their own,
+  // allocated here when a test set is given.
+  absl::StatusOr<StepAccountingOptions> AccountingOptions(const ClusterInfo& cluster,
+                                                          int64_t steps_per_epoch);
   // Registers again after `why` (an ABORTED answer) and returns where to resume; offers `params`
   // to shards that lost theirs.
   absl::StatusOr<ClusterInfo> Rejoin(const absl::Status& why, absl::Span<const float> params);
@@ -157,19 +116,13 @@ class Trainer {
   LiveCounters live_;
   std::function<void(const EpochReport&)> on_epoch_;
   TrainStats stats_;
-  // Priority scheduling's puller and two pushers, kept from step to step.
-  std::unique_ptr<TaskPool> step_threads_;
+  // Evaluation's own buffers: the freshest weights on the host and on the device.
+  DeviceBuffer eval_host_, eval_device_;
 };
 
 // INVALID_ARGUMENT naming the options that cannot go together or are out of range (also
 // checked by Trainer::Run before anything else).
 absl::Status ValidateTrainerOptions(const TrainerOptions& options);
-
-// The parts priority scheduling sends: `layers` (contiguous key ranges in forward order), each
-// layer of fewer than `min_part` keys joined to the part before it. The first layer always
-// starts a part of its own: pulled first and pushed last, it is best small (forward starts
-// sooner, the last push after backward is shorter).
-std::vector<KeyRange> MergeParts(const std::vector<KeyRange>& layers, int64_t min_part);
 
 // Loss and accuracy of `params` (device memory, the model's layout) over all of `data`.
 absl::StatusOr<BatchStats> EvaluateDataset(Model& model, Device& device, const float* params,

@@ -1,0 +1,125 @@
+#ifndef PS_WORKER_STEP_ACCOUNTING_H_
+#define PS_WORKER_STEP_ACCOUNTING_H_
+
+// What a worker records for each step whose push was acknowledged, whatever schedule ran it:
+// running totals (TrainStats, LiveCounters), the step's metrics line, and the evaluations and
+// epoch reports due after it.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/json_lines.h"
+#include "common/model.h"
+#include "worker/parameter_client.h"
+
+namespace ps {
+
+// Per-epoch summary handed to the progress callback (rank 0 with evaluate_each_epoch).
+struct EpochReport {
+  int epoch = 0;  // 1-based
+  int epochs = 0;
+  double train_loss = 0.0;  // mean over this worker's samples of the epoch
+  double test_loss = 0.0;
+  double test_accuracy = 0.0;
+  double samples_per_sec = 0.0;  // cluster estimate: this worker's rate x number of workers
+  absl::Duration elapsed;        // since training started
+};
+
+// Where a worker's time went, summed over the steps it ran.
+struct TrainStats {
+  int64_t steps = 0;
+  int64_t samples = 0;
+  absl::Duration pull;      // waiting for and receiving weights
+  absl::Duration compute;   // forward, backward, host<->device copies
+  absl::Duration injected;  // sleeps added by DelayOptions before the push
+  absl::Duration push;      // sending gradients
+  absl::Duration total;     // the steps' wall time (excludes evaluation)
+  int64_t rejoins = 0;      // re-registrations after ABORTED answers
+  int64_t push_bytes = 0;   // tensor bytes pushed (after compression)
+  int64_t pull_bytes = 0;   // tensor bytes pulled
+};
+
+// Running totals of a training run, readable from another thread while it runs (the /metrics
+// endpoint). Durations in microseconds.
+struct LiveCounters {
+  std::atomic<int64_t> steps{0};
+  std::atomic<int64_t> samples{0};
+  std::atomic<int64_t> step{-1};  // the last step completed
+  std::atomic<int64_t> pull_us{0};
+  std::atomic<int64_t> server_wait_us{0};  // part of pull_us the shards held the pulls
+  std::atomic<int64_t> compute_us{0};
+  std::atomic<int64_t> push_us{0};
+  std::atomic<int64_t> step_us{0};
+  std::atomic<int64_t> max_staleness{0};
+  std::atomic<int64_t> dropped{0};
+  std::atomic<int64_t> rejoins{0};
+};
+
+// One step, its push acknowledged. The times split it into pull (start..computing), compute
+// (computing..computed), injected delay (computed..pushing) and push (pushing..end).
+struct CompletedStep {
+  int64_t step = 0;
+  PullStats pulled;
+  PushStats pushed;
+  BatchStats batch;
+  absl::Time start, computing, computed, pushing, end;
+};
+
+// The test set's loss and accuracy on the shards' freshest weights, and the largest shard
+// version read.
+struct FreshEvaluation {
+  BatchStats test;
+  int64_t updates = 0;
+};
+
+struct StepAccountingOptions {
+  int rank = 0;
+  int epochs = 0;
+  int64_t steps_per_epoch = 1;
+  int num_workers = 1;
+  bool evaluate_each_epoch = false;  // needs `evaluate`
+  int64_t evaluate_every = 0;        // steps; 0: never; needs `evaluate` and a metrics writer
+  // Evaluates the freshest weights after `step`; empty: no evaluation. It must not touch the
+  // buffers a schedule computes in.
+  std::function<absl::StatusOr<FreshEvaluation>(int64_t step)> evaluate;
+  std::function<void(const EpochReport&)> on_epoch;  // may be empty
+};
+
+// Not thread-safe: the training thread calls Finish in step order.
+class StepAccounting {
+ public:
+  // `stats` and `live` must outlive this; `metrics` may be null. Training starts now.
+  StepAccounting(StepAccountingOptions options, JsonLinesWriter* metrics, TrainStats& stats,
+                 LiveCounters& live);
+
+  // Records `done`, writes its metrics line and runs the evaluations due after it.
+  absl::Status Finish(const CompletedStep& done);
+
+  absl::Time start() const { return start_; }
+  // The push time of the step finished last (zero before any): a DelayInjector's input.
+  absl::Duration last_push() const { return last_push_; }
+
+ private:
+  absl::Status WriteStepLine(const CompletedStep& done);
+  absl::Status EvaluatePeriodically(int64_t step);
+  absl::Status ReportEpoch(int64_t step);
+
+  StepAccountingOptions options_;
+  JsonLinesWriter* metrics_;
+  TrainStats& stats_;
+  LiveCounters& live_;
+  const absl::Time start_;
+  absl::Time epoch_start_;
+  double epoch_loss_ = 0.0;
+  int64_t epoch_samples_ = 0;
+  int64_t reported_epochs_ = 0;
+  absl::Duration last_push_;
+};
+
+}  // namespace ps
+
+#endif  // PS_WORKER_STEP_ACCOUNTING_H_
