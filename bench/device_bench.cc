@@ -20,6 +20,7 @@
 #include "common/cli.h"
 #include "common/json_lines.h"
 #include "common/model.h"
+#include "common/model_registry.h"
 #include "common/random.h"
 #include "worker/device_select.h"
 #include "worker/step_gradient.h"
@@ -39,20 +40,20 @@ struct StepTimes {
 // copy the gradient out.
 absl::StatusOr<StepTimes> MeasureSteps(ps::Device& dev, const ps::ModelSpec& spec, int batch,
                                        double seconds) {
-  const ps::ImageShape shape{28, 28, 1};
-  auto model = ps::MakeModel(spec, shape, 10, dev, batch);
+  const ps::SampleShape shape{28 * 28, 10, ps::ImageShape{28, 28, 1}};
+  auto model = ps::MakeModel(spec, shape, dev, batch);
   if (!model.ok()) return model.status();
   const int64_t n = (*model)->layout().total();
   // Host buffers as the trainer has them: the device's preferred (pinned, for CUDA) memory.
   auto params_h = dev.AllocateHost(n * sizeof(float));
   auto grads_h = dev.AllocateHost(n * sizeof(float));
-  auto x_h = dev.AllocateHost(sizeof(float) * batch * shape.features());
+  auto x_h = dev.AllocateHost(sizeof(float) * batch * shape.features);
   auto y_h = dev.AllocateHost(sizeof(int32_t) * batch);
   if (!params_h.ok() || !grads_h.ok() || !x_h.ok() || !y_h.ok()) {
     return absl::ResourceExhaustedError("host allocation");
   }
   const absl::Span<float> params(params_h->as<float>(), n), grads(grads_h->as<float>(), n);
-  const absl::Span<float> x(x_h->as<float>(), batch * shape.features());
+  const absl::Span<float> x(x_h->as<float>(), batch * shape.features);
   const absl::Span<int32_t> y(y_h->as<int32_t>(), batch);
   (*model)->InitParams(1, params.data());
   ps::Rng rng(2);
@@ -106,7 +107,7 @@ struct SerialAndOverlapped {
 absl::StatusOr<SerialAndOverlapped> MeasureTrainingSteps(ps::Device& dev, const ps::ModelSpec& spec,
                                                          int batch, int accumulate,
                                                          double seconds) {
-  ps::Dataset data;
+  ps::ImageDataset data;
   data.rows = 28;
   data.cols = 28;
   ps::Rng rng(3);
@@ -115,7 +116,7 @@ absl::StatusOr<SerialAndOverlapped> MeasureTrainingSteps(ps::Device& dev, const 
     for (int p = 0; p < 28 * 28; ++p) data.pixels.push_back(static_cast<uint8_t>(rng.Below(256)));
     data.labels.push_back(i % 10);
   }
-  auto model = ps::MakeModel(spec, ps::ImageShape{}, 10, dev, batch);
+  auto model = ps::MakeModel(spec, data.shape(), dev, batch);
   if (!model.ok()) return model.status();
   ps::BatchPlanOptions plan;
   plan.dataset_size = samples;

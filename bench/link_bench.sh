@@ -12,7 +12,7 @@
 # root (exit 77 otherwise); leaves no process or namespace.
 #
 #   bench/link_bench.sh [--rate_mbit 1000] [--models mlp,cnn] [--mode bsp] [--steps 150]
-#                       [--cnn_steps 60] [--batch_size 32] [--bin_dir build/bin] [--data_dir DIR]
+#                       [--cnn_steps 60] [--batch_size 32] [--bin_dir build/bin] [--data fashion-mnist:DIR]
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BIN="$ROOT/build/bin"
@@ -89,7 +89,7 @@ run_one() {
   # One kernel under both namespaces: without --shared_memory=false the payloads would skip the link.
   ip netns exec "$NS_WORKER" "$BIN/ps_worker" --rank 0 --num_workers 1 \
     --servers "$NET.1:$(cat "$dir/port")" --model "$model" --batch_size "$BATCH" --epochs 1 \
-    --train_limit $((steps * BATCH)) --test_limit 100 --data_dir "$DATA" \
+    --train_limit $((steps * BATCH)) --test_limit 100 --data "fashion-mnist:$DATA" \
     --metrics_file "$dir/worker.jsonl" --priority="$priority" \
     --overlap="$pipeline" --async_push="$pipeline" \
     --shared_memory=false >"$dir/worker.log" 2>&1 ||

@@ -35,6 +35,7 @@
 #include "common/optimizer.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
+#include "common/workload_flags.h"
 #include "server/shard_server.h"
 #include "spdlog/spdlog.h"
 #include "worker/batch_plan.h"
@@ -70,8 +71,6 @@ ABSL_FLAG(bool, shared_memory, true,
           "default on the shards' host); false: in the gRPC messages.");
 ABSL_FLAG(int32_t, steps, 200, "MLP training steps per worker per measurement.");
 ABSL_FLAG(int32_t, cnn_steps, 40, "CNN training steps per worker per measurement.");
-ABSL_FLAG(int32_t, batch_size, 32, "Samples per worker per step.");
-ABSL_FLAG(std::string, data_dir, ps::kDefaultFashionMnistDir, "Fashion-MNIST folder.");
 ABSL_FLAG(bool, vs_pytorch, false,
           "Also run bench/peers/pytorch_mlp.py for the MLP's f32 runs and print the ratio.");
 ABSL_FLAG(std::string, python, "/usr/bin/python3", "Python with Debian's python3-torch.");
@@ -119,10 +118,10 @@ struct RunResult {
 };
 
 // W trainer threads against S fresh shards; every worker runs `steps` steps of one epoch.
-absl::StatusOr<RunResult> RunCluster(const ps::ModelSpec& spec, const ps::Dataset& train,
+absl::StatusOr<RunResult> RunCluster(const ps::ModelSpec& spec, const ps::ImageDataset& train,
                                      int workers, int shards, int steps, int batch,
                                      ps::TensorEncoding encoding, bool priority, bool push_pull) {
-  ps::Dataset data = train;
+  ps::ImageDataset data = train;
   data.Truncate(int64_t{steps} * batch * workers);
   ASSIGN_OR_RETURN(ps::ConsistencyMode mode, ps::ParseConsistencyMode(absl::GetFlag(FLAGS_mode)));
   std::vector<std::unique_ptr<ps::ShardServer>> servers;
@@ -146,8 +145,7 @@ absl::StatusOr<RunResult> RunCluster(const ps::ModelSpec& spec, const ps::Datase
   for (int w = 0; w < workers; ++w) {
     threads.emplace_back([&, w] {
       ps::CpuDevice dev(1);
-      auto model = ps::MakeModel(spec, ps::ImageShape{data.rows, data.cols, 1}, data.num_classes,
-                                 dev, batch);
+      auto model = ps::MakeModel(spec, data.shape(), dev, batch);
       if (!model.ok()) {
         status[w] = model.status();
         return;
@@ -211,11 +209,12 @@ absl::StatusOr<RunResult> RunCluster(const ps::ModelSpec& spec, const ps::Datase
 }
 
 // samples/s of bench/peers/pytorch_mlp.py, or an error naming what is missing.
-absl::StatusOr<double> PytorchSamplesPerSec(int workers, int steps, int batch) {
+absl::StatusOr<double> PytorchSamplesPerSec(int workers, int steps, int batch,
+                                            const std::string& data_dir) {
   const std::string command = absl::StrCat(
       absl::GetFlag(FLAGS_python), " ", absl::GetFlag(FLAGS_peers_dir), "/pytorch_mlp.py --mode ",
       workers == 1 ? "single" : "ddp", " --procs ", workers, " --steps ", steps, " --batch_size ",
-      batch, " --threads 1 --data_dir ", absl::GetFlag(FLAGS_data_dir));
+      batch, " --threads 1 --data_dir ", data_dir);
   std::FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return absl::UnavailableError(absl::StrCat("cannot run: ", command));
   std::string out;
@@ -249,11 +248,18 @@ int main(int argc, char** argv) {
                        "  ps_bench_train [--models mlp,cnn] [--configs 1x1,2x2] "
                        "[--encodings f32,bf16] [--vs_pytorch]");
   spdlog::set_level(spdlog::level::warn);
-  const int batch = absl::GetFlag(FLAGS_batch_size);
+  auto workload = ps::WorkloadFromFlags();
+  if (!workload.ok()) return Fail(workload.status());
+  if (workload->data.kind != "fashion-mnist") {
+    return Fail(absl::InvalidArgumentError("the training bench measures Fashion-MNIST only"));
+  }
+  const std::string data_dir =
+      workload->data.path.empty() ? ps::kDefaultFashionMnistDir : workload->data.path;
+  const int batch = workload->batch_size;
   if (batch < 1 || absl::GetFlag(FLAGS_steps) < 1 || absl::GetFlag(FLAGS_cnn_steps) < 1) {
     return Fail(absl::InvalidArgumentError("--batch_size, --steps and --cnn_steps must be >= 1"));
   }
-  auto train = ps::LoadFashionMnist(absl::GetFlag(FLAGS_data_dir), "train");
+  auto train = ps::LoadFashionMnist(data_dir, "train");
   if (!train.ok()) return Fail(train.status());
   for (const std::string& model_name : absl::GetFlag(FLAGS_models)) {
     ps::ModelSpec spec;
@@ -261,10 +267,9 @@ int main(int argc, char** argv) {
     const int steps =
         model_name == "cnn" ? absl::GetFlag(FLAGS_cnn_steps) : absl::GetFlag(FLAGS_steps);
     ps::CpuDevice dev(1);
-    auto model = ps::MakeModel(spec, ps::ImageShape{train->rows, train->cols, 1},
-                               train->num_classes, dev, batch);
+    auto model = ps::MakeModel(spec, train->shape(), dev, batch);
     if (!model.ok()) return Fail(model.status());
-    ps::Dataset local_data = *train;
+    ps::ImageDataset local_data = *train;
     local_data.Truncate(int64_t{steps} * batch);
     auto local = LocalSamplesPerSec(**model, local_data, batch, steps);
     if (!local.ok()) return Fail(local.status());
@@ -333,7 +338,7 @@ int main(int argc, char** argv) {
           if (absl::GetFlag(FLAGS_vs_pytorch) && model_name == "mlp" &&
               *encoding == ps::TensorEncoding::kF32) {
             if (!theirs.has_value()) {
-              auto rate = PytorchSamplesPerSec(workers, steps, batch);
+              auto rate = PytorchSamplesPerSec(workers, steps, batch, data_dir);
               if (!rate.ok()) return Fail(rate.status());
               theirs = *rate;
             }

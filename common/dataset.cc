@@ -99,7 +99,7 @@ absl::StatusOr<IdxFile> ReadIdxFile(const std::string& path, uint32_t expected_m
   return idx;
 }
 
-absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, const std::string& split) {
+absl::StatusOr<ImageDataset> LoadFashionMnist(const std::string& dir, const std::string& split) {
   std::string prefix;
   if (split == "train") {
     prefix = "train";
@@ -119,7 +119,7 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, const std::stri
     return absl::DataLossError(absl::StrCat(images_path, " holds ", images.dims[0], " images but ",
                                             labels_path, " holds ", labels.dims[0], " labels"));
   }
-  Dataset ds;
+  ImageDataset ds;
   ds.rows = images.dims[1];
   ds.cols = images.dims[2];
   ds.pixels = std::move(images.data);
@@ -134,7 +134,7 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, const std::stri
   return ds;
 }
 
-void Dataset::Gather(const int32_t* indices, int n, float* x, int32_t* y) const {
+void ImageDataset::Gather(const int32_t* indices, int n, float* x, int32_t* y) const {
   const int64_t f = features();
   const float scale = 1.0f / (255.0f * kPixelStddev);
   const float shift = kPixelMean / kPixelStddev;
@@ -146,7 +146,7 @@ void Dataset::Gather(const int32_t* indices, int n, float* x, int32_t* y) const 
   }
 }
 
-void Dataset::Truncate(int64_t n) {
+void ImageDataset::Truncate(int64_t n) {
   if (n <= 0 || n >= size()) return;
   labels.resize(n);
   pixels.resize(n * features());

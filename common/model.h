@@ -87,37 +87,6 @@ class Model {
   DeviceBuffer correct_rows_;
 };
 
-// The MLP: input -> [Linear -> ReLU] per hidden size -> Linear -> classes.
-// Tensors are named fc1.weight, fc1.bias, fc2.weight, ...
-absl::StatusOr<std::unique_ptr<Model>> MakeMlp(int64_t input_size,
-                                               const std::vector<int64_t>& hidden, int64_t classes,
-                                               Device& device, int max_batch);
-
-// The shape of one input sample, NHWC.
-struct ImageShape {
-  int height = 28;
-  int width = 28;
-  int channels = 1;
-  int64_t features() const { return int64_t{height} * width * channels; }
-};
-
-// The CNN: [5x5 convolution (32 channels) -> ReLU -> 2x2 max pool] -> [5x5 convolution (64
-// channels) -> ReLU -> 2x2 max pool] -> [Linear -> ReLU] per hidden size -> Linear -> classes.
-// On 28x28 images: 24x24x32 -> 12x12x32 -> 8x8x64 -> 4x4x64 = 1024 features. Tensors are named
-// conv1.*, conv2.*, fc1.*, ...
-absl::StatusOr<std::unique_ptr<Model>> MakeCnn(const ImageShape& input,
-                                               const std::vector<int64_t>& hidden, int64_t classes,
-                                               Device& device, int max_batch);
-
-// A model by name, as the binaries' --model and --hidden flags give it.
-struct ModelSpec {
-  std::string name = "mlp";     // "mlp" or "cnn"
-  std::vector<int64_t> hidden;  // hidden fully connected widths; empty: mlp 256,128, cnn 128
-};
-// INVALID_ARGUMENT for an unknown name or a bad size.
-absl::StatusOr<std::unique_ptr<Model>> MakeModel(const ModelSpec& spec, const ImageShape& input,
-                                                 int64_t classes, Device& device, int max_batch);
-
 }  // namespace ps
 
 #endif  // PS_COMMON_MODEL_H_

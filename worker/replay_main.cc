@@ -16,17 +16,11 @@
 #include "common/dataset.h"
 #include "common/model.h"
 #include "common/optimizer_flags.h"
+#include "common/workload_flags.h"
 #include "worker/replay.h"
 
 ABSL_FLAG(std::string, records, "", "Comma-separated update records of shard 0, 1, ... in order.");
 ABSL_FLAG(int32_t, num_workers, 1, "Workers of the recorded run.");
-ABSL_FLAG(std::string, model, "mlp", "Model: mlp or cnn.");
-ABSL_FLAG(std::string, hidden, "", "Hidden fully connected widths, as in the run.");
-ABSL_FLAG(int32_t, batch_size, 32, "Per-worker micro-batch of the run.");
-ABSL_FLAG(int32_t, accumulate, 1, "Micro-batches per push in the run.");
-ABSL_FLAG(uint64_t, seed, 1, "Seed of the run.");
-ABSL_FLAG(std::string, data_dir, ps::kDefaultFashionMnistDir, "Fashion-MNIST folder.");
-ABSL_FLAG(int64_t, train_limit, 0, "The run's --train_limit.");
 ABSL_FLAG(std::string, weights_out, "", "Write the final weights as raw float32 here.");
 
 int main(int argc, char** argv) {
@@ -43,31 +37,21 @@ int main(int argc, char** argv) {
   ps::ReplayOptions options;
   options.record_paths = absl::StrSplit(absl::GetFlag(FLAGS_records), ',', absl::SkipEmpty());
   options.num_workers = absl::GetFlag(FLAGS_num_workers);
-  options.batch_size = absl::GetFlag(FLAGS_batch_size);
-  options.accumulate = absl::GetFlag(FLAGS_accumulate);
-  options.seed = absl::GetFlag(FLAGS_seed);
+  auto workload = ps::WorkloadFromFlags();
+  if (!workload.ok()) return fail(workload.status());
+  options.batch_size = workload->batch_size;
+  options.accumulate = workload->accumulate;
+  options.seed = workload->seed;
   auto optimizer = ps::OptimizerOptionsFromFlags();
   if (!optimizer.ok()) return fail(optimizer.status());
   options.optimizer = *optimizer;
-  ps::ModelSpec spec;
-  spec.name = absl::GetFlag(FLAGS_model);
-  for (absl::string_view part :
-       absl::StrSplit(absl::GetFlag(FLAGS_hidden), ',', absl::SkipEmpty())) {
-    int64_t width = 0;
-    if (!absl::SimpleAtoi(part, &width) || width <= 0) {
-      return fail(absl::InvalidArgumentError(absl::StrCat("--hidden: bad width '", part, "'")));
-    }
-    spec.hidden.push_back(width);
-  }
-  auto train = ps::LoadFashionMnist(absl::GetFlag(FLAGS_data_dir), "train");
+  auto train = ps::OpenWorkloadData(*workload, ps::Split::kTrain);
   if (!train.ok()) return fail(train.status());
-  train->Truncate(absl::GetFlag(FLAGS_train_limit));
   // The same device and BLAS settings as the workers: results are bit-identical only then.
   ps::CpuDevice device;
-  auto model = ps::MakeModel(spec, ps::ImageShape{train->rows, train->cols, 1}, train->num_classes,
-                             device, options.batch_size);
+  auto model = ps::MakeModel(workload->model, (*train)->shape(), device, options.batch_size);
   if (!model.ok()) return fail(model.status());
-  auto result = ps::Replay(options, **model, device, *train);
+  auto result = ps::Replay(options, **model, device, **train);
   if (!result.ok()) return fail(result.status());
   const std::string out = absl::GetFlag(FLAGS_weights_out);
   if (!out.empty()) {

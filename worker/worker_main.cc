@@ -23,6 +23,7 @@
 #include "common/security_flags.h"
 #include "common/shutdown_signal.h"
 #include "common/tensor_codec.h"
+#include "common/workload_flags.h"
 #include "spdlog/spdlog.h"
 #include "worker/device_select.h"
 #include "worker/grpc_parameter_client.h"
@@ -36,18 +37,6 @@ ABSL_FLAG(int32_t, num_workers, 0,
           "Workers in the job; checked against the servers' --num_workers (0: take theirs).");
 ABSL_FLAG(std::string, servers, "127.0.0.1:5000",
           "Comma-separated host:port of shard 0, 1, ... in shard order.");
-ABSL_FLAG(std::string, model, "mlp", "Model: mlp or cnn.");
-ABSL_FLAG(std::string, hidden, "",
-          "Hidden fully connected widths, comma-separated (default: mlp 256,128; cnn 128).");
-ABSL_FLAG(int32_t, batch_size, 32, "Samples per worker per micro-batch.");
-ABSL_FLAG(int32_t, accumulate, 1,
-          "Micro-batches accumulated into one push (gradient accumulation).");
-ABSL_FLAG(int32_t, epochs, 5, "Epochs over the training set.");
-ABSL_FLAG(uint64_t, seed, 1, "Seed of the initial weights and of every epoch's sample order.");
-ABSL_FLAG(std::string, data_dir, ps::kDefaultFashionMnistDir,
-          "Folder with the Fashion-MNIST IDX files (*.gz).");
-ABSL_FLAG(int64_t, train_limit, 0, "Use only the first N training samples (0: all).");
-ABSL_FLAG(int64_t, test_limit, 0, "Use only the first N test samples (0: all).");
 ABSL_FLAG(std::string, metrics_file, "", "Append per-step metrics as JSON lines to this file.");
 ABSL_FLAG(std::string, jitter, "",
           "PROBABILITY:FACTOR: each step, with that probability, takes FACTOR times the normal "
@@ -126,22 +115,6 @@ constexpr int kEvalBatch = 1000;
 constexpr int kExitWorkSkipped = 3;
 // --wait_for_job_s: how long new workers get to register when the job is found finished at once.
 constexpr absl::Duration kRerunGrace = absl::Seconds(5);
-
-absl::StatusOr<ps::ModelSpec> ModelSpecFromFlags() {
-  ps::ModelSpec spec;
-  spec.name = absl::GetFlag(FLAGS_model);
-  spec.hidden.clear();
-  for (absl::string_view part :
-       absl::StrSplit(absl::GetFlag(FLAGS_hidden), ',', absl::SkipEmpty())) {
-    int64_t width = 0;
-    if (!absl::SimpleAtoi(part, &width) || width <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--hidden: '", part, "' is not a positive width"));
-    }
-    spec.hidden.push_back(width);
-  }
-  return spec;
-}
 
 absl::Status WriteFile(const std::string& path, const void* data, size_t bytes) {
   std::FILE* f = std::fopen(path.c_str(), "wb");
@@ -398,17 +371,13 @@ int main(int argc, char** argv) {
   auto device_or = ps::CreateDevice(absl::GetFlag(FLAGS_device));
   if (!device_or.ok()) return fail(device_or.status());
   ps::Device& device = **device_or;
-  auto spec = ModelSpecFromFlags();
-  if (!spec.ok()) return fail(spec.status());
-  const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
-  auto test = ps::LoadFashionMnist(data_dir, "test");
+  auto workload = ps::WorkloadFromFlags();
+  if (!workload.ok()) return fail(workload.status());
+  auto test = ps::OpenWorkloadData(*workload, ps::Split::kTest);
   if (!test.ok()) return fail(test.status());
-  test->Truncate(absl::GetFlag(FLAGS_test_limit));
-
-  const int batch_size = absl::GetFlag(FLAGS_batch_size);
-  if (batch_size < 1) return fail(absl::InvalidArgumentError("--batch_size must be >= 1"));
-  auto model = ps::MakeModel(*spec, ps::ImageShape{test->rows, test->cols, 1}, test->num_classes,
-                             device, evaluate ? kEvalBatch : std::max(batch_size, kEvalBatch));
+  const int batch_size = workload->batch_size;
+  auto model = ps::MakeModel(workload->model, (*test)->shape(), device,
+                             evaluate ? kEvalBatch : std::max(batch_size, kEvalBatch));
   if (!model.ok()) return fail(model.status());
 
   ps::GrpcClientOptions client_options;
@@ -464,21 +433,20 @@ int main(int argc, char** argv) {
   });
 
   if (evaluate) {
-    absl::StatusOr<bool> all_work = Evaluate(**model, device, **client, *test, stop);
+    absl::StatusOr<bool> all_work = Evaluate(**model, device, **client, **test, stop);
     if (!all_work.ok()) return fail(all_work.status());
     return *all_work ? 0 : kExitWorkSkipped;
   }
 
-  auto train = ps::LoadFashionMnist(data_dir, "train");
+  auto train = ps::OpenWorkloadData(*workload, ps::Split::kTrain);
   if (!train.ok()) return fail(train.status());
-  train->Truncate(absl::GetFlag(FLAGS_train_limit));
 
   ps::TrainerOptions options;
   options.rank = rank;
   options.batch_size = batch_size;
-  options.accumulate = absl::GetFlag(FLAGS_accumulate);
-  options.epochs = absl::GetFlag(FLAGS_epochs);
-  options.seed = absl::GetFlag(FLAGS_seed);
+  options.accumulate = workload->accumulate;
+  options.epochs = workload->epochs;
+  options.seed = workload->seed;
   options.overlap = absl::GetFlag(FLAGS_overlap);
   options.priority = absl::GetFlag(FLAGS_priority);
   options.async_push = absl::GetFlag(FLAGS_async_push);
@@ -517,9 +485,6 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_max_seconds) > 0) {
     options.max_duration = absl::Seconds(absl::GetFlag(FLAGS_max_seconds));
   }
-  if (options.accumulate < 1 || options.epochs < 1) {
-    return fail(absl::InvalidArgumentError("--accumulate and --epochs must be >= 1"));
-  }
   if (absl::Status s = ps::ValidateTrainerOptions(options); !s.ok()) return fail(s);
 
   std::unique_ptr<ps::JsonLinesWriter> metrics;
@@ -531,7 +496,7 @@ int main(int argc, char** argv) {
     metrics = std::move(*writer);
   }
   const int expected_workers = absl::GetFlag(FLAGS_num_workers);
-  ps::Trainer trainer(options, **model, device, **client, *train, &*test, metrics.get(),
+  ps::Trainer trainer(options, **model, device, **client, **train, test->get(), metrics.get(),
                       [](const ps::EpochReport& r) {
                         // The user-facing progress line (not a log line): ps_launch shows it.
                         std::printf(

@@ -32,6 +32,7 @@
 #include "common/optimizer.h"
 #include "common/optimizer_flags.h"
 #include "common/shutdown_signal.h"
+#include "common/workload_flags.h"
 #include "deploy/local/child_processes.h"
 #include "nlohmann/json.hpp"
 
@@ -43,19 +44,12 @@ ABSL_FLAG(int32_t, shards, 2, "Number of ps_server shards.");
 ABSL_FLAG(int32_t, workers, 2, "Number of ps_worker processes.");
 ABSL_FLAG(std::string, mode, "bsp", "Consistency mode: bsp, ssp or asp.");
 ABSL_FLAG(int32_t, staleness, 0, "SSP staleness bound s.");
-ABSL_FLAG(std::string, model, "mlp", "Model: mlp or cnn.");
-ABSL_FLAG(std::string, hidden, "",
-          "Hidden fully connected widths (default: mlp 256,128; cnn 128).");
-ABSL_FLAG(int32_t, epochs, 5, "Epochs.");
-ABSL_FLAG(int32_t, batch_size, 32, "Samples per worker per micro-batch.");
-ABSL_FLAG(int32_t, accumulate, 1, "Micro-batches per push (gradient accumulation).");
 ABSL_FLAG(std::string, device, "cpu", "Workers' compute device: cpu, cuda or cuda:N.");
 ABSL_FLAG(std::string, update_rule, "plain",
           "Stale gradients on the shards: plain, staleness_lr, dc_asgd or drop.");
 ABSL_FLAG(double, dc_lambda, 0.04, "DC-ASGD's lambda.");
 ABSL_FLAG(int64_t, drop_above, 4, "--update_rule drop: the largest staleness still applied.");
 ABSL_FLAG(int32_t, backup_workers, 0, "BSP: rounds apply without this many slowest workers.");
-ABSL_FLAG(uint64_t, seed, 1, "Seed of the weights and the sample order.");
 ABSL_FLAG(std::vector<std::string>, straggler, {},
           "RANK:FACTOR makes every step of that worker take FACTOR times its normal time; "
           "repeatable, or comma-separated.");
@@ -67,9 +61,6 @@ ABSL_FLAG(std::vector<std::string>, pause, {},
 ABSL_FLAG(int64_t, eval_every, 0,
           "Rank 0 also measures test accuracy every this many steps (\"eval\" lines in "
           "worker-0.jsonl: accuracy against time and updates).");
-ABSL_FLAG(std::string, data_dir, ps::kDefaultFashionMnistDir, "Fashion-MNIST folder.");
-ABSL_FLAG(int64_t, train_limit, 0, "Use only the first N training samples (0: all).");
-ABSL_FLAG(int64_t, test_limit, 0, "Use only the first N test samples (0: all).");
 ABSL_FLAG(std::string, metrics_dir, "",
           "Where summary.json and the per-worker JSON lines go (default runs/<time>).");
 ABSL_FLAG(std::string, bin_dir, "",
@@ -300,8 +291,12 @@ int main(int argc, char** argv) {
   // otherwise. The linear scaling rule scales the learning rate by it. A cosine schedule's end
   // (--decay_updates 0) is the shards' to find: the run's last update, from the work the workers
   // declare.
-  const int64_t per_push =
-      int64_t{absl::GetFlag(FLAGS_batch_size)} * absl::GetFlag(FLAGS_accumulate);
+  const absl::StatusOr<ps::Workload> workload = ps::WorkloadFromFlags();
+  if (!workload.ok()) {
+    std::fprintf(stderr, "ps_launch: %s\n", std::string(workload.status().message()).c_str());
+    return 2;
+  }
+  const int64_t per_push = int64_t{workload->batch_size} * workload->accumulate;
   const int64_t update_batch = absl::GetFlag(FLAGS_mode) == "bsp" ? per_push * workers : per_push;
   if (absl::GetFlag(FLAGS_effective_batch) == 0)
     absl::SetFlag(&FLAGS_effective_batch, update_batch);
@@ -321,6 +316,8 @@ int main(int argc, char** argv) {
   const std::vector<std::string> optimizer_args = ps::ForwardedFlags(
       {"optimizer", "lr", "momentum", "beta1", "beta2", "epsilon", "weight_decay", "warmup_updates",
        "lr_schedule", "decay_updates", "base_batch", "effective_batch"});
+  // What is trained, passed on to every worker (and to ps_replay) by name.
+  const std::vector<std::string> workload_args = ps::ForwardedFlags(ps::WorkloadFlagNames());
 
   // Signals arrive on a descriptor polled with the children's output.
   ps::SignalPipe signals;
@@ -417,13 +414,8 @@ int main(int argc, char** argv) {
     servers_members.push_back(std::move(m));
   }
   const std::string servers = absl::StrJoin(addresses, ",");
-  std::vector<std::string> model_args = {
-      absl::StrCat("--servers=", servers),
-      absl::StrCat("--model=", absl::GetFlag(FLAGS_model)),
-      absl::StrCat("--hidden=", absl::GetFlag(FLAGS_hidden)),
-      absl::StrCat("--data_dir=", absl::GetFlag(FLAGS_data_dir)),
-      absl::StrCat("--test_limit=", absl::GetFlag(FLAGS_test_limit)),
-      common_log};
+  std::vector<std::string> model_args = {absl::StrCat("--servers=", servers), common_log};
+  model_args.insert(model_args.end(), workload_args.begin(), workload_args.end());
   {
     const std::vector<std::string> security = SecurityArgs(/*is_server=*/false);
     model_args.insert(model_args.end(), security.begin(), security.end());
@@ -438,11 +430,6 @@ int main(int argc, char** argv) {
         worker_bin,
         absl::StrCat("--rank=", r),
         absl::StrCat("--num_workers=", workers),
-        absl::StrCat("--batch_size=", absl::GetFlag(FLAGS_batch_size)),
-        absl::StrCat("--accumulate=", absl::GetFlag(FLAGS_accumulate)),
-        absl::StrCat("--epochs=", absl::GetFlag(FLAGS_epochs)),
-        absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
-        absl::StrCat("--train_limit=", absl::GetFlag(FLAGS_train_limit)),
         absl::StrCat("--slowdown=", slowdown[r]),
         absl::StrCat("--jitter=", absl::GetFlag(FLAGS_jitter)),
         absl::StrCat("--pause=", pause[r]),
@@ -578,10 +565,11 @@ int main(int argc, char** argv) {
       {"staleness", absl::GetFlag(FLAGS_staleness)},
       {"shards", shards},
       {"workers", workers},
-      {"model", absl::GetFlag(FLAGS_model)},
-      {"epochs", absl::GetFlag(FLAGS_epochs)},
-      {"batch_size", absl::GetFlag(FLAGS_batch_size)},
-      {"accumulate", absl::GetFlag(FLAGS_accumulate)},
+      {"data", ps::DataSpecText(workload->data)},
+      {"model", workload->model.name},
+      {"epochs", workload->epochs},
+      {"batch_size", workload->batch_size},
+      {"accumulate", workload->accumulate},
       {"effective_batch", per_push * workers},
       {"device", absl::GetFlag(FLAGS_device)},
       {"optimizer", ps::OptimizerKindName(optimizer->kind)},
@@ -592,7 +580,7 @@ int main(int argc, char** argv) {
       {"warmup_updates", optimizer->warmup_updates},
       {"lr_schedule", optimizer->schedule == ps::LrSchedule::kCosine ? "cosine" : "constant"},
       {"decay_updates", decay_updates},
-      {"seed", absl::GetFlag(FLAGS_seed)},
+      {"seed", workload->seed},
       {"samples", samples},
       {"samples_per_sec", samples / wall_s},
       {"wall_seconds", wall_s},
@@ -613,13 +601,7 @@ int main(int argc, char** argv) {
       records.push_back(absl::StrCat(metrics_dir, "/ps-", s, ".updates"));
     std::ofstream cmd(metrics_dir + "/replay.cmd");
     cmd << bin_dir << "/ps_replay --records=" << absl::StrJoin(records, ",")
-        << " --num_workers=" << workers << " --model=" << absl::GetFlag(FLAGS_model)
-        << " --hidden=" << absl::GetFlag(FLAGS_hidden)
-        << " --batch_size=" << absl::GetFlag(FLAGS_batch_size)
-        << " --accumulate=" << absl::GetFlag(FLAGS_accumulate)
-        << " --seed=" << absl::GetFlag(FLAGS_seed)
-        << " --data_dir=" << absl::GetFlag(FLAGS_data_dir)
-        << " --train_limit=" << absl::GetFlag(FLAGS_train_limit) << " "
+        << " --num_workers=" << workers << " " << absl::StrJoin(workload_args, " ") << " "
         << absl::StrJoin(optimizer_args, " ") << " --decay_updates=" << decay_updates
         << " --weights_out=" << metrics_dir << "/replayed.f32\n";
   }

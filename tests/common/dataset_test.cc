@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "common/data_registry.h"
 #include "gtest/gtest.h"
 
 namespace ps {
@@ -146,6 +148,38 @@ TEST_F(IdxFiles, TruncateKeepsThePrefix) {
   ds->Truncate(2);
   EXPECT_EQ(ds->size(), 2);
   EXPECT_EQ(ds->pixels.size(), 8u);
+}
+
+// --data KIND[:PATH]: the kind is checked against the registry, PATH is optional.
+TEST(DataSpec, ParsesKindAndPathAndRefusesUnknownKinds) {
+  auto plain = ParseDataSpec("fashion-mnist");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->kind, "fashion-mnist");
+  EXPECT_EQ(plain->path, "");
+  auto with_path = ParseDataSpec("fashion-mnist:/data/fm:x");
+  ASSERT_TRUE(with_path.ok()) << with_path.status();
+  EXPECT_EQ(with_path->path, "/data/fm:x");  // only the first ':' separates
+  EXPECT_EQ(DataSpecText(*with_path), "fashion-mnist:/data/fm:x");
+  const absl::Status unknown = ParseDataSpec("imagenet:/data").status();
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(unknown.message(), "fashion-mnist")) << unknown;
+  EXPECT_EQ(ParseDataSpec("fashion-mnist:").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseDataSpec("").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The registry opens a kind's split through the Dataset interface; the loader's errors (a missing
+// folder: NOT_FOUND naming the file) come through unchanged.
+TEST_F(IdxFiles, OpenDatasetLoadsThroughTheRegistry) {
+  WriteValid("train");
+  auto data = OpenDataset(DataSpec{"fashion-mnist", dir_}, Split::kTrain);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ((*data)->size(), 3);
+  EXPECT_EQ((*data)->shape().features, 4);
+  EXPECT_EQ((*data)->shape().num_classes, 10);
+  EXPECT_EQ((*data)->shape().image.height, 2);
+  const absl::Status missing = OpenDataset(DataSpec{"fashion-mnist", dir_}, Split::kTest).status();
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(missing.message(), "t10k")) << missing;
 }
 
 }  // namespace

@@ -5,8 +5,10 @@
 #include <cmath>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "common/cpu_device.h"
 #include "common/model.h"
+#include "common/model_registry.h"
 #include "common/random.h"
 #include "gtest/gtest.h"
 #include "tests/common/random_vector.h"
@@ -325,7 +327,8 @@ TEST(Mlp, GradScaleScalesAndAccumulates) {
 TEST(Model, OverwritingGradientsEqualsAccumulatingIntoZeros) {
   CpuDevice dev;
   for (const char* name : {"mlp", "cnn"}) {
-    auto model = MakeModel(ModelSpec{name, {6}}, ImageShape{16, 16, 1}, 3, dev, 4);
+    auto model =
+        MakeModel(ModelSpec{name, {6}}, SampleShape{16 * 16, 3, ImageShape{16, 16, 1}}, dev, 4);
     ASSERT_TRUE(model.ok()) << model.status();
     const int64_t n = (*model)->layout().total();
     std::vector<float> params(n);
@@ -354,8 +357,24 @@ TEST(Model, RejectsMismatchedLayerSizes) {
   layers.push_back(std::make_unique<Linear>("b", 2, 2));
   EXPECT_EQ(Model::Create("bad", std::move(layers), dev, 8).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(MakeModel(ModelSpec{"resnet", {}}, ImageShape{2, 2, 1}, 2, dev, 8).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  const absl::Status unknown =
+      MakeModel(ModelSpec{"resnet", {}}, SampleShape{4, 2, ImageShape{2, 2, 1}}, dev, 8).status();
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(unknown.message(), "mlp|cnn")) << unknown;
+}
+
+// Every registered model builds by name for a data set's sample shape, with its default widths.
+TEST(ModelRegistry, BuildsEveryRegisteredModelByName) {
+  CpuDevice dev;
+  EXPECT_EQ(ModelNames(), "mlp|cnn");
+  const SampleShape images{28 * 28, 10, ImageShape{28, 28, 1}};
+  auto mlp = MakeModel(ModelSpec{"mlp", {}}, images, dev, 4);
+  ASSERT_TRUE(mlp.ok()) << mlp.status();
+  EXPECT_EQ((*mlp)->layout().total(), 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10);
+  auto cnn = MakeModel(ModelSpec{"cnn", {}}, images, dev, 4);
+  ASSERT_TRUE(cnn.ok()) << cnn.status();
+  EXPECT_EQ((*cnn)->name(), "cnn");
+  EXPECT_EQ((*cnn)->num_classes(), 10);
 }
 
 }  // namespace

@@ -148,7 +148,7 @@ std::vector<std::string> ProcessesMentioning(const std::string& marker) {
 }
 
 std::vector<std::string> Common(const std::string& train_limit) {
-  return {"--data_dir=" + DataDir(), "--train_limit=" + train_limit, "--test_limit=500",
+  return {"--data=fashion-mnist:" + DataDir(), "--train_limit=" + train_limit, "--test_limit=500",
           "--hidden=64,32", "--shards=2"};
 }
 

@@ -53,7 +53,7 @@ void ExpectAllWorkApplied(const nlohmann::json& summary) {
 // requires all work by default. The whole training set, so that the job outlasts the outage by
 // far (it runs at about 10 000 samples/s).
 TEST_F(FaultE2e, KilledWorkerRejoinsAtTheShardsClockAndItsSkippedStepsFailTheJob) {
-  const std::vector<std::string> args = {"--data_dir=" + DataDir(),
+  const std::vector<std::string> args = {"--data=fashion-mnist:" + DataDir(),
                                          "--train_limit=0",
                                          "--test_limit=0",
                                          "--shards=2",
@@ -177,7 +177,7 @@ TEST_F(FaultE2e, KilledShardRestoresItsCheckpointAndTheJobFinishes) {
   const std::string checkpoints = dir + "/checkpoints";
   const pid_t launch =
       StartLaunch(dir,
-                  {"--data_dir=" + DataDir(), "--train_limit=12000", "--test_limit=0", "--shards=2",
+                  {"--data=fashion-mnist:" + DataDir(), "--train_limit=12000", "--test_limit=0", "--shards=2",
                    "--workers=2", "--mode=bsp", "--epochs=2", "--checkpoint_dir=" + checkpoints,
                    "--checkpoint_every=25", "--restart_shards", "--restart_delay_s=1"},
                   /*quiet=*/false);

@@ -190,7 +190,7 @@ TEST_F(LaunchE2e, ReplayOfAnAspRunReproducesTheWeightsBitForBit) {
 TEST_F(LaunchE2e, AChildFailureStopsEveryProcessAndFailsTheRun) {
   const std::string dir = RunDir("failure");
   const int code =
-      WaitExit(StartLaunch(dir, {"--data_dir=/nonexistent-data", "--lr_schedule=constant",
+      WaitExit(StartLaunch(dir, {"--data=fashion-mnist:/nonexistent-data", "--lr_schedule=constant",
                                  "--workers=2", "--shards=2", "--epochs=1"}));
   EXPECT_EQ(code, 1) << ReadAll(dir + "/launch.log");
   EXPECT_TRUE(absl::StrContains(ReadAll(dir + "/launch.log"), "/nonexistent-data"));

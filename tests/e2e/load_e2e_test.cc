@@ -20,7 +20,7 @@ TEST(LoadE2e, ThirtyTwoWorkersLoseNoUpdate) {
   }
   const std::string dir = RunDir("load");
   ASSERT_EQ(
-      RunLaunch(dir, {"--data_dir=" + DataDir(), "--train_limit=0", "--test_limit=1000",
+      RunLaunch(dir, {"--data=fashion-mnist:" + DataDir(), "--train_limit=0", "--test_limit=1000",
                       "--hidden=32", "--shards=2", "--workers=32", "--mode=asp", "--batch_size=16",
                       "--epochs=100", "--max_seconds=60", "--lr_schedule=constant"}),
       0);

@@ -76,7 +76,7 @@ done
 # move payloads through shared memory: --shared_memory=false keeps them on the network.
 for r in 0 1; do
   ip netns exec "$(ns_of "worker-$r")" "$BIN/ps_worker" --rank=$r --servers=ps-0:5000,ps-1:5000 \
-    --num_workers=2 --epochs="$EPOCHS" --data_dir="$DATA" --metrics_file="$WORK/worker-$r.jsonl" \
+    --num_workers=2 --epochs="$EPOCHS" --data="fashion-mnist:$DATA" --metrics_file="$WORK/worker-$r.jsonl" \
     --shared_memory=false > "$WORK/worker-$r.log" 2>&1 &
   PIDS+=($!)
 done
@@ -100,7 +100,7 @@ for pid in "${worker_pids[@]}"; do
   if ! wait "$pid"; then cat "$WORK"/worker-*.log; echo "a worker failed" >&2; exit 1; fi
 done
 ip netns exec "$(ns_of worker-0)" "$BIN/ps_worker" --evaluate --servers=ps-0:5000,ps-1:5000 \
-  --data_dir="$DATA" --summary_out="$WORK/eval.json" > "$WORK/eval.log" 2>&1 || { cat "$WORK/eval.log"; exit 1; }
+  --data="fashion-mnist:$DATA" --summary_out="$WORK/eval.json" > "$WORK/eval.log" 2>&1 || { cat "$WORK/eval.log"; exit 1; }
 cat "$WORK/eval.log"
 accuracy=$(sed -n 's/.*"test_accuracy":\([0-9.]*\).*/\1/p' "$WORK/eval.json")
 for pid in "${PIDS[0]}" "${PIDS[1]}"; do kill -TERM "$pid"; wait "$pid" || { echo "a shard did not stop cleanly" >&2; exit 1; }; done

@@ -6,13 +6,14 @@
 #include <fstream>
 
 #include "common/cpu_device.h"
+#include "common/model_registry.h"
 #include "gtest/gtest.h"
 
 namespace ps {
 namespace {
 
-Dataset TinyData() {
-  Dataset d;
+ImageDataset TinyData() {
+  ImageDataset d;
   d.rows = 2;
   d.cols = 2;
   d.num_classes = 2;
@@ -31,7 +32,7 @@ std::string Write(const std::string& name, const std::string& text) {
 
 absl::Status RunReplay(const std::vector<std::string>& records, int64_t* updates = nullptr) {
   CpuDevice dev;
-  const Dataset data = TinyData();
+  const ImageDataset data = TinyData();
   auto model = MakeMlp(4, {3}, 2, dev, 2);
   EXPECT_TRUE(model.ok());
   ReplayOptions o;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/cpu_device.h"
+#include "common/model_registry.h"
 #include "common/random.h"
 #include "gtest/gtest.h"
 #include "tests/common/deferred_copy_device.h"
@@ -20,8 +21,8 @@ namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-Dataset RandomImages(int n, uint64_t seed) {
-  Dataset d;
+ImageDataset RandomImages(int n, uint64_t seed) {
+  ImageDataset d;
   d.rows = 28;
   d.cols = 28;
   Rng rng(seed);
@@ -71,7 +72,7 @@ struct ModelAndStep {
 ModelAndStep MakeStep(Device& device, const Dataset& data, const std::string& spec, int accumulate,
                       bool overlap_copies = true) {
   ModelAndStep out;
-  auto model = MakeModel(Spec(spec), ImageShape{}, 10, device, 8);
+  auto model = MakeModel(Spec(spec), SampleShape{28 * 28, 10, ImageShape{28, 28, 1}}, device, 8);
   EXPECT_TRUE(model.ok()) << model.status();
   if (!model.ok()) return out;
   out.model = *std::move(model);
@@ -85,7 +86,7 @@ ModelAndStep MakeStep(Device& device, const Dataset& data, const std::string& sp
 // Steps 0..2 of `spec` on `device`, each from its own weights into a gradient buffer full of NaN.
 std::vector<StepResult> RunSteps(Device& device, const std::string& spec, int accumulate,
                                  bool overlap_copies) {
-  const Dataset data = RandomImages(96, 1);
+  const ImageDataset data = RandomImages(96, 1);
   const ModelAndStep m = MakeStep(device, data, spec, accumulate, overlap_copies);
   std::vector<StepResult> results;
   if (m.step == nullptr) return results;
@@ -143,9 +144,9 @@ TEST(StepGradient, CopiesOverlappedOrNotGiveTheCpuDevicesBits) {
 // The loss and accuracy sums a step leaves on the device and reads back at its end are those
 // the model returns when it waits for each batch's sums.
 TEST(StepGradient, SumsReadBackAtTheEndAreTheModelsOwn) {
-  const Dataset data = RandomImages(96, 4);
+  const ImageDataset data = RandomImages(96, 4);
   CpuDevice cpu;
-  auto model = MakeModel(Spec("mlp"), ImageShape{}, 10, cpu, 8);
+  auto model = MakeModel(Spec("mlp"), SampleShape{28 * 28, 10, ImageShape{28, 28, 1}}, cpu, 8);
   ASSERT_TRUE(model.ok());
   const BatchPlanOptions options = Plan(data.size(), 3);
   auto plan = BatchPlan::Create(options);
@@ -179,7 +180,7 @@ TEST(StepGradient, SumsReadBackAtTheEndAreTheModelsOwn) {
 // once weights_ready has let them arrive (here: written into the buffer by the callback), and
 // gradient_ready sees its layer's final gradient on the host, last layer first.
 TEST(StepGradient, OverlappedLayerCallbacksSeeTheirLayerOnly) {
-  const Dataset data = RandomImages(96, 2);
+  const ImageDataset data = RandomImages(96, 2);
   CpuDevice cpu;
   const ModelAndStep reference = MakeStep(cpu, data, "cnn", 2);
   ASSERT_NE(reference.step, nullptr);
@@ -223,7 +224,7 @@ TEST(StepGradient, OverlappedLayerCallbacksSeeTheirLayerOnly) {
 // An error from a callback ends the step with that error, and no copy is left in flight to
 // write into the caller's buffers later.
 TEST(StepGradient, OverlappedStepStopsAtACallbacksErrorWithNothingInFlight) {
-  const Dataset data = RandomImages(96, 3);
+  const ImageDataset data = RandomImages(96, 3);
   DeferredCopyDevice dev;
   const ModelAndStep m = MakeStep(dev, data, "mlp", 1);
   ASSERT_NE(m.step, nullptr);

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/cpu_device.h"
+#include "common/model_registry.h"
 #include "common/random.h"
 #include "gtest/gtest.h"
 #include "server/shard_server.h"
@@ -20,8 +21,8 @@ namespace ps {
 namespace {
 
 // 4x4 "images" whose label is the brightest quadrant: learnable by a small MLP.
-Dataset SyntheticData(int n, uint64_t seed) {
-  Dataset d;
+ImageDataset SyntheticData(int n, uint64_t seed) {
+  ImageDataset d;
   d.rows = 4;
   d.cols = 4;
   d.num_classes = 4;
@@ -179,7 +180,7 @@ double TrainAccuracy(Cluster& c, const Dataset& train) {
 }
 
 TEST(Trainer, AccumulationMatchesTheLargerBatch) {
-  const Dataset train = SyntheticData(256, 1);
+  const ImageDataset train = SyntheticData(256, 1);
   Cluster big = StartCluster(2, 1, ConsistencyMode::kBsp);
   ASSERT_TRUE(TrainWorker(big, train, 0, 32, 1, 2).ok());
   Cluster accumulated = StartCluster(2, 1, ConsistencyMode::kBsp);
@@ -192,7 +193,7 @@ TEST(Trainer, AccumulationMatchesTheLargerBatch) {
 }
 
 TEST(Trainer, ARestartedWorkerResumesAtTheShardsClock) {
-  const Dataset train = SyntheticData(256, 2);
+  const ImageDataset train = SyntheticData(256, 2);
   Cluster once = StartCluster(2, 1, ConsistencyMode::kAsp);
   ASSERT_TRUE(TrainWorker(once, train, 0, 32, 1, 2).ok());
   Cluster twice = StartCluster(2, 1, ConsistencyMode::kAsp);
@@ -209,7 +210,7 @@ TEST(Trainer, ARestartedWorkerResumesAtTheShardsClock) {
 // again with the new process, the rounds resume, and every gradient both declared is applied on
 // both shards: the work account shows nothing skipped.
 TEST(Trainer, AShardRestartedMidRunFromItsCheckpointLosesNoWork) {
-  const Dataset train = SyntheticData(256, 3);
+  const ImageDataset train = SyntheticData(256, 3);
   const std::string checkpoints = (std::filesystem::temp_directory_path() /
                                    ("trainer_test_restart." + std::to_string(getpid())))
                                       .string();
@@ -277,7 +278,7 @@ TEST(Trainer, AShardRestartedMidRunFromItsCheckpointLosesNoWork) {
 // SSP with s = 0 and one worker: the prefetched pull of step c+1 must wait on the shard for this
 // worker's push of step c, so overlapping changes the timing but not one bit of the result.
 TEST(Trainer, OverlapUnderSspZeroGivesTheSameWeights) {
-  const Dataset train = SyntheticData(256, 4);
+  const ImageDataset train = SyntheticData(256, 4);
   Cluster plain = StartCluster(2, 1, ConsistencyMode::kSsp, 0);
   ASSERT_TRUE(TrainWorker(plain, train, 0, 32, 1, 2).ok());
   Cluster overlapped = StartCluster(2, 1, ConsistencyMode::kSsp, 0);
@@ -289,7 +290,7 @@ TEST(Trainer, OverlapUnderSspZeroGivesTheSameWeights) {
 
 // ASP: the prefetch reads before this worker's own previous push lands at most once per step.
 TEST(Trainer, OverlapUnderAspStaysWithinOneUpdateOfStalenessAndLearns) {
-  const Dataset train = SyntheticData(512, 5);
+  const ImageDataset train = SyntheticData(512, 5);
   Cluster c = StartCluster(1, 1, ConsistencyMode::kAsp);
   ASSERT_TRUE(TrainWorker(c, train, 0, 16, 1, 5, /*overlap=*/true).ok());
   const ShardStatus status = c.servers[0]->shard().GetStatus();
@@ -303,7 +304,7 @@ TEST(Trainer, OverlapUnderAspStaysWithinOneUpdateOfStalenessAndLearns) {
 // shards). The shards apply whole clocks only, so the BSP result is the same to the bit, with
 // accumulation's micro-batches in between.
 TEST(Trainer, PriorityUnderBspGivesTheSameWeightsBitForBit) {
-  const Dataset train = SyntheticData(256, 6);
+  const ImageDataset train = SyntheticData(256, 6);
   // fc1 (136 parameters) and fc2 (36) over shards [0, 86) and [86, 172): shard 0 gets fc1's
   // first piece, its whole range; shard 1 gets the rest of fc1 and all of fc2, in two pieces.
   const auto run = [&](bool priority) {
@@ -332,7 +333,7 @@ TEST(Trainer, PriorityUnderBspGivesTheSameWeightsBitForBit) {
 // One ASP worker: its next pull starts after the last piece of its push was acknowledged, so
 // priority scheduling changes the timing only.
 TEST(Trainer, PriorityUnderAspWithOneWorkerGivesTheSameWeights) {
-  const Dataset train = SyntheticData(256, 7);
+  const ImageDataset train = SyntheticData(256, 7);
   Cluster plain = StartCluster(1, 1, ConsistencyMode::kAsp);
   ASSERT_TRUE(TrainWorker(plain, train, 0, 16, 1, 2).ok());
   Cluster prioritised = StartCluster(1, 1, ConsistencyMode::kAsp);
@@ -345,7 +346,7 @@ TEST(Trainer, PriorityUnderAspWithOneWorkerGivesTheSameWeights) {
 // spread over two connections per shard, for pulls and pushes alike; with priority scheduling
 // too. Same weights as whole transfers, bit for bit.
 TEST(Trainer, ChunkedTransfersOverTwoConnectionsGiveTheSameWeights) {
-  const Dataset train = SyntheticData(256, 9);
+  const ImageDataset train = SyntheticData(256, 9);
   const auto run = [&](int64_t chunk_bytes, bool priority) {
     Cluster c = StartCluster(2, 2, ConsistencyMode::kBsp);
     absl::Status s0, s1;
@@ -370,7 +371,7 @@ TEST(Trainer, ChunkedTransfersOverTwoConnectionsGiveTheSameWeights) {
 // transfers, priority pieces and chunks alike (disjoint parts of the areas lent at once). Same
 // weights, bit for bit, and every push and pull went through the regions.
 TEST(Trainer, SharedMemoryGivesTheSameWeightsBitForBit) {
-  const Dataset train = SyntheticData(256, 10);
+  const ImageDataset train = SyntheticData(256, 10);
   const auto run = [&](bool shared_memory, bool priority, int64_t chunk_bytes) {
     Cluster c = StartCluster(2, 2, ConsistencyMode::kBsp);
     absl::Status s0, s1;
@@ -412,7 +413,7 @@ TEST(Trainer, SharedMemoryGivesTheSameWeightsBitForBit) {
 // the weights of separate Push and Pull calls to the bit, over messages and shared memory. The
 // shards hold each PushPull's pull until the round of its push is complete.
 TEST(Trainer, PushPullGivesTheSameWeightsBitForBit) {
-  const Dataset train = SyntheticData(256, 12);
+  const ImageDataset train = SyntheticData(256, 12);
   const auto run = [&](bool push_pull, bool shared_memory, CallCounts* counts) {
     Cluster c = StartCluster(2, 2, ConsistencyMode::kBsp);
     absl::Status s[2];
@@ -453,7 +454,7 @@ TEST(Trainer, PushPullGivesTheSameWeightsBitForBit) {
 // clock (the aborted step, which never landed) and restarts the pipeline from a prefetch. Every
 // step lands exactly once; both runs, with shared memory and without, move on to the end.
 TEST(Trainer, PipelineRecoversFromAnAbortedPushPull) {
-  const Dataset train = SyntheticData(512, 11);
+  const ImageDataset train = SyntheticData(512, 11);
   for (const bool shared_memory : {false, true}) {
     Cluster c = StartCluster(1, 1, ConsistencyMode::kAsp);
     CallCounts counts;
@@ -478,7 +479,7 @@ TEST(Trainer, PipelineRecoversFromAnAbortedPushPull) {
 // A worker whose device memory is apart from the host's (DeferredCopyDevice, below) keeps the
 // same four buffers in the region, and pins it once, both sets together.
 TEST(Trainer, PipelinedPushPullMovesEveryPayloadThroughTwoSetsOfSharedMemory) {
-  const Dataset train = SyntheticData(512, 11);
+  const ImageDataset train = SyntheticData(512, 11);
   for (const bool device_memory : {false, true}) {
     SCOPED_TRACE(device_memory ? "device memory" : "cpu");
     Cluster c = StartCluster(1, 1, ConsistencyMode::kAsp);
@@ -503,7 +504,7 @@ TEST(Trainer, PipelinedPushPullMovesEveryPayloadThroughTwoSetsOfSharedMemory) {
 // until it stops, overlaps its copies with compute, and trains the CPU device's weights to the
 // bit (BSP 2x2, whole steps and priority pieces; the pipeline's test covers ASP).
 TEST(Trainer, AWorkerWithDeviceMemoryPinsTheSharedBuffersAndGivesTheSameWeights) {
-  const Dataset train = SyntheticData(256, 13);
+  const ImageDataset train = SyntheticData(256, 13);
   const auto bsp = [&](bool device_memory, bool priority) {
     Cluster c = StartCluster(2, 2, ConsistencyMode::kBsp);
     DeferredCopyDevice dev0, dev1;
@@ -542,7 +543,7 @@ TEST(Trainer, AWorkerWithDeviceMemoryPinsTheSharedBuffersAndGivesTheSameWeights)
 // SSP s = 0 allows no worker a clock ahead of its own pushes, so the pipeline (which pulls step
 // c+2 right after pushing c) is off: the same weights as plain steps, and no call waits forever.
 TEST(Trainer, OverlapAndAsyncPushUnderSspZeroGiveTheSameWeights) {
-  const Dataset train = SyntheticData(256, 10);
+  const ImageDataset train = SyntheticData(256, 10);
   Cluster plain = StartCluster(2, 1, ConsistencyMode::kSsp, 0);
   ASSERT_TRUE(TrainWorker(plain, train, 0, 32, 1, 2).ok());
   Cluster both = StartCluster(2, 1, ConsistencyMode::kSsp, 0);
@@ -556,7 +557,7 @@ TEST(Trainer, OverlapAndAsyncPushUnderSspZeroGiveTheSameWeights) {
 
 // SSP s = 1 with two workers: the pipeline runs, and the shards hold each pull to the bound.
 TEST(Trainer, PipelinedPushPullUnderSspOneFinishesAndLearns) {
-  const Dataset train = SyntheticData(512, 13);
+  const ImageDataset train = SyntheticData(512, 13);
   Cluster c = StartCluster(1, 2, ConsistencyMode::kSsp, 1);
   CallCounts counts[2];
   absl::Status s[2];
@@ -584,7 +585,7 @@ TEST(MergeParts, SmallLayersJoinThePartBeforeThemAndTheFirstLayerStaysAlone) {
 }
 
 TEST(Trainer, PriorityAndOverlapAreRefusedTogether) {
-  const Dataset train = SyntheticData(64, 8);
+  const ImageDataset train = SyntheticData(64, 8);
   Cluster c = StartCluster(1, 1, ConsistencyMode::kAsp);
   const absl::Status s = TrainWorker(c, train, 0, 16, 1, 1, /*overlap=*/true, /*priority=*/true);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
@@ -594,7 +595,7 @@ TEST(Trainer, PriorityAndOverlapAreRefusedTogether) {
 // SSP s = 0, one worker: the pull of step c+1 waits on the shard for the push of step c, so an
 // asynchronous push changes the timing but not one bit of the result.
 TEST(Trainer, AsyncPushUnderSspZeroGivesTheSameWeights) {
-  const Dataset train = SyntheticData(256, 10);
+  const ImageDataset train = SyntheticData(256, 10);
   Cluster plain = StartCluster(2, 1, ConsistencyMode::kSsp, 0);
   ASSERT_TRUE(TrainWorker(plain, train, 0, 32, 1, 2).ok());
   Cluster async = StartCluster(2, 1, ConsistencyMode::kSsp, 0);
@@ -609,7 +610,7 @@ TEST(Trainer, AsyncPushUnderSspZeroGivesTheSameWeights) {
 // computes (a prefetch starts it; the last two steps pull nothing), and a gradient lacks at most
 // this worker's own previous one.
 TEST(Trainer, AsyncPushWithOverlapUnderAspStaysWithinItsStalenessAndLearns) {
-  const Dataset train = SyntheticData(512, 11);
+  const ImageDataset train = SyntheticData(512, 11);
   for (const bool push_pull : {false, true}) {
     Cluster c = StartCluster(1, 1, ConsistencyMode::kAsp);
     CallCounts counts;
@@ -646,7 +647,7 @@ uint64_t Fnv1a(const std::vector<float>& values) {
 // another BLAS may round differently.
 TEST(Trainer, BspWeightsArePinnedToTheBit) {
   constexpr uint64_t kPinned = 6460332001532171477ull;
-  const Dataset train = SyntheticData(256, 12);
+  const ImageDataset train = SyntheticData(256, 12);
   struct Variant {
     const char* name;
     bool push_pull, priority;
@@ -658,8 +659,8 @@ TEST(Trainer, BspWeightsArePinnedToTheBit) {
     std::thread workers[2];
     for (int r = 0; r < 2; ++r) {
       workers[r] = std::thread([&, r] {
-        s[r] = TrainWorker(c, train, r, 16, 1, 2, false, v.priority, 0, 1, false, false,
-                           v.push_pull);
+        s[r] =
+            TrainWorker(c, train, r, 16, 1, 2, false, v.priority, 0, 1, false, false, v.push_pull);
       });
     }
     for (auto& w : workers) w.join();
@@ -670,7 +671,7 @@ TEST(Trainer, BspWeightsArePinnedToTheBit) {
 }
 
 TEST(Trainer, LearnsTheSyntheticTask) {
-  const Dataset train = SyntheticData(512, 3);
+  const ImageDataset train = SyntheticData(512, 3);
   Cluster c = StartCluster(1, 2, ConsistencyMode::kBsp);
   absl::Status s0, s1;
   std::thread t0([&] { s0 = TrainWorker(c, train, 0, 16, 1, 5); });
@@ -683,7 +684,7 @@ TEST(Trainer, LearnsTheSyntheticTask) {
 }
 
 TEST(Trainer, StopFlagCancels) {
-  const Dataset train = SyntheticData(256, 4);
+  const ImageDataset train = SyntheticData(256, 4);
   Cluster c = StartCluster(1, 1, ConsistencyMode::kAsp);
   CpuDevice dev;
   auto model = MakeMlp(16, {8}, 4, dev, 64);

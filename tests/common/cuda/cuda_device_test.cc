@@ -15,6 +15,7 @@
 
 #include "common/cpu_device.h"
 #include "common/model.h"
+#include "common/model_registry.h"
 #include "common/random.h"
 #include "common/shared_memory.h"
 #include "gtest/gtest.h"
@@ -184,14 +185,14 @@ TEST_F(CudaParity, Im2ColCol2ImAndMaxPool) {
 // One training step (forward, backward) of a whole model on both devices.
 void CompareTrainingStep(CudaParity* t, CpuDevice& cpu, CudaDevice& gpu, const ModelSpec& spec) {
   const int batch = 16;
-  const ImageShape shape{28, 28, 1};
-  auto cpu_model = MakeModel(spec, shape, 10, cpu, batch);
-  auto gpu_model = MakeModel(spec, shape, 10, gpu, batch);
+  const SampleShape shape{28 * 28, 10, ImageShape{28, 28, 1}};
+  auto cpu_model = MakeModel(spec, shape, cpu, batch);
+  auto gpu_model = MakeModel(spec, shape, gpu, batch);
   ASSERT_TRUE(cpu_model.ok() && gpu_model.ok());
   const int64_t n = (*cpu_model)->layout().total();
   std::vector<float> params(n);
   (*cpu_model)->InitParams(3, params.data());
-  const auto x = RandomVector(batch * shape.features(), 12);
+  const auto x = RandomVector(batch * shape.features, 12);
   std::vector<int32_t> labels(batch);
   for (int i = 0; i < batch; ++i) labels[i] = i % 10;
   std::vector<float> grads(n, 0.0f);
@@ -255,7 +256,7 @@ TEST_F(CudaParity, AsyncCopiesAreOrderedWithTheOps) {
 // StepGradient's overlapped copies on the GPU against the CPU device's serial step: the same
 // gradient and loss within the whole-step tolerances, for the MLP and the CNN, 2 micro-batches.
 TEST_F(CudaParity, OverlappedStepGradientMatchesTheCpu) {
-  Dataset data;
+  ImageDataset data;
   data.rows = 28;
   data.cols = 28;
   Rng rng(14);
@@ -269,8 +270,10 @@ TEST_F(CudaParity, OverlappedStepGradientMatchesTheCpu) {
   plan.accumulate = 2;
   for (const char* name : {"mlp", "cnn"}) {
     SCOPED_TRACE(name);
-    auto cpu_model = MakeModel(ModelSpec{name, {}}, ImageShape{}, 10, cpu_, 16);
-    auto gpu_model = MakeModel(ModelSpec{name, {}}, ImageShape{}, 10, *gpu_, 16);
+    auto cpu_model =
+        MakeModel(ModelSpec{name, {}}, SampleShape{28 * 28, 10, ImageShape{28, 28, 1}}, cpu_, 16);
+    auto gpu_model =
+        MakeModel(ModelSpec{name, {}}, SampleShape{28 * 28, 10, ImageShape{28, 28, 1}}, *gpu_, 16);
     ASSERT_TRUE(cpu_model.ok() && gpu_model.ok());
     auto cpu_step = StepGradient::Create(**cpu_model, cpu_, data, plan);
     ASSERT_TRUE(cpu_step.ok());
