@@ -10,12 +10,36 @@
 #   test (label "netns": 4 hosts, 5 epochs) and the container cluster (label "docker": builds
 #   the image, runs docker-compose with its faults, about 8 minutes) run in build/ only.
 # The fuzzers run separately: scripts/fuzz.sh (CI runs both).
+#
+#   scripts/test.sh           everything above
+#   scripts/test.sh --quick   build/'s unit and in-process tests only (no processes, containers,
+#                             namespaces or other builds): about a minute after a build
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
-export INSTALL_TEST_PACKAGES=1
 JOBS="${CTEST_JOBS:-2}"
+QUICK=0
+for arg in "$@"; do
+  case "$arg" in
+    --quick) QUICK=1 ;;
+    -h | --help)
+      sed -n '2,16p' "$0"
+      exit 0
+      ;;
+    *)
+      echo "scripts/test.sh: unknown argument '$arg' (--quick or nothing)" >&2
+      exit 2
+      ;;
+  esac
+done
 
+if ((QUICK)); then
+  scripts/setup.sh
+  (cd build && ctest --output-on-failure -j "$JOBS" -LE "e2e|deploy|load|netns|docker")
+  exit 0
+fi
+
+export INSTALL_TEST_PACKAGES=1
 scripts/setup.sh
 (cd build && ctest --output-on-failure -j "$JOBS")
 

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "server/shard_server.h"
 #include "tests/common/deferred_copy_device.h"
+#include "tests/support/in_process_client.h"
 #include "worker/grpc_parameter_client.h"
 #include "worker/work_account.h"
 
@@ -119,43 +120,83 @@ class CountingClient final : public ParameterClient {
   CallCounts& counts_;
 };
 
-// Trains `rank` for `epochs` on the cluster; returns the status of Run(). `counts`, if given,
-// receives the client calls the trainer made. `device`: CpuDevice if null.
-absl::Status TrainWorker(const Cluster& cluster, const Dataset& train, int rank, int batch,
-                         int accumulate, int epochs, bool overlap = false, bool priority = false,
-                         int64_t chunk_bytes = 0, int connections = 1, bool async_push = false,
-                         bool shared_memory = false, bool push_pull = true,
-                         CallCounts* counts = nullptr, Device* device = nullptr) {
+// One worker's run in a test: what it trains, its schedule, and how it reaches the shards.
+struct WorkerRun {
+  int rank = 0;
+  int batch = 16;
+  int accumulate = 1;
+  int epochs = 2;
+  bool overlap = false;
+  bool priority = false;
+  bool async_push = false;
+  bool push_pull = true;
+  // The in-process client (tests/support) instead of gRPC; the transport options below then do
+  // not apply.
+  bool in_process = false;
+  FaultSwitches* faults = nullptr;  // in-process only
+  int64_t chunk_bytes = 0;
+  int connections = 1;
+  bool shared_memory = false;
+  CallCounts* counts = nullptr;  // receives the client calls the trainer made (gRPC)
+  Device* device = nullptr;      // CpuDevice if null
+
+  WorkerRun& Rank(int r) { return rank = r, *this; }
+  WorkerRun& Batch(int b) { return batch = b, *this; }
+  WorkerRun& Accumulate(int k) { return accumulate = k, *this; }
+  WorkerRun& Epochs(int e) { return epochs = e, *this; }
+  WorkerRun& Overlap(bool on = true) { return overlap = on, *this; }
+  WorkerRun& Priority(bool on = true) { return priority = on, *this; }
+  WorkerRun& AsyncPush(bool on = true) { return async_push = on, *this; }
+  WorkerRun& PushPull(bool on) { return push_pull = on, *this; }
+  WorkerRun& InProcess(FaultSwitches* f = nullptr) { return in_process = true, faults = f, *this; }
+  WorkerRun& Chunks(int64_t bytes, int conns) {
+    return chunk_bytes = bytes, connections = conns, *this;
+  }
+  WorkerRun& SharedMemory(bool on = true) { return shared_memory = on, *this; }
+  WorkerRun& Counts(CallCounts* c) { return counts = c, *this; }
+  WorkerRun& OnDevice(Device* d) { return device = d, *this; }
+};
+
+// Trains `run` on the cluster's MLP (16 -> 8 -> 4, seed 5); returns the status of Run().
+absl::Status TrainWorker(const Cluster& cluster, const Dataset& train, const WorkerRun& run) {
   CpuDevice cpu;
-  Device& dev = device != nullptr ? *device : cpu;
+  Device& dev = run.device != nullptr ? *run.device : cpu;
   auto model = MakeMlp(16, {8}, 4, dev, 64);
   EXPECT_TRUE(model.ok());
+  TrainerOptions o;
+  o.rank = run.rank;
+  o.batch_size = run.batch;
+  o.accumulate = run.accumulate;
+  o.epochs = run.epochs;
+  o.seed = 5;
+  o.overlap = run.overlap;
+  o.priority = run.priority;
+  o.async_push = run.async_push;
+  o.push_pull = run.push_pull;
+  o.priority_min_part = 0;  // one part per layer, however small: these tests are about pieces
+  std::atomic<bool> stop{false};
+  if (run.in_process) {
+    std::vector<Shard*> shards;
+    for (const auto& server : cluster.servers) shards.push_back(&server->shard());
+    InProcessClient client(shards, (*model)->layout().fingerprint(), (*model)->layout().total(),
+                           /*incarnation=*/100 + run.rank, run.faults);
+    Trainer trainer(o, **model, dev, client, train, nullptr, nullptr, nullptr);
+    return trainer.Run(stop);
+  }
   GrpcClientOptions co;
   co.servers = cluster.addresses;
   co.fingerprint = (*model)->layout().fingerprint();
   co.total_params = (*model)->layout().total();
-  co.rank = rank;
-  co.chunk_bytes = chunk_bytes;
-  co.connections = connections;
-  co.shared_memory = shared_memory;
-  co.shared_memory_slots = overlap || async_push ? 2 : 1;
+  co.rank = run.rank;
+  co.chunk_bytes = run.chunk_bytes;
+  co.connections = run.connections;
+  co.shared_memory = run.shared_memory;
+  co.shared_memory_slots = run.overlap || run.async_push ? 2 : 1;
   auto client = GrpcParameterClient::Create(co);
   EXPECT_TRUE(client.ok());
-  TrainerOptions o;
-  o.rank = rank;
-  o.batch_size = batch;
-  o.accumulate = accumulate;
-  o.epochs = epochs;
-  o.seed = 5;
-  o.overlap = overlap;
-  o.priority = priority;
-  o.async_push = async_push;
-  o.push_pull = push_pull;
-  o.priority_min_part = 0;  // one part per layer, however small: these tests are about pieces
   CallCounts unused;
-  CountingClient counting(**client, counts != nullptr ? *counts : unused);
+  CountingClient counting(**client, run.counts != nullptr ? *run.counts : unused);
   Trainer trainer(o, **model, dev, counting, train, nullptr, nullptr, nullptr);
-  std::atomic<bool> stop{false};
   return trainer.Run(stop);
 }
 
@@ -182,9 +223,9 @@ double TrainAccuracy(Cluster& c, const Dataset& train) {
 TEST(Trainer, AccumulationMatchesTheLargerBatch) {
   const ImageDataset train = SyntheticData(256, 1);
   Cluster big = StartCluster(2, 1, ConsistencyMode::kBsp);
-  ASSERT_TRUE(TrainWorker(big, train, 0, 32, 1, 2).ok());
+  ASSERT_TRUE(TrainWorker(big, train, WorkerRun{}.InProcess().Batch(32)).ok());
   Cluster accumulated = StartCluster(2, 1, ConsistencyMode::kBsp);
-  ASSERT_TRUE(TrainWorker(accumulated, train, 0, 16, 2, 2).ok());
+  ASSERT_TRUE(TrainWorker(accumulated, train, WorkerRun{}.InProcess().Accumulate(2)).ok());
   const auto a = AllWeights(big);
   const auto b = AllWeights(accumulated);
   ASSERT_EQ(a.size(), b.size());
@@ -195,12 +236,12 @@ TEST(Trainer, AccumulationMatchesTheLargerBatch) {
 TEST(Trainer, ARestartedWorkerResumesAtTheShardsClock) {
   const ImageDataset train = SyntheticData(256, 2);
   Cluster once = StartCluster(2, 1, ConsistencyMode::kAsp);
-  ASSERT_TRUE(TrainWorker(once, train, 0, 32, 1, 2).ok());
+  ASSERT_TRUE(TrainWorker(once, train, WorkerRun{}.InProcess().Batch(32)).ok());
   Cluster twice = StartCluster(2, 1, ConsistencyMode::kAsp);
-  ASSERT_TRUE(TrainWorker(twice, train, 0, 32, 1, 1).ok());
+  ASSERT_TRUE(TrainWorker(twice, train, WorkerRun{}.InProcess().Batch(32).Epochs(1)).ok());
   EXPECT_EQ(twice.servers[1]->shard().GetStatus().workers[0].clock, 8);
   // A fresh process, same rank: it must continue at step 8, not start over.
-  ASSERT_TRUE(TrainWorker(twice, train, 0, 32, 1, 2).ok());
+  ASSERT_TRUE(TrainWorker(twice, train, WorkerRun{}.InProcess().Batch(32)).ok());
   EXPECT_EQ(twice.servers[1]->shard().GetStatus().version, 16);
   EXPECT_EQ(AllWeights(once), AllWeights(twice));
 }
@@ -241,7 +282,9 @@ TEST(Trainer, AShardRestartedMidRunFromItsCheckpointLosesNoWork) {
   absl::Status results[2];
   std::thread workers[2];
   for (int r = 0; r < 2; ++r) {
-    workers[r] = std::thread([&, r] { results[r] = TrainWorker(c, train, r, 32, 1, kEpochs); });
+    workers[r] = std::thread([&, r] {
+      results[r] = TrainWorker(c, train, WorkerRun{}.Rank(r).Batch(32).Epochs(kEpochs));
+    });
   }
   while (c.servers[0]->shard().GetStatus().version < 300) absl::SleepFor(absl::Milliseconds(1));
   c.servers[1].reset();                     // stops after its final checkpoint
@@ -280,9 +323,9 @@ TEST(Trainer, AShardRestartedMidRunFromItsCheckpointLosesNoWork) {
 TEST(Trainer, OverlapUnderSspZeroGivesTheSameWeights) {
   const ImageDataset train = SyntheticData(256, 4);
   Cluster plain = StartCluster(2, 1, ConsistencyMode::kSsp, 0);
-  ASSERT_TRUE(TrainWorker(plain, train, 0, 32, 1, 2).ok());
+  ASSERT_TRUE(TrainWorker(plain, train, WorkerRun{}.InProcess().Batch(32)).ok());
   Cluster overlapped = StartCluster(2, 1, ConsistencyMode::kSsp, 0);
-  ASSERT_TRUE(TrainWorker(overlapped, train, 0, 32, 1, 2, /*overlap=*/true).ok());
+  ASSERT_TRUE(TrainWorker(overlapped, train, WorkerRun{}.InProcess().Batch(32).Overlap()).ok());
   EXPECT_EQ(overlapped.servers[0]->shard().GetStatus().version, 16);
   EXPECT_EQ(AllWeights(plain), AllWeights(overlapped));
   EXPECT_EQ(overlapped.servers[1]->shard().GetStatus().workers[0].staleness.max(), 0);
@@ -292,7 +335,7 @@ TEST(Trainer, OverlapUnderSspZeroGivesTheSameWeights) {
 TEST(Trainer, OverlapUnderAspStaysWithinOneUpdateOfStalenessAndLearns) {
   const ImageDataset train = SyntheticData(512, 5);
   Cluster c = StartCluster(1, 1, ConsistencyMode::kAsp);
-  ASSERT_TRUE(TrainWorker(c, train, 0, 16, 1, 5, /*overlap=*/true).ok());
+  ASSERT_TRUE(TrainWorker(c, train, WorkerRun{}.InProcess().Epochs(5).Overlap()).ok());
   const ShardStatus status = c.servers[0]->shard().GetStatus();
   EXPECT_EQ(status.version, 160);
   EXPECT_LE(status.workers[0].staleness.max(), 1);
@@ -310,8 +353,13 @@ TEST(Trainer, PriorityUnderBspGivesTheSameWeightsBitForBit) {
   const auto run = [&](bool priority) {
     Cluster c = StartCluster(2, 2, ConsistencyMode::kBsp);
     absl::Status s0, s1;
-    std::thread t0([&] { s0 = TrainWorker(c, train, 0, 8, 2, 2, false, priority); });
-    std::thread t1([&] { s1 = TrainWorker(c, train, 1, 8, 2, 2, false, priority); });
+    std::thread t0([&] {
+      s0 = TrainWorker(c, train, WorkerRun{}.InProcess().Batch(8).Accumulate(2).Priority(priority));
+    });
+    std::thread t1([&] {
+      s1 = TrainWorker(c, train,
+                       WorkerRun{}.InProcess().Rank(1).Batch(8).Accumulate(2).Priority(priority));
+    });
     t0.join();
     t1.join();
     EXPECT_TRUE(s0.ok()) << s0;
@@ -335,9 +383,9 @@ TEST(Trainer, PriorityUnderBspGivesTheSameWeightsBitForBit) {
 TEST(Trainer, PriorityUnderAspWithOneWorkerGivesTheSameWeights) {
   const ImageDataset train = SyntheticData(256, 7);
   Cluster plain = StartCluster(1, 1, ConsistencyMode::kAsp);
-  ASSERT_TRUE(TrainWorker(plain, train, 0, 16, 1, 2).ok());
+  ASSERT_TRUE(TrainWorker(plain, train, WorkerRun{}.InProcess()).ok());
   Cluster prioritised = StartCluster(1, 1, ConsistencyMode::kAsp);
-  ASSERT_TRUE(TrainWorker(prioritised, train, 0, 16, 1, 2, false, /*priority=*/true).ok());
+  ASSERT_TRUE(TrainWorker(prioritised, train, WorkerRun{}.InProcess().Priority()).ok());
   EXPECT_EQ(prioritised.servers[0]->shard().GetStatus().version, 32);
   EXPECT_EQ(AllWeights(prioritised), AllWeights(plain));
 }
@@ -351,9 +399,10 @@ TEST(Trainer, ChunkedTransfersOverTwoConnectionsGiveTheSameWeights) {
     Cluster c = StartCluster(2, 2, ConsistencyMode::kBsp);
     absl::Status s0, s1;
     std::thread t0(
-        [&] { s0 = TrainWorker(c, train, 0, 16, 1, 2, false, priority, chunk_bytes, 2); });
-    std::thread t1(
-        [&] { s1 = TrainWorker(c, train, 1, 16, 1, 2, false, priority, chunk_bytes, 2); });
+        [&] { s0 = TrainWorker(c, train, WorkerRun{}.Priority(priority).Chunks(chunk_bytes, 2)); });
+    std::thread t1([&] {
+      s1 = TrainWorker(c, train, WorkerRun{}.Rank(1).Priority(priority).Chunks(chunk_bytes, 2));
+    });
     t0.join();
     t1.join();
     EXPECT_TRUE(s0.ok()) << s0;
@@ -376,12 +425,17 @@ TEST(Trainer, SharedMemoryGivesTheSameWeightsBitForBit) {
     Cluster c = StartCluster(2, 2, ConsistencyMode::kBsp);
     absl::Status s0, s1;
     std::thread t0([&] {
-      s0 =
-          TrainWorker(c, train, 0, 16, 1, 2, false, priority, chunk_bytes, 1, false, shared_memory);
+      s0 = TrainWorker(
+          c, train,
+          WorkerRun{}.Priority(priority).SharedMemory(shared_memory).Chunks(chunk_bytes, 1));
     });
     std::thread t1([&] {
-      s1 =
-          TrainWorker(c, train, 1, 16, 1, 2, false, priority, chunk_bytes, 1, false, shared_memory);
+      s1 = TrainWorker(c, train,
+                       WorkerRun{}
+                           .Rank(1)
+                           .Priority(priority)
+                           .SharedMemory(shared_memory)
+                           .Chunks(chunk_bytes, 1));
     });
     t0.join();
     t1.join();
@@ -420,8 +474,9 @@ TEST(Trainer, PushPullGivesTheSameWeightsBitForBit) {
     std::thread workers[2];
     for (int r = 0; r < 2; ++r) {
       workers[r] = std::thread([&, r] {
-        s[r] = TrainWorker(c, train, r, 16, 1, 2, false, false, 0, 1, false, shared_memory,
-                           push_pull, &counts[r]);
+        s[r] = TrainWorker(
+            c, train,
+            WorkerRun{}.Rank(r).SharedMemory(shared_memory).PushPull(push_pull).Counts(&counts[r]));
       });
     }
     for (auto& w : workers) w.join();
@@ -459,9 +514,11 @@ TEST(Trainer, PipelineRecoversFromAnAbortedPushPull) {
     Cluster c = StartCluster(1, 1, ConsistencyMode::kAsp);
     CallCounts counts;
     counts.abort_push_pull = 50;
-    ASSERT_TRUE(TrainWorker(c, train, 0, 16, 1, 5, /*overlap=*/true, false, 0, 1,
-                            /*async_push=*/true, shared_memory, /*push_pull=*/true, &counts)
-                    .ok());
+    ASSERT_TRUE(
+        TrainWorker(
+            c, train,
+            WorkerRun{}.Epochs(5).Overlap().AsyncPush().SharedMemory(shared_memory).Counts(&counts))
+            .ok());
     const ShardStatus status = c.servers[0]->shard().GetStatus();
     EXPECT_EQ(status.version, 160);
     EXPECT_EQ(status.pushes_accepted, 160);
@@ -484,9 +541,9 @@ TEST(Trainer, PipelinedPushPullMovesEveryPayloadThroughTwoSetsOfSharedMemory) {
     SCOPED_TRACE(device_memory ? "device memory" : "cpu");
     Cluster c = StartCluster(1, 1, ConsistencyMode::kAsp);
     DeferredCopyDevice dev;
-    ASSERT_TRUE(TrainWorker(c, train, 0, 16, 1, 5, /*overlap=*/true, false, 0, 1,
-                            /*async_push=*/true, /*shared_memory=*/true, true, nullptr,
-                            device_memory ? &dev : nullptr)
+    ASSERT_TRUE(TrainWorker(c, train,
+                            WorkerRun{}.Epochs(5).Overlap().AsyncPush().SharedMemory().OnDevice(
+                                device_memory ? &dev : nullptr))
                     .ok());
     const ShardStatus status = c.servers[0]->shard().GetStatus();
     EXPECT_EQ(status.version, 160);
@@ -510,12 +567,14 @@ TEST(Trainer, AWorkerWithDeviceMemoryPinsTheSharedBuffersAndGivesTheSameWeights)
     DeferredCopyDevice dev0, dev1;
     absl::Status s0, s1;
     std::thread t0([&] {
-      s0 = TrainWorker(c, train, 0, 16, 1, 2, false, priority, 0, 1, false, true, true, nullptr,
-                       device_memory ? &dev0 : nullptr);
+      s0 = TrainWorker(
+          c, train,
+          WorkerRun{}.Priority(priority).SharedMemory().OnDevice(device_memory ? &dev0 : nullptr));
     });
     std::thread t1([&] {
-      s1 = TrainWorker(c, train, 1, 16, 1, 2, false, priority, 0, 1, false, true, true, nullptr,
-                       device_memory ? &dev1 : nullptr);
+      s1 = TrainWorker(c, train,
+                       WorkerRun{}.Rank(1).Priority(priority).SharedMemory().OnDevice(
+                           device_memory ? &dev1 : nullptr));
     });
     t0.join();
     t1.join();
@@ -545,12 +604,11 @@ TEST(Trainer, AWorkerWithDeviceMemoryPinsTheSharedBuffersAndGivesTheSameWeights)
 TEST(Trainer, OverlapAndAsyncPushUnderSspZeroGiveTheSameWeights) {
   const ImageDataset train = SyntheticData(256, 10);
   Cluster plain = StartCluster(2, 1, ConsistencyMode::kSsp, 0);
-  ASSERT_TRUE(TrainWorker(plain, train, 0, 32, 1, 2).ok());
+  ASSERT_TRUE(TrainWorker(plain, train, WorkerRun{}.Batch(32)).ok());
   Cluster both = StartCluster(2, 1, ConsistencyMode::kSsp, 0);
   CallCounts counts;
-  ASSERT_TRUE(TrainWorker(both, train, 0, 32, 1, 2, /*overlap=*/true, false, 0, 1,
-                          /*async_push=*/true, false, /*push_pull=*/true, &counts)
-                  .ok());
+  ASSERT_TRUE(
+      TrainWorker(both, train, WorkerRun{}.Batch(32).Overlap().AsyncPush().Counts(&counts)).ok());
   EXPECT_EQ(AllWeights(both), AllWeights(plain));
   EXPECT_EQ(counts.push_pulls, 0);
 }
@@ -564,8 +622,8 @@ TEST(Trainer, PipelinedPushPullUnderSspOneFinishesAndLearns) {
   std::thread workers[2];
   for (int r = 0; r < 2; ++r) {
     workers[r] = std::thread([&, r] {
-      s[r] = TrainWorker(c, train, r, 16, 1, 5, /*overlap=*/true, false, 0, 1,
-                         /*async_push=*/true, false, /*push_pull=*/true, &counts[r]);
+      s[r] = TrainWorker(c, train,
+                         WorkerRun{}.Rank(r).Epochs(5).Overlap().AsyncPush().Counts(&counts[r]));
     });
   }
   for (auto& w : workers) w.join();
@@ -587,7 +645,8 @@ TEST(MergeParts, SmallLayersJoinThePartBeforeThemAndTheFirstLayerStaysAlone) {
 TEST(Trainer, PriorityAndOverlapAreRefusedTogether) {
   const ImageDataset train = SyntheticData(64, 8);
   Cluster c = StartCluster(1, 1, ConsistencyMode::kAsp);
-  const absl::Status s = TrainWorker(c, train, 0, 16, 1, 1, /*overlap=*/true, /*priority=*/true);
+  const absl::Status s =
+      TrainWorker(c, train, WorkerRun{}.InProcess().Epochs(1).Overlap().Priority());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_EQ(c.servers[0]->shard().GetStatus().version, 0);
 }
@@ -597,9 +656,9 @@ TEST(Trainer, PriorityAndOverlapAreRefusedTogether) {
 TEST(Trainer, AsyncPushUnderSspZeroGivesTheSameWeights) {
   const ImageDataset train = SyntheticData(256, 10);
   Cluster plain = StartCluster(2, 1, ConsistencyMode::kSsp, 0);
-  ASSERT_TRUE(TrainWorker(plain, train, 0, 32, 1, 2).ok());
+  ASSERT_TRUE(TrainWorker(plain, train, WorkerRun{}.InProcess().Batch(32)).ok());
   Cluster async = StartCluster(2, 1, ConsistencyMode::kSsp, 0);
-  ASSERT_TRUE(TrainWorker(async, train, 0, 32, 1, 2, false, false, 0, 1, /*async_push=*/true).ok());
+  ASSERT_TRUE(TrainWorker(async, train, WorkerRun{}.InProcess().Batch(32).AsyncPush()).ok());
   EXPECT_EQ(async.servers[0]->shard().GetStatus().version, 16);
   EXPECT_EQ(AllWeights(async), AllWeights(plain));
 }
@@ -614,9 +673,10 @@ TEST(Trainer, AsyncPushWithOverlapUnderAspStaysWithinItsStalenessAndLearns) {
   for (const bool push_pull : {false, true}) {
     Cluster c = StartCluster(1, 1, ConsistencyMode::kAsp);
     CallCounts counts;
-    ASSERT_TRUE(TrainWorker(c, train, 0, 16, 1, 5, /*overlap=*/true, false, 0, 1,
-                            /*async_push=*/true, false, push_pull, &counts)
-                    .ok());
+    ASSERT_TRUE(
+        TrainWorker(c, train,
+                    WorkerRun{}.Epochs(5).Overlap().AsyncPush().PushPull(push_pull).Counts(&counts))
+            .ok());
     const ShardStatus status = c.servers[0]->shard().GetStatus();
     EXPECT_EQ(status.version, 160);
     EXPECT_EQ(status.pushes_duplicate, 0);
@@ -650,18 +710,18 @@ TEST(Trainer, BspWeightsArePinnedToTheBit) {
   const ImageDataset train = SyntheticData(256, 12);
   struct Variant {
     const char* name;
-    bool push_pull, priority;
+    WorkerRun run;
   };
-  for (const Variant& v : {Variant{"push_pull", true, false}, Variant{"sequential", false, false},
-                           Variant{"priority", false, true}}) {
+  for (const Variant& v :
+       {Variant{"push_pull over gRPC", WorkerRun{}},
+        Variant{"push_pull in process", WorkerRun{}.InProcess()},
+        Variant{"sequential in process", WorkerRun{}.InProcess().PushPull(false)},
+        Variant{"priority in process", WorkerRun{}.InProcess().Priority()}}) {
     Cluster c = StartCluster(2, 2, ConsistencyMode::kBsp);
     absl::Status s[2];
     std::thread workers[2];
     for (int r = 0; r < 2; ++r) {
-      workers[r] = std::thread([&, r] {
-        s[r] =
-            TrainWorker(c, train, r, 16, 1, 2, false, v.priority, 0, 1, false, false, v.push_pull);
-      });
+      workers[r] = std::thread([&, r] { s[r] = TrainWorker(c, train, WorkerRun(v.run).Rank(r)); });
     }
     for (auto& w : workers) w.join();
     ASSERT_TRUE(s[0].ok()) << s[0];
@@ -670,12 +730,56 @@ TEST(Trainer, BspWeightsArePinnedToTheBit) {
   }
 }
 
+// Faults on a chosen call, every schedule: an ABORTED answer (the worker registers again and
+// resumes at the shards' clock) and a lost push reply (the push is sent again and answered as a
+// duplicate). Under BSP (one worker) the weights are those of the undisturbed run to the bit;
+// the double-buffered schedules (ASP, where their steps overlap) push every step exactly once.
+TEST(Trainer, EveryScheduleSurvivesAnAbortedCallAndALostReply) {
+  const ImageDataset train = SyntheticData(256, 13);
+  constexpr int kSteps = 2 * 256 / 16;
+  const auto run = [&](ConsistencyMode mode, const WorkerRun& r, FaultSwitches* faults) {
+    Cluster c = StartCluster(1, 1, mode);
+    EXPECT_TRUE(TrainWorker(c, train, WorkerRun(r).InProcess(faults)).ok());
+    const ShardStatus st = c.servers[0]->shard().GetStatus();
+    EXPECT_EQ(st.workers[0].clock, kSteps);
+    EXPECT_EQ(st.version, kSteps);  // every step applied once
+    return std::make_pair(AllWeights(c), st.pushes_duplicate);
+  };
+  for (const WorkerRun& r : {WorkerRun{}, WorkerRun{}.PushPull(false), WorkerRun{}.Priority()}) {
+    const auto [reference, no_duplicates] = run(ConsistencyMode::kBsp, r, nullptr);
+    EXPECT_EQ(no_duplicates, 0);
+    for (int call : {1, 7, 20}) {
+      FaultSwitches aborted;
+      aborted.abort_call = call;
+      EXPECT_EQ(run(ConsistencyMode::kBsp, r, &aborted).first, reference) << "abort " << call;
+      FaultSwitches lost;
+      lost.drop_push_reply = call;
+      const auto [weights, duplicates] = run(ConsistencyMode::kBsp, r, &lost);
+      // Priority pushes go out as parts, never as a whole Push: nothing to lose there.
+      EXPECT_EQ(duplicates, r.priority ? 0 : 1) << "lost reply " << call;
+      EXPECT_EQ(weights, reference) << "lost reply " << call;
+    }
+  }
+  for (const WorkerRun& r :
+       {WorkerRun{}.Overlap(), WorkerRun{}.AsyncPush(),
+        WorkerRun{}.Overlap().AsyncPush().PushPull(false), WorkerRun{}.Overlap().AsyncPush()}) {
+    for (int call : {2, 9}) {
+      FaultSwitches aborted;
+      aborted.abort_call = call;
+      run(ConsistencyMode::kAsp, r, &aborted);
+      FaultSwitches lost;
+      lost.drop_push_reply = call;
+      EXPECT_EQ(run(ConsistencyMode::kAsp, r, &lost).second, 1) << "lost reply " << call;
+    }
+  }
+}
+
 TEST(Trainer, LearnsTheSyntheticTask) {
   const ImageDataset train = SyntheticData(512, 3);
   Cluster c = StartCluster(1, 2, ConsistencyMode::kBsp);
   absl::Status s0, s1;
-  std::thread t0([&] { s0 = TrainWorker(c, train, 0, 16, 1, 5); });
-  std::thread t1([&] { s1 = TrainWorker(c, train, 1, 16, 1, 5); });
+  std::thread t0([&] { s0 = TrainWorker(c, train, WorkerRun{}.InProcess().Epochs(5)); });
+  std::thread t1([&] { s1 = TrainWorker(c, train, WorkerRun{}.InProcess().Rank(1).Epochs(5)); });
   t0.join();
   t1.join();
   ASSERT_TRUE(s0.ok()) << s0;

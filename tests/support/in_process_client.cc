@@ -1,0 +1,273 @@
+#include "tests/support/in_process_client.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace ps {
+
+namespace {
+
+// A pull held by the shards (BSP, SSP) waits at most this long, as the real client's deadline.
+constexpr absl::Duration kPullDeadline = absl::Seconds(60);
+
+}  // namespace
+
+InProcessClient::InProcessClient(std::vector<Shard*> shards, uint64_t fingerprint,
+                                 int64_t total_params, uint64_t incarnation, FaultSwitches* faults,
+                                 InProcessCallCounts* counts)
+    : shards_(std::move(shards)),
+      fingerprint_(fingerprint),
+      total_params_(total_params),
+      incarnation_(incarnation),
+      faults_(faults),
+      counts_(counts != nullptr ? counts : &own_counts_) {}
+
+Caller InProcessClient::caller(int shard) const {
+  return Caller{rank_, incarnation_, shards_[shard]->options().incarnation};
+}
+
+std::vector<std::pair<int, KeyRange>> InProcessClient::WholeRanges() const {
+  std::vector<std::pair<int, KeyRange>> ranges;
+  const int n = static_cast<int>(shards_.size());
+  for (int s = 0; s < n; ++s) ranges.emplace_back(s, ShardRange(total_params_, n, s));
+  return ranges;
+}
+
+absl::Status InProcessClient::BeginCall(std::atomic<int>* counter) {
+  ++*counter;
+  const int call = ++data_calls_;
+  if (cancelled_.load()) return absl::CancelledError("client cancelled");
+  if (faults_ == nullptr) return absl::OkStatus();
+  if (call == faults_->abort_call.load()) {
+    return absl::AbortedError(absl::StrCat("injected: call ", call, " aborted; register again"));
+  }
+  if (faults_->delay > absl::ZeroDuration()) absl::SleepFor(faults_->delay);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ClusterInfo> InProcessClient::Register(int rank, absl::Duration /*timeout*/) {
+  rank_ = rank;
+  WorkPlan plan;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    plan = plan_;
+  }
+  ClusterInfo info;
+  info.num_shards = static_cast<int>(shards_.size());
+  info.initialized = true;
+  info.resume_clock = INT64_MAX;
+  for (Shard* shard : shards_) {
+    ASSIGN_OR_RETURN(const Shard::RegisterResult r,
+                     shard->Register(rank, fingerprint_, incarnation_, plan));
+    const ShardOptions& o = shard->options();
+    info.num_workers = o.consistency.num_workers;
+    info.mode = o.consistency.mode;
+    info.staleness = o.consistency.staleness;
+    info.lease = o.lease;
+    info.resume_clock = std::min(info.resume_clock, r.clock);
+    info.initialized = info.initialized && r.initialized;
+    info.job_finished = info.job_finished || r.job_finished;
+  }
+  return info;
+}
+
+absl::Status InProcessClient::Heartbeat() {
+  WorkPlan plan;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    plan = plan_;
+  }
+  absl::Status first;
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    first.Update(shards_[s]->Heartbeat(caller(static_cast<int>(s)), plan));
+  }
+  return first;
+}
+
+void InProcessClient::SetWorkPlan(int64_t steps, int64_t samples_per_step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  plan_ = WorkPlan{steps, samples_per_step};
+}
+
+absl::Status InProcessClient::Init(absl::Span<const float> params) {
+  for (const auto& [s, range] : WholeRanges()) {
+    RETURN_IF_ERROR(
+        shards_[s]
+            ->Init(fingerprint_, total_params_, range, params.subspan(range.begin, range.size()))
+            .status());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PullStats> InProcessClient::PullRanges(
+    int64_t clock, bool no_wait, absl::Span<float> params,
+    const std::vector<std::pair<int, KeyRange>>& ranges,
+    const std::function<void(size_t)>& after_each) {
+  PullStats stats;
+  stats.versions.assign(shards_.size(), INT64_MAX);
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const auto& [s, range] = ranges[i];
+    const Caller c = caller(s);
+    Shard::PullArgs args{c.rank, c.incarnation, c.shard_incarnation, fingerprint_, range,
+                         clock,  no_wait};
+    ASSIGN_OR_RETURN(const Shard::PullResult r,
+                     shards_[s]->Pull(args, absl::Now() + kPullDeadline,
+                                      params.subspan(range.begin, range.size())));
+    stats.versions[s] = std::min(stats.versions[s], r.version);
+    stats.server_wait = std::max(stats.server_wait, r.waited);
+    stats.payload_bytes += range.size() * static_cast<int64_t>(sizeof(float));
+    if (after_each) after_each(i);
+  }
+  for (int64_t& v : stats.versions) {
+    if (v == INT64_MAX) v = 0;  // a shard no range touched
+  }
+  return stats;
+}
+
+absl::StatusOr<PushStats> InProcessClient::PushRanges(
+    int64_t clock, const std::vector<int64_t>& base_versions, absl::Span<const float> gradient,
+    const std::vector<std::pair<int, KeyRange>>& ranges) {
+  PushStats stats;
+  for (const auto& [s, range] : ranges) {
+    const Caller c = caller(s);
+    Shard::PushArgs args;
+    args.rank = c.rank;
+    args.incarnation = c.incarnation;
+    args.shard_incarnation = c.shard_incarnation;
+    args.fingerprint = fingerprint_;
+    args.range = range;
+    args.clock = clock;
+    args.base_version = base_versions[s];
+    args.gradient = EncodedTensor::OfFloats(gradient.subspan(range.begin, range.size()));
+    ASSIGN_OR_RETURN(const Shard::PushResult r, shards_[s]->Push(args));
+    stats.payload_bytes += range.size() * static_cast<int64_t>(sizeof(float));
+    if (r.staged) continue;  // the shard acts once the clock's other pieces are in
+    stats.applied += r.applied;
+    stats.buffered += r.buffered;
+    stats.duplicates += r.duplicate;
+    stats.dropped += r.dropped;
+    stats.late += r.late;
+    if (r.applied) stats.max_staleness = std::max(stats.max_staleness, r.staleness);
+  }
+  return stats;
+}
+
+absl::StatusOr<PullStats> InProcessClient::Pull(int64_t clock, bool no_wait,
+                                                absl::Span<float> params) {
+  RETURN_IF_ERROR(BeginCall(&counts_->pulls));
+  return PullRanges(clock, no_wait, params, WholeRanges(), nullptr);
+}
+
+absl::StatusOr<PushStats> InProcessClient::Push(int64_t clock,
+                                                const std::vector<int64_t>& base_versions,
+                                                int /*num_samples*/,
+                                                absl::Span<const float> gradient) {
+  RETURN_IF_ERROR(BeginCall(&counts_->pushes));
+  const int push = ++push_calls_;
+  ASSIGN_OR_RETURN(PushStats stats, PushRanges(clock, base_versions, gradient, WholeRanges()));
+  if (faults_ != nullptr && push == faults_->drop_push_reply.load()) {
+    return PushRanges(clock, base_versions, gradient, WholeRanges());  // the retry's answer
+  }
+  return stats;
+}
+
+absl::StatusOr<PushPullStats> InProcessClient::PushPull(
+    int64_t clock, const std::vector<int64_t>& base_versions, int /*num_samples*/,
+    absl::Span<const float> gradient, int64_t pull_clock, absl::Span<float> params) {
+  RETURN_IF_ERROR(BeginCall(&counts_->push_pulls));
+  const int push = ++push_calls_;
+  PushPullStats stats;
+  ASSIGN_OR_RETURN(stats.pushed, PushRanges(clock, base_versions, gradient, WholeRanges()));
+  if (faults_ != nullptr && push == faults_->drop_push_reply.load()) {
+    ASSIGN_OR_RETURN(stats.pushed, PushRanges(clock, base_versions, gradient, WholeRanges()));
+  }
+  ASSIGN_OR_RETURN(stats.pulled,
+                   PullRanges(pull_clock, /*no_wait=*/false, params, WholeRanges(), nullptr));
+  return stats;
+}
+
+namespace {
+
+// `parts` cut at the shards' boundaries: (shard, piece) in part order, and each piece's part.
+void CutParts(absl::Span<const KeyRange> parts, const std::vector<std::pair<int, KeyRange>>& whole,
+              std::vector<std::pair<int, KeyRange>>* pieces, std::vector<size_t>* part_of) {
+  for (size_t p = 0; p < parts.size(); ++p) {
+    for (const auto& [s, range] : whole) {
+      const KeyRange piece{std::max(parts[p].begin, range.begin),
+                           std::min(parts[p].end, range.end)};
+      if (piece.size() <= 0) continue;
+      pieces->emplace_back(s, piece);
+      part_of->push_back(p);
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<PullStats> InProcessClient::PullParts(int64_t clock,
+                                                     absl::Span<const KeyRange> parts,
+                                                     absl::Span<float> params,
+                                                     const std::function<void(size_t)>& on_part) {
+  RETURN_IF_ERROR(BeginCall(&counts_->pull_parts));
+  std::vector<std::pair<int, KeyRange>> pieces;
+  std::vector<size_t> part_of;
+  CutParts(parts, WholeRanges(), &pieces, &part_of);
+  // A part has arrived once its last piece has (pieces come in part order).
+  return PullRanges(clock, /*no_wait=*/false, params, pieces, [&](size_t i) {
+    if ((i + 1 == pieces.size() || part_of[i + 1] != part_of[i]) && on_part) on_part(part_of[i]);
+  });
+}
+
+absl::StatusOr<PushStats> InProcessClient::PushParts(int64_t clock,
+                                                     const std::vector<int64_t>& base_versions,
+                                                     int /*num_samples*/,
+                                                     absl::Span<const float> gradient,
+                                                     absl::Span<const KeyRange> parts) {
+  RETURN_IF_ERROR(BeginCall(&counts_->push_parts));
+  std::vector<std::pair<int, KeyRange>> pieces;
+  std::vector<size_t> part_of;
+  CutParts(parts, WholeRanges(), &pieces, &part_of);
+  return PushRanges(clock, base_versions, gradient, pieces);
+}
+
+absl::StatusOr<std::vector<ShardReport>> InProcessClient::Status() {
+  std::vector<ShardReport> reports;
+  for (Shard* shard : shards_) {
+    const ShardStatus st = shard->GetStatus();
+    ShardReport rep;
+    rep.shard_id = st.shard_id;
+    rep.mode = st.mode;
+    rep.staleness_bound = st.staleness_bound;
+    rep.initialized = st.initialized;
+    rep.range = st.range;
+    rep.version = st.version;
+    rep.min_clock = st.min_clock;
+    rep.rejected_nonfinite = st.rejected_nonfinite;
+    rep.incarnation = shard->options().incarnation;
+    rep.restored_version = st.restored_version;
+    rep.pushes_accepted = st.pushes_accepted;
+    rep.pushes_duplicate = st.pushes_duplicate;
+    rep.pieces_received = st.pieces_received;
+    rep.finished_at_restore = st.finished_at_restore;
+    rep.decay_updates = st.decay_updates;
+    rep.finished_job_rerun = st.finished_job_rerun;
+    for (const WorkerStatusInfo& w : st.workers) {
+      ShardReport::Worker out;
+      out.rank = w.rank;
+      out.clock = w.clock;
+      out.state = WorkerStateName(w.state);
+      out.dropped = w.dropped;
+      out.late = w.late;
+      out.planned_steps = w.plan.steps;
+      out.samples_per_step = w.plan.samples_per_step;
+      out.skipped_steps = w.skipped_steps;
+      rep.workers.push_back(std::move(out));
+    }
+    reports.push_back(std::move(rep));
+  }
+  return reports;
+}
+
+}  // namespace ps
