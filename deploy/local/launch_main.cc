@@ -35,6 +35,7 @@
 #include "common/workload_flags.h"
 #include "deploy/local/child_processes.h"
 #include "nlohmann/json.hpp"
+#include "worker/worker_flags.h"
 
 ABSL_DECLARE_FLAG(int64_t, effective_batch);
 ABSL_DECLARE_FLAG(int64_t, base_batch);
@@ -44,7 +45,6 @@ ABSL_FLAG(int32_t, shards, 2, "Number of ps_server shards.");
 ABSL_FLAG(int32_t, workers, 2, "Number of ps_worker processes.");
 ABSL_FLAG(std::string, mode, "bsp", "Consistency mode: bsp, ssp or asp.");
 ABSL_FLAG(int32_t, staleness, 0, "SSP staleness bound s.");
-ABSL_FLAG(std::string, device, "cpu", "Workers' compute device: cpu, cuda or cuda:N.");
 ABSL_FLAG(std::string, update_rule, "plain",
           "Stale gradients on the shards: plain, staleness_lr, dc_asgd or drop.");
 ABSL_FLAG(double, dc_lambda, 0.04, "DC-ASGD's lambda.");
@@ -53,14 +53,8 @@ ABSL_FLAG(int32_t, backup_workers, 0, "BSP: rounds apply without this many slowe
 ABSL_FLAG(std::vector<std::string>, straggler, {},
           "RANK:FACTOR makes every step of that worker take FACTOR times its normal time; "
           "repeatable, or comma-separated.");
-ABSL_FLAG(std::string, jitter, "",
-          "PROBABILITY:FACTOR for every worker: each step, with that probability, takes FACTOR "
-          "times the normal step time (seeded).");
 ABSL_FLAG(std::vector<std::string>, pause, {},
           "RANK:STEP:SECONDS pauses that worker once after STEP; repeatable.");
-ABSL_FLAG(int64_t, eval_every, 0,
-          "Rank 0 also measures test accuracy every this many steps (\"eval\" lines in "
-          "worker-0.jsonl: accuracy against time and updates).");
 ABSL_FLAG(std::string, metrics_dir, "",
           "Where summary.json and the per-worker JSON lines go (default runs/<time>).");
 ABSL_FLAG(std::string, bin_dir, "",
@@ -71,8 +65,6 @@ ABSL_FLAG(bool, record_updates, false,
 ABSL_FLAG(bool, save_weights, false,
           "Also write the final weights as raw float32 to <metrics_dir>/weights.f32.");
 ABSL_FLAG(int64_t, lease_ms, 10000, "Worker lease on the shards.");
-ABSL_FLAG(double, max_seconds, 0,
-          "Workers stop after this many seconds of training (0: run every epoch).");
 ABSL_FLAG(bool, restart_workers, false,
           "Restart a worker that dies (after --restart_delay_s, at the same rank): it registers "
           "again and resumes from the clock the shards hold.");
@@ -93,30 +85,6 @@ ABSL_FLAG(std::string, token_file, "",
 ABSL_FLAG(bool, allow_plaintext_token, false, "Allow --token_file without TLS.");
 ABSL_FLAG(int32_t, fault_drop_push_reply_every, 0,
           "Fault injection: shards drop the reply of every Nth accepted push (0: off).");
-ABSL_FLAG(bool, fault_duplicate_pushes, false,
-          "Fault injection: workers send every push twice and check the second is a duplicate.");
-ABSL_FLAG(std::string, push_encoding, "f32",
-          "Gradients on the wire: f32, bf16, fp16 or topk (passed to every worker).");
-ABSL_FLAG(double, topk_ratio, 0.01, "--push_encoding topk: share of elements sent per step.");
-ABSL_FLAG(std::string, pull_encoding, "f32", "Weights on the wire: f32, bf16 or fp16.");
-ABSL_FLAG(bool, overlap, false,
-          "SSP/ASP workers pull the next step's weights while they compute (passed on).");
-ABSL_FLAG(bool, async_push, false,
-          "SSP/ASP workers push each step while the next one computes (passed on).");
-ABSL_FLAG(bool, push_pull, true,
-          "Workers push a step and pull the next in one round trip per shard (passed on).");
-ABSL_FLAG(bool, priority, false,
-          "Workers pull and push layer by layer, in the order forward and backward need them "
-          "(passed on).");
-ABSL_FLAG(double, chunk_mib, 0,
-          "Workers send each shard's range in calls of at most this many MiB (passed on).");
-ABSL_FLAG(int32_t, connections, 1, "Workers' TCP connections per shard (passed on).");
-ABSL_FLAG(bool, shared_memory, true,
-          "Workers move payloads through shared memory with the shards (passed on to both); "
-          "false: every payload in the gRPC messages.");
-ABSL_FLAG(int64_t, priority_min_part, 16384,
-          "--priority: a layer with fewer parameters travels with the layer before it (passed "
-          "on).");
 ABSL_FLAG(bool, serve_metrics, false,
           "Every shard and worker serves Prometheus metrics on a free port, written to "
           "<metrics_dir>/<name>.metrics_port.");
@@ -318,6 +286,8 @@ int main(int argc, char** argv) {
        "lr_schedule", "decay_updates", "base_batch", "effective_batch"});
   // What is trained, passed on to every worker (and to ps_replay) by name.
   const std::vector<std::string> workload_args = ps::ForwardedFlags(ps::WorkloadFlagNames());
+  // The schedule, transport, device, evaluation, time budget and jitter of every worker.
+  const std::vector<std::string> worker_args = ps::ForwardedFlags(ps::WorkerFlagNames());
 
   // Signals arrive on a descriptor polled with the children's output.
   ps::SignalPipe signals;
@@ -431,24 +401,9 @@ int main(int argc, char** argv) {
         absl::StrCat("--rank=", r),
         absl::StrCat("--num_workers=", workers),
         absl::StrCat("--slowdown=", slowdown[r]),
-        absl::StrCat("--jitter=", absl::GetFlag(FLAGS_jitter)),
         absl::StrCat("--pause=", pause[r]),
-        absl::StrCat("--device=", absl::GetFlag(FLAGS_device)),
-        absl::StrCat("--eval_every=", absl::GetFlag(FLAGS_eval_every)),
-        absl::StrCat("--metrics_file=", metrics_dir, "/worker-", r, ".jsonl"),
-        absl::StrCat("--fault_duplicate_pushes=", absl::GetFlag(FLAGS_fault_duplicate_pushes)),
-        absl::StrCat("--push_encoding=", absl::GetFlag(FLAGS_push_encoding)),
-        absl::StrCat("--topk_ratio=", absl::GetFlag(FLAGS_topk_ratio)),
-        absl::StrCat("--pull_encoding=", absl::GetFlag(FLAGS_pull_encoding)),
-        absl::StrCat("--overlap=", absl::GetFlag(FLAGS_overlap)),
-        absl::StrCat("--priority=", absl::GetFlag(FLAGS_priority)),
-        absl::StrCat("--async_push=", absl::GetFlag(FLAGS_async_push)),
-        absl::StrCat("--push_pull=", absl::GetFlag(FLAGS_push_pull)),
-        absl::StrCat("--priority_min_part=", absl::GetFlag(FLAGS_priority_min_part)),
-        absl::StrCat("--chunk_mib=", absl::GetFlag(FLAGS_chunk_mib)),
-        absl::StrCat("--connections=", absl::GetFlag(FLAGS_connections)),
-        absl::StrCat("--shared_memory=", absl::GetFlag(FLAGS_shared_memory)),
-        absl::StrCat("--max_seconds=", absl::GetFlag(FLAGS_max_seconds))};
+        absl::StrCat("--metrics_file=", metrics_dir, "/worker-", r, ".jsonl")};
+    args.insert(args.end(), worker_args.begin(), worker_args.end());
     args.insert(args.end(), model_args.begin(), model_args.end());
     const std::vector<std::string> metrics = MetricsArgs(metrics_dir, absl::StrCat("worker-", r));
     args.insert(args.end(), metrics.begin(), metrics.end());

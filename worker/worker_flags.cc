@@ -1,0 +1,69 @@
+#include "worker/worker_flags.h"
+
+#include "absl/flags/flag.h"
+
+ABSL_FLAG(std::string, device, "cpu", "Compute device: cpu, cuda or cuda:N.");
+ABSL_FLAG(bool, overlap, false,
+          "SSP/ASP: pull the next step's weights while this step computes and pushes (hides "
+          "communication; adds up to one update of staleness). Ignored under BSP.");
+ABSL_FLAG(bool, async_push, false,
+          "SSP/ASP: push each step's gradient on another thread while the next step pulls and "
+          "computes (adds up to one update of staleness). Ignored under BSP.");
+ABSL_FLAG(bool, push_pull, true,
+          "Push each step's gradient and pull the next step's weights in one round trip per "
+          "shard (steps that run one after another: not with --overlap, --async_push or "
+          "--priority). Same results; false: two calls.");
+ABSL_FLAG(bool, priority, false,
+          "Priority scheduling, any mode: pull weights layer by layer, first layer first, and "
+          "start each layer's forward as soon as its weights arrived; push each layer's gradient "
+          "as soon as backward produced it, last layer first. Not with --overlap or injected "
+          "delays.");
+ABSL_FLAG(int64_t, priority_min_part, 16384,
+          "--priority: a layer with fewer parameters travels with the layer before it (0: one "
+          "part per layer; the first layer always travels alone).");
+ABSL_FLAG(std::string, push_encoding, "f32",
+          "How gradients travel: f32, bf16, fp16, or topk (top-k sparsification with error "
+          "feedback, keeping --topk_ratio of each shard's elements per step).");
+ABSL_FLAG(double, topk_ratio, 0.01, "--push_encoding topk: share of elements sent per step.");
+ABSL_FLAG(std::string, pull_encoding, "f32", "How weights travel: f32, bf16 or fp16.");
+ABSL_FLAG(double, chunk_mib, 0,
+          "Large slices: each shard's range travels in calls of at most this many MiB, all in "
+          "flight together (0: one call per shard). 4 doubled 64 MiB pulls here. The shard stages "
+          "the chunks of a push, a slice per worker that sends them.");
+ABSL_FLAG(int32_t, connections, 1, "TCP connections per shard over which the chunks spread.");
+ABSL_FLAG(bool, shared_memory, true,
+          "Move gradients and weights through shared memory with the shards on this host (the "
+          "calls stay gRPC); shards elsewhere, or that refuse it, get them in the messages.");
+ABSL_FLAG(bool, fault_duplicate_pushes, false,
+          "Fault injection for tests: send every push twice and fail unless the second comes "
+          "back as a duplicate from every shard.");
+ABSL_FLAG(int64_t, eval_every, 0,
+          "Rank 0 also measures test accuracy every this many steps (0: only at epoch ends).");
+ABSL_FLAG(double, max_seconds, 0,
+          "Stop training successfully after this many seconds (0: run every epoch).");
+ABSL_FLAG(std::string, jitter, "",
+          "PROBABILITY:FACTOR: each step, with that probability, takes FACTOR times the normal "
+          "step time (seeded by --seed, rank and step).");
+
+namespace ps {
+
+std::vector<std::string> WorkerFlagNames() {
+  return {"device",
+          "overlap",
+          "async_push",
+          "push_pull",
+          "priority",
+          "priority_min_part",
+          "push_encoding",
+          "topk_ratio",
+          "pull_encoding",
+          "chunk_mib",
+          "connections",
+          "shared_memory",
+          "fault_duplicate_pushes",
+          "eval_every",
+          "max_seconds",
+          "jitter"};
+}
+
+}  // namespace ps

@@ -1,0 +1,39 @@
+#ifndef PS_WORKER_WORKER_FLAGS_H_
+#define PS_WORKER_WORKER_FLAGS_H_
+
+// The flags of ps_worker that ps_launch also takes and passes on to its workers by name (see
+// ForwardedFlags): defined once, here. The schedule (--overlap, --async_push, --push_pull,
+// --priority, --priority_min_part), the transport (--push_encoding, --topk_ratio,
+// --pull_encoding, --chunk_mib, --connections, --shared_memory), the device, evaluation and time
+// budget, jitter, and a fault switch for tests. For main() files only.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/flags/declare.h"
+
+ABSL_DECLARE_FLAG(std::string, device);
+ABSL_DECLARE_FLAG(bool, overlap);
+ABSL_DECLARE_FLAG(bool, async_push);
+ABSL_DECLARE_FLAG(bool, push_pull);
+ABSL_DECLARE_FLAG(bool, priority);
+ABSL_DECLARE_FLAG(int64_t, priority_min_part);
+ABSL_DECLARE_FLAG(std::string, push_encoding);
+ABSL_DECLARE_FLAG(double, topk_ratio);
+ABSL_DECLARE_FLAG(std::string, pull_encoding);
+ABSL_DECLARE_FLAG(double, chunk_mib);
+ABSL_DECLARE_FLAG(int32_t, connections);
+ABSL_DECLARE_FLAG(bool, shared_memory);
+ABSL_DECLARE_FLAG(bool, fault_duplicate_pushes);
+ABSL_DECLARE_FLAG(int64_t, eval_every);
+ABSL_DECLARE_FLAG(double, max_seconds);
+ABSL_DECLARE_FLAG(std::string, jitter);
+namespace ps {
+
+// The names above, for a launcher that passes them on.
+std::vector<std::string> WorkerFlagNames();
+
+}  // namespace ps
+
+#endif  // PS_WORKER_WORKER_FLAGS_H_
