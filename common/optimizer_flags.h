@@ -4,6 +4,9 @@
 // The optimizer's command-line flags, shared by the binaries that run an optimizer (ps_server
 // and ps_replay) so that both read them the same way. For main() files only.
 
+#include <string>
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "common/optimizer.h"
 
@@ -12,6 +15,9 @@ namespace ps {
 // --optimizer --lr --momentum --beta1 --beta2 --epsilon --weight_decay --warmup_updates
 // --lr_schedule --decay_updates --base_batch --effective_batch, validated.
 absl::StatusOr<OptimizerOptions> OptimizerOptionsFromFlags();
+
+// The names above, for a launcher that passes them on.
+std::vector<std::string> OptimizerFlagNames();
 
 }  // namespace ps
 

@@ -7,6 +7,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "common/cli.h"
+#include "common/log_flags.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/optimizer_flags.h"
@@ -14,6 +15,7 @@
 #include "common/security_flags.h"
 #include "common/shutdown_signal.h"
 #include "server/shard_metrics.h"
+#include "server/server_flags.h"
 #include "server/shard_server.h"
 #include "spdlog/spdlog.h"
 
@@ -26,37 +28,17 @@ ABSL_FLAG(int32_t, port, 0, "TCP port; 0 picks a free one (see --port_file).");
 ABSL_FLAG(std::string, port_file, "",
           "If set, the bound port is written to this file (atomically) once serving.");
 ABSL_FLAG(int32_t, num_workers, 1, "Number of workers in the job (ranks 0..num_workers-1).");
-ABSL_FLAG(std::string, mode, "bsp", "Consistency mode: bsp, ssp or asp.");
-ABSL_FLAG(int32_t, staleness, 0, "SSP bound s: a pull for step c waits until min clock >= c-s.");
-ABSL_FLAG(std::string, update_rule, "plain",
-          "Stale gradients (SSP/ASP): plain, staleness_lr (lr / (staleness + 1)), dc_asgd (delay "
-          "compensation, --dc_lambda) or drop (refuse staleness > --drop_above).");
-ABSL_FLAG(double, dc_lambda, 0.04, "DC-ASGD's lambda.");
-ABSL_FLAG(int64_t, drop_above, 4, "--update_rule drop: the largest staleness still applied.");
-ABSL_FLAG(int32_t, backup_workers, 0,
-          "BSP: apply each round once all but this many workers have pushed; later pushes of "
-          "the round are counted, not applied.");
 ABSL_FLAG(std::string, record_updates, "",
           "Append every gradient applied on its own (SSP, ASP) to this file, in apply order, "
           "for ps_replay.");
-ABSL_FLAG(int64_t, lease_ms, 10000, "A worker silent this long leaves the barrier set.");
 ABSL_FLAG(int32_t, max_message_mb, 256, "Largest gRPC message accepted or sent, in MiB.");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "Folder of this shard's checkpoints: the newest intact one is restored at start, new "
           "ones are written as --checkpoint_every/--checkpoint_seconds say and at SIGTERM.");
 ABSL_FLAG(int32_t, checkpoint_keep, 3, "Checkpoints kept in --checkpoint_dir.");
-ABSL_FLAG(int64_t, checkpoint_every, 0,
-          "Checkpoint every this many updates (0: not by count). Under BSP every shard then "
-          "checkpoints at the same clock: a consistent cut.");
-ABSL_FLAG(double, checkpoint_seconds, 0,
-          "SSP/ASP: also checkpoint every this many seconds when the version moved (0: never).");
-ABSL_FLAG(int32_t, fault_drop_push_reply_every, 0,
-          "Fault injection for tests: answer every Nth accepted push with UNAVAILABLE, as if "
-          "the reply were lost (0: off).");
 ABSL_FLAG(bool, shared_memory, true,
           "Let workers on this host move gradients and weights through shared memory instead of "
           "the gRPC messages (the calls stay gRPC). A worker elsewhere uses gRPC.");
-ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn or error.");
 ABSL_FLAG(int32_t, metrics_port, -1,
           "Serve Prometheus metrics at http://<--metrics_host>:PORT/metrics (0: a free port, "
           "see --metrics_port_file; -1: off).");

@@ -16,6 +16,7 @@
 #include "common/dataset.h"
 #include "common/job_flags.h"
 #include "common/json_lines.h"
+#include "common/log_flags.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/model.h"
@@ -52,7 +53,6 @@ ABSL_FLAG(int32_t, wait_for_job_s, 0,
           "--evaluate: first wait up to this many seconds until no worker can add to the result "
           "(each has pushed all its steps or is gone); 0: evaluate at once.");
 ABSL_FLAG(int32_t, register_timeout_s, 60, "Seconds to wait for the servers to come up.");
-ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn or error.");
 ABSL_FLAG(int32_t, call_timeout_s, 30, "Deadline of a Register, Init, Push or status call.");
 ABSL_FLAG(int32_t, pull_timeout_s, 600, "Deadline of a pull (it may wait for slow workers).");
 ABSL_FLAG(int32_t, retry_s, 0,

@@ -1,0 +1,241 @@
+#include "deploy/local/cluster_spec.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/cli.h"
+#include "common/job_flags.h"
+#include "common/log_flags.h"
+#include "common/optimizer_flags.h"
+#include "common/status_macros.h"
+#include "server/server_flags.h"
+#include "worker/worker_flags.h"
+
+ABSL_DECLARE_FLAG(int64_t, effective_batch);
+
+ABSL_FLAG(int32_t, shards, 2, "Number of ps_server shards.");
+ABSL_FLAG(int32_t, workers, 2, "Number of ps_worker processes.");
+ABSL_FLAG(std::vector<std::string>, straggler, {},
+          "RANK:FACTOR makes every step of that worker take FACTOR times its normal time; "
+          "repeatable, or comma-separated.");
+ABSL_FLAG(std::vector<std::string>, pause, {},
+          "RANK:STEP:SECONDS pauses that worker once after STEP; repeatable.");
+ABSL_FLAG(std::string, metrics_dir, "",
+          "Where summary.json and the per-worker JSON lines go (default runs/<time>).");
+ABSL_FLAG(std::string, bin_dir, "",
+          "Folder of ps_server and ps_worker (default: beside ps_launch).");
+ABSL_FLAG(bool, record_updates, false,
+          "Shards record the order they apply gradients in (<metrics_dir>/ps-N.updates), and "
+          "<metrics_dir>/replay.cmd holds the ps_replay command that reproduces the run.");
+ABSL_FLAG(bool, save_weights, false,
+          "Also write the final weights as raw float32 to <metrics_dir>/weights.f32.");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Shard checkpoints go to <dir>/ps-N (restored from there at start): see ps_server.");
+ABSL_FLAG(std::string, tls_dir, "",
+          "Mutual TLS: a folder made by scripts/make_test_certs.sh (ca.pem, server.pem/.key, "
+          "client.pem/.key); the shards require client certificates.");
+ABSL_FLAG(std::string, token_file, "",
+          "Cluster token file for every call (needs --tls_dir, or --allow_plaintext_token).");
+ABSL_FLAG(bool, allow_plaintext_token, false, "Allow --token_file without TLS.");
+ABSL_FLAG(bool, serve_metrics, false,
+          "Every shard and worker serves Prometheus metrics on a free port, written to "
+          "<metrics_dir>/<name>.metrics_port.");
+
+namespace ps {
+
+namespace {
+
+std::string SelfDir() {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : exe.parent_path().string();
+}
+
+// --straggler RANK:FACTOR and --pause RANK:STEP:SECONDS, per rank.
+absl::Status ParseWorkerFaults(ClusterSpec* spec) {
+  spec->slowdown.assign(spec->workers, 1.0);
+  for (const std::string& s : absl::GetFlag(FLAGS_straggler)) {
+    std::vector<std::string> parts = absl::StrSplit(s, ':');
+    int rank = -1;
+    double factor = 0.0;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &rank) ||
+        !absl::SimpleAtod(parts[1], &factor) || rank < 0 || rank >= spec->workers || factor < 1.0) {
+      return absl::InvalidArgumentError(absl::StrCat("--straggler '", s,
+                                                     "' must be RANK:FACTOR with 0 <= RANK < ",
+                                                     spec->workers, " and FACTOR >= 1"));
+    }
+    spec->slowdown[rank] = factor;
+  }
+  spec->pause.assign(spec->workers, "");
+  for (const std::string& p : absl::GetFlag(FLAGS_pause)) {
+    std::vector<std::string> parts = absl::StrSplit(p, absl::MaxSplits(':', 1));
+    int rank = -1;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &rank) || rank < 0 ||
+        rank >= spec->workers) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--pause '", p, "' must be RANK:STEP:SECONDS with 0 <= RANK < ", spec->workers));
+    }
+    spec->pause[rank] = parts[1];  // STEP:SECONDS, checked by the worker
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MakeRunDir(ClusterSpec* spec) {
+  spec->run_dir = absl::GetFlag(FLAGS_metrics_dir);
+  if (spec->run_dir.empty()) {
+    spec->run_dir = absl::StrCat(
+        "runs/", absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone()));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(spec->run_dir, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot create --metrics_dir ", spec->run_dir, ": ", ec.message()));
+  }
+  spec->bin_dir = absl::GetFlag(FLAGS_bin_dir).empty() ? SelfDir() : absl::GetFlag(FLAGS_bin_dir);
+  for (const char* binary : {"ps_server", "ps_worker"}) {
+    const std::string path = absl::StrCat(spec->bin_dir, "/", binary);
+    if (access(path.c_str(), X_OK) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, " is missing or not executable (see --bin_dir)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The TLS and token flags for a server (is_server) or a client.
+std::vector<std::string> SecurityArgs(bool is_server) {
+  std::vector<std::string> args;
+  const std::string dir = absl::GetFlag(FLAGS_tls_dir);
+  if (!dir.empty()) {
+    const std::string who = is_server ? "server" : "client";
+    args.push_back(absl::StrCat("--tls_cert=", dir, "/", who, ".pem"));
+    args.push_back(absl::StrCat("--tls_key=", dir, "/", who, ".key"));
+    args.push_back(absl::StrCat("--tls_ca=", dir, "/ca.pem"));
+  }
+  if (!absl::GetFlag(FLAGS_token_file).empty()) {
+    args.push_back("--token_file=" + absl::GetFlag(FLAGS_token_file));
+  }
+  if (absl::GetFlag(FLAGS_allow_plaintext_token)) args.push_back("--allow_plaintext_token");
+  return args;
+}
+
+// The /metrics flags of child `name` when --serve_metrics is on.
+std::vector<std::string> MetricsArgs(const ClusterSpec& spec, const std::string& name) {
+  if (!absl::GetFlag(FLAGS_serve_metrics)) return {};
+  return {"--metrics_port=0", "--metrics_host=127.0.0.1",
+          absl::StrCat("--metrics_port_file=", spec.RunFile(name + ".metrics_port"))};
+}
+
+void Append(std::vector<std::string>* to, const std::vector<std::string>& more) {
+  to->insert(to->end(), more.begin(), more.end());
+}
+
+}  // namespace
+
+absl::StatusOr<ClusterSpec> ClusterSpecFromFlags() {
+  ClusterSpec spec;
+  spec.shards = absl::GetFlag(FLAGS_shards);
+  spec.workers = absl::GetFlag(FLAGS_workers);
+  if (spec.shards < 1 || spec.workers < 1) {
+    return absl::InvalidArgumentError("--shards and --workers must be >= 1");
+  }
+  RETURN_IF_ERROR(ParseWorkerFaults(&spec));
+  RETURN_IF_ERROR(MakeRunDir(&spec));
+  spec.record_updates = absl::GetFlag(FLAGS_record_updates);
+  ASSIGN_OR_RETURN(spec.workload, WorkloadFromFlags());
+  // Samples behind one update of a shard: the whole global batch under BSP, one worker's push
+  // otherwise. The linear scaling rule scales the learning rate by it. A cosine schedule's end
+  // (--decay_updates 0) is the shards' to find: the run's last update, from the work the workers
+  // declare.
+  spec.bsp = absl::GetFlag(FLAGS_mode) == "bsp";
+  spec.per_push = int64_t{spec.workload.batch_size} * spec.workload.accumulate;
+  spec.update_batch = spec.bsp ? spec.per_push * spec.workers : spec.per_push;
+  if (absl::GetFlag(FLAGS_effective_batch) == 0) {
+    absl::SetFlag(&FLAGS_effective_batch, spec.update_batch);
+  }
+  ASSIGN_OR_RETURN(spec.optimizer, OptimizerOptionsFromFlags());
+  // Work the job must do: a run cut short on purpose (--max_seconds), or with backup workers
+  // (whose late pushes are left out by design), skips some by design.
+  ASSIGN_OR_RETURN(spec.require_all_work,
+                   RequireAllWorkFromFlags(spec.bsp && absl::GetFlag(FLAGS_max_seconds) == 0 &&
+                                           absl::GetFlag(FLAGS_backup_workers) == 0));
+  spec.optimizer_flags = ForwardedFlags(OptimizerFlagNames());
+  spec.workload_flags = ForwardedFlags(WorkloadFlagNames());
+  spec.shard_flags = ForwardedFlags(ServerFlagNames());
+  spec.worker_flags = ForwardedFlags(WorkerFlagNames());
+  return spec;
+}
+
+std::vector<std::string> ShardCommand(const ClusterSpec& spec, int shard,
+                                      const std::string& port_file) {
+  const std::string checkpoint_root = absl::GetFlag(FLAGS_checkpoint_dir);
+  std::vector<std::string> args = {
+      spec.bin_dir + "/ps_server",
+      absl::StrCat("--shard_id=", shard),
+      absl::StrCat("--num_shards=", spec.shards),
+      absl::StrCat("--num_workers=", spec.workers),
+      "--host=127.0.0.1",
+      "--port=0",
+      absl::StrCat("--port_file=", port_file),
+      absl::StrCat("--record_updates=",
+                   spec.record_updates ? spec.RunFile(absl::StrCat("ps-", shard, ".updates")) : ""),
+      absl::StrCat("--checkpoint_dir=",
+                   checkpoint_root.empty() ? "" : absl::StrCat(checkpoint_root, "/ps-", shard)),
+      absl::StrCat("--shared_memory=", absl::GetFlag(FLAGS_shared_memory)),
+      absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))};
+  Append(&args, spec.shard_flags);
+  Append(&args, spec.optimizer_flags);
+  Append(&args, MetricsArgs(spec, absl::StrCat("ps-", shard)));
+  Append(&args, SecurityArgs(/*is_server=*/true));
+  return args;
+}
+
+namespace {
+
+// What every ps_worker process of the job gets, training or evaluating.
+std::vector<std::string> WorkerProcessArgs(const ClusterSpec& spec, const std::string& servers) {
+  std::vector<std::string> args = {absl::StrCat("--servers=", servers),
+                                   absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))};
+  Append(&args, spec.workload_flags);
+  Append(&args, SecurityArgs(/*is_server=*/false));
+  return args;
+}
+
+}  // namespace
+
+std::vector<std::string> WorkerCommand(const ClusterSpec& spec, int rank,
+                                       const std::string& servers) {
+  std::vector<std::string> args = {
+      spec.bin_dir + "/ps_worker",
+      absl::StrCat("--rank=", rank),
+      absl::StrCat("--num_workers=", spec.workers),
+      absl::StrCat("--slowdown=", spec.slowdown[rank]),
+      absl::StrCat("--pause=", spec.pause[rank]),
+      absl::StrCat("--metrics_file=", spec.RunFile(absl::StrCat("worker-", rank, ".jsonl")))};
+  Append(&args, spec.worker_flags);
+  Append(&args, WorkerProcessArgs(spec, servers));
+  Append(&args, MetricsArgs(spec, absl::StrCat("worker-", rank)));
+  return args;
+}
+
+std::vector<std::string> EvaluationCommand(const ClusterSpec& spec, const std::string& servers,
+                                           const std::string& summary_out) {
+  std::vector<std::string> args = {spec.bin_dir + "/ps_worker", "--evaluate",
+                                   absl::StrCat("--summary_out=", summary_out)};
+  Append(&args, WorkerProcessArgs(spec, servers));
+  args.push_back(absl::StrCat("--require_all_work=", spec.require_all_work ? "true" : "false"));
+  if (absl::GetFlag(FLAGS_save_weights)) {
+    args.push_back(absl::StrCat("--weights_out=", spec.RunFile("weights.f32")));
+  }
+  return args;
+}
+
+}  // namespace ps

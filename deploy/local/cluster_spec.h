@@ -1,0 +1,54 @@
+#ifndef PS_DEPLOY_LOCAL_CLUSTER_SPEC_H_
+#define PS_DEPLOY_LOCAL_CLUSTER_SPEC_H_
+
+// What ps_launch runs, read once from its flags: the cluster's shape, the run folder, the
+// per-worker faults it injects, and the command line of every child. The flags of the binaries
+// (the shards', the workers', the workload's, the optimizer's) are theirs, defined once; the
+// launcher passes them on by name (ForwardedFlags).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/optimizer.h"
+#include "common/workload_flags.h"
+
+namespace ps {
+
+struct ClusterSpec {
+  int shards = 2;
+  int workers = 2;
+  Workload workload;
+  OptimizerOptions optimizer;  // as the shards will apply it (after linear scaling)
+  bool bsp = true;
+  int64_t per_push = 0;      // samples behind one worker's push: batch x accumulation
+  int64_t update_batch = 0;  // samples behind one shard update: BSP's global batch, else per_push
+  bool require_all_work = true;
+  std::vector<double> slowdown;    // per rank (--straggler)
+  std::vector<std::string> pause;  // per rank, STEP:SECONDS or empty (--pause)
+  std::string run_dir;             // --metrics_dir, or runs/<time>; created
+  std::string bin_dir;             // where ps_server and ps_worker are
+  bool record_updates = false;     // shards record their update order (replay.cmd replays it)
+  // Flags passed on by name: to every shard, to every worker, and both.
+  std::vector<std::string> shard_flags, worker_flags, optimizer_flags, workload_flags;
+
+  std::string RunFile(const std::string& name) const { return run_dir + "/" + name; }
+};
+
+// The launcher's flags, checked: INVALID_ARGUMENT naming the flag (the launcher exits 2).
+absl::StatusOr<ClusterSpec> ClusterSpecFromFlags();
+
+// Shard `shard`'s command line; it writes its port to `port_file`.
+std::vector<std::string> ShardCommand(const ClusterSpec& spec, int shard,
+                                      const std::string& port_file);
+// Worker `rank`'s command line, given the shards' addresses ("h:p,h:p").
+std::vector<std::string> WorkerCommand(const ClusterSpec& spec, int rank,
+                                       const std::string& servers);
+// The final evaluation's (ps_worker --evaluate) command line; it writes `summary_out`.
+std::vector<std::string> EvaluationCommand(const ClusterSpec& spec, const std::string& servers,
+                                           const std::string& summary_out);
+
+}  // namespace ps
+
+#endif  // PS_DEPLOY_LOCAL_CLUSTER_SPEC_H_

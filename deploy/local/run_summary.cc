@@ -1,0 +1,136 @@
+#include "deploy/local/run_summary.h"
+
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/data_registry.h"
+#include "server/server_flags.h"
+#include "worker/worker_flags.h"
+
+ABSL_DECLARE_FLAG(double, lr);
+ABSL_DECLARE_FLAG(int64_t, base_batch);
+ABSL_DECLARE_FLAG(std::vector<std::string>, straggler);
+
+namespace ps {
+
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Totals over the "step" lines of a worker's metrics file.
+struct WorkerTotals {
+  int64_t samples = 0;
+  double step_ms = 0;         // whole steps, injected delays included
+  double server_wait_ms = 0;  // of it, pulls held by the shards for consistency
+};
+
+WorkerTotals TotalsOf(const std::string& path) {
+  WorkerTotals t;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || j.value("kind", "") != "step") continue;
+    t.samples += j.value("samples", int64_t{0});
+    t.step_ms += j.value("step_ms", 0.0);
+    t.server_wait_ms += j.value("server_wait_ms", 0.0);
+  }
+  return t;
+}
+
+// The run's configuration, as the shards and workers got it.
+nlohmann::json Configuration(const ClusterSpec& spec) {
+  const OptimizerOptions& o = spec.optimizer;
+  return {{"mode", absl::GetFlag(FLAGS_mode)},
+          {"staleness", absl::GetFlag(FLAGS_staleness)},
+          {"shards", spec.shards},
+          {"workers", spec.workers},
+          {"data", DataSpecText(spec.workload.data)},
+          {"model", spec.workload.model.name},
+          {"epochs", spec.workload.epochs},
+          {"batch_size", spec.workload.batch_size},
+          {"accumulate", spec.workload.accumulate},
+          {"effective_batch", spec.per_push * spec.workers},
+          {"device", absl::GetFlag(FLAGS_device)},
+          {"optimizer", OptimizerKindName(o.kind)},
+          {"lr", absl::GetFlag(FLAGS_lr)},
+          {"lr_effective", o.lr},
+          {"base_batch", absl::GetFlag(FLAGS_base_batch)},
+          {"update_batch", spec.update_batch},
+          {"warmup_updates", o.warmup_updates},
+          {"lr_schedule", o.schedule == LrSchedule::kCosine ? "cosine" : "constant"},
+          {"seed", spec.workload.seed},
+          {"update_rule", absl::GetFlag(FLAGS_update_rule)},
+          {"backup_workers", absl::GetFlag(FLAGS_backup_workers)},
+          {"jitter", absl::GetFlag(FLAGS_jitter)},
+          {"stragglers", absl::StrJoin(absl::GetFlag(FLAGS_straggler), ",")}};
+}
+
+}  // namespace
+
+absl::StatusOr<nlohmann::json> SummarizeRun(const ClusterSpec& spec, const RunOutcome& outcome,
+                                            const std::string& eval_path) {
+  const nlohmann::json eval = nlohmann::json::parse(ReadFile(eval_path), nullptr,
+                                                    /*allow_exceptions=*/false);
+  if (!eval.is_object() || !eval.contains("versions") || !eval["versions"].is_array()) {
+    return absl::DataLossError(absl::StrCat(eval_path, " is malformed"));
+  }
+  // Wait share: the part of each worker's step time its pulls spent held by the shards.
+  int64_t samples = 0;
+  double step_ms = 0, wait_ms = 0;
+  std::vector<double> wait_shares;
+  for (int r = 0; r < spec.workers; ++r) {
+    const WorkerTotals t = TotalsOf(spec.RunFile(absl::StrCat("worker-", r, ".jsonl")));
+    samples += t.samples;
+    step_ms += t.step_ms;
+    wait_ms += t.server_wait_ms;
+    wait_shares.push_back(t.step_ms > 0 ? t.server_wait_ms / t.step_ms : 0.0);
+  }
+  const double wall_s = absl::ToDoubleSeconds(outcome.train_wall);
+  // Updates per second of each shard, from the versions the final evaluation read.
+  std::vector<double> shard_rates;
+  for (const nlohmann::json& v : eval["versions"]) {
+    shard_rates.push_back(v.is_number() ? v.get<double>() / wall_s : 0.0);
+  }
+  nlohmann::json summary = Configuration(spec);
+  // The cosine schedule's end the shards used (the run's last update unless --decay_updates).
+  summary["decay_updates"] = eval.value("decay_updates", int64_t{0});
+  summary["samples"] = samples;
+  summary["samples_per_sec"] = samples / wall_s;
+  summary["wall_seconds"] = wall_s;
+  summary["wait_share"] = step_ms > 0 ? wait_ms / step_ms : 0.0;
+  summary["worker_wait_share"] = wait_shares;
+  summary["shard_updates_per_sec"] = shard_rates;
+  summary["worker_restarts"] = outcome.worker_restarts;
+  summary["shard_restarts"] = outcome.shard_restarts;
+  // eval.json's fields (test_accuracy, final_loss, staleness, the work account, ...) complete it.
+  summary.update(eval);
+  return summary;
+}
+
+absl::Status WriteReplayCommand(const ClusterSpec& spec, int64_t decay_updates) {
+  std::vector<std::string> records;
+  for (int s = 0; s < spec.shards; ++s) {
+    records.push_back(spec.RunFile(absl::StrCat("ps-", s, ".updates")));
+  }
+  std::ofstream cmd(spec.RunFile("replay.cmd"));
+  cmd << spec.bin_dir << "/ps_replay --records=" << absl::StrJoin(records, ",")
+      << " --num_workers=" << spec.workers << " " << absl::StrJoin(spec.workload_flags, " ") << " "
+      << absl::StrJoin(spec.optimizer_flags, " ") << " --decay_updates=" << decay_updates
+      << " --weights_out=" << spec.RunFile("replayed.f32") << "\n";
+  cmd.close();
+  if (!cmd) return absl::DataLossError("cannot write " + spec.RunFile("replay.cmd"));
+  return absl::OkStatus();
+}
+
+}  // namespace ps

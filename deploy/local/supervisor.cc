@@ -1,0 +1,114 @@
+#include "deploy/local/supervisor.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace ps {
+
+namespace {
+
+// Rank 0's progress lines are for the user and shown plain; the rest with the child's name.
+void ShowLine(bool quiet, const std::string& name, const std::string& line) {
+  if (name == "worker-0" && absl::StartsWith(line, "epoch ")) {
+    std::printf("%s\n", line.c_str());
+  } else if (!quiet || absl::StrContains(line, " E ") || absl::StrContains(line, " W ") ||
+             absl::StartsWith(line, "test_accuracy")) {
+    const std::string prefix = "[" + name + "]";
+    std::printf("%s\n",
+                absl::StartsWith(line, prefix) ? line.c_str() : (prefix + " " + line).c_str());
+  }
+  std::fflush(stdout);
+}
+
+absl::Status Interrupted() { return absl::CancelledError("interrupted by a signal"); }
+
+}  // namespace
+
+Supervisor::Supervisor(SupervisorOptions options)
+    : options_(std::move(options)),
+      children_([quiet = options_.quiet](const std::string& name, const std::string& line) {
+        ShowLine(quiet, name, line);
+      }) {}
+
+absl::Status Supervisor::Start(Member& m) {
+  absl::StatusOr<int> id = children_.Start(m.name, m.command);
+  if (!id.ok()) return id.status();
+  m.id = *id;
+  m.restart_at = absl::InfiniteFuture();
+  std::ofstream(absl::StrCat(options_.run_dir, "/", m.name, ".pid")) << children_.pid(*id) << "\n";
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> Supervisor::WaitForPort(const Member& m, const std::string& port_file) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < deadline) {
+    std::ifstream in(port_file);
+    int port = 0;
+    if (in >> port && port > 0) return port;
+    if (!children_.running(m.id)) return 0;
+    if (children_.Poll(absl::Milliseconds(20), signals_.fd())) return Interrupted();
+  }
+  return 0;
+}
+
+absl::Status Supervisor::Supervise(Member& m, bool restartable, bool finished_ok) {
+  if (children_.running(m.id) || finished_ok) return absl::OkStatus();
+  const int code = children_.exit_code(m.id);
+  if (!restartable || code == 2 || m.restarts >= options_.max_restarts) {
+    return absl::AbortedError(absl::StrCat(m.name, " exited with code ", code,
+                                           restartable && code != 2 ? " (restarts used up)" : ""));
+  }
+  if (m.restart_at == absl::InfiniteFuture()) {
+    m.restart_at = absl::Now() + options_.restart_delay;
+    std::printf("ps_launch: %s exited with code %d; restarting it in %.1fs\n", m.name.c_str(), code,
+                absl::ToDoubleSeconds(options_.restart_delay));
+    std::fflush(stdout);
+  } else if (absl::Now() >= m.restart_at) {
+    ++m.restarts;
+    return Start(m);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Supervisor::RunUntilWorkersFinish(std::vector<Member>& shards, bool restart_shards,
+                                               std::vector<Member>& workers, bool restart_workers) {
+  for (;;) {
+    if (children_.Poll(absl::Milliseconds(100), signals_.fd())) return Interrupted();
+    for (Member& m : shards) {
+      if (absl::Status s = Supervise(m, restart_shards, false); !s.ok()) return s;
+    }
+    bool all_done = true;
+    for (Member& m : workers) {
+      const bool ok = !children_.running(m.id) && children_.exit_code(m.id) == 0;
+      if (absl::Status s = Supervise(m, restart_workers, ok); !s.ok()) return s;
+      all_done = all_done && ok;
+    }
+    if (all_done) return absl::OkStatus();
+  }
+}
+
+absl::StatusOr<int> Supervisor::RunToEnd(const std::string& name,
+                                         const std::vector<std::string>& command) {
+  absl::StatusOr<int> id = children_.Start(name, command);
+  if (!id.ok()) return id.status();
+  while (children_.running(*id)) {
+    if (children_.Poll(absl::Milliseconds(200), signals_.fd())) return Interrupted();
+  }
+  return children_.exit_code(*id);
+}
+
+void Supervisor::Hold(absl::Duration duration) {
+  const absl::Time until = absl::Now() + duration;
+  while (absl::Now() < until) {
+    if (children_.Poll(absl::Milliseconds(100), signals_.fd())) {
+      signals_.Read();
+      return;
+    }
+  }
+}
+
+}  // namespace ps

@@ -1,0 +1,71 @@
+#ifndef PS_DEPLOY_LOCAL_SUPERVISOR_H_
+#define PS_DEPLOY_LOCAL_SUPERVISOR_H_
+
+// The launcher's children as a supervisor keeps them: each member is a named command that is
+// started, watched, and restarted when it dies (if the run asks for it), with its pid written to
+// <run_dir>/<name>.pid where tests and users find it. SIGINT and SIGTERM reach the supervisor
+// through a descriptor polled with the children's output: every wait ends early on one.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/shutdown_signal.h"
+#include "deploy/local/child_processes.h"
+
+namespace ps {
+
+struct SupervisorOptions {
+  std::string run_dir;
+  bool quiet = false;  // show only progress lines, warnings and errors of the children
+  absl::Duration restart_delay = absl::Seconds(2);
+  int max_restarts = 5;  // per member
+};
+
+class Supervisor {
+ public:
+  // A child the supervisor keeps running: the command that (re)starts it, its current process
+  // and when a pending restart is due.
+  struct Member {
+    std::string name;
+    std::vector<std::string> command;
+    int id = -1;  // in ChildProcesses
+    int restarts = 0;
+    absl::Time restart_at = absl::InfiniteFuture();  // a restart is pending while finite
+  };
+
+  explicit Supervisor(SupervisorOptions options);
+
+  // Starts (or restarts) `m`.
+  absl::Status Start(Member& m);
+  // Waits for a shard's port file (30 s at most); 0 when the shard died first. CANCELLED on a
+  // signal.
+  absl::StatusOr<int> WaitForPort(const Member& m, const std::string& port_file);
+  // Runs until every worker has exited 0. A member that dies is restarted when its group is
+  // restartable (not after exit code 2, a configuration error a restart cannot fix, and not
+  // beyond max_restarts); any other death is an error naming it. CANCELLED on a signal.
+  absl::Status RunUntilWorkersFinish(std::vector<Member>& shards, bool restart_shards,
+                                     std::vector<Member>& workers, bool restart_workers);
+  // Runs one command to its end and returns its exit code. CANCELLED on a signal.
+  absl::StatusOr<int> RunToEnd(const std::string& name, const std::vector<std::string>& command);
+  // Waits `duration` unless a signal comes first (then it returns early, the signal consumed).
+  void Hold(absl::Duration duration);
+  // Stops every child (SIGTERM, then SIGKILL after a grace period).
+  void StopAll() { children_.StopAll(); }
+  // The signal that ended a wait with CANCELLED (consumed).
+  int TakeSignal() { return signals_.Read(); }
+  int exit_code(const Member& m) const { return children_.exit_code(m.id); }
+
+ private:
+  // An error when `m` failed for good; otherwise schedules or performs its restart.
+  absl::Status Supervise(Member& m, bool restartable, bool finished_ok);
+
+  SupervisorOptions options_;
+  SignalPipe signals_;
+  ChildProcesses children_;
+};
+
+}  // namespace ps
+
+#endif  // PS_DEPLOY_LOCAL_SUPERVISOR_H_

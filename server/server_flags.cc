@@ -1,0 +1,40 @@
+#include "server/server_flags.h"
+
+#include "absl/flags/flag.h"
+
+ABSL_FLAG(std::string, mode, "bsp", "Consistency mode: bsp, ssp or asp.");
+ABSL_FLAG(int32_t, staleness, 0, "SSP bound s: a pull for step c waits until min clock >= c-s.");
+ABSL_FLAG(std::string, update_rule, "plain",
+          "Stale gradients (SSP/ASP): plain, staleness_lr (lr / (staleness + 1)), dc_asgd (delay "
+          "compensation, --dc_lambda) or drop (refuse staleness > --drop_above).");
+ABSL_FLAG(double, dc_lambda, 0.04, "DC-ASGD's lambda.");
+ABSL_FLAG(int64_t, drop_above, 4, "--update_rule drop: the largest staleness still applied.");
+ABSL_FLAG(int32_t, backup_workers, 0,
+          "BSP: apply each round once all but this many workers have pushed; later pushes of "
+          "the round are counted, not applied.");
+ABSL_FLAG(int64_t, lease_ms, 10000, "A worker silent this long leaves the barrier set.");
+ABSL_FLAG(int64_t, checkpoint_every, 0,
+          "Checkpoint every this many updates (0: not by count). Under BSP every shard then "
+          "checkpoints at the same clock: a consistent cut.");
+ABSL_FLAG(double, checkpoint_seconds, 0,
+          "SSP/ASP: also checkpoint every this many seconds when the version moved (0: never).");
+ABSL_FLAG(int32_t, fault_drop_push_reply_every, 0,
+          "Fault injection for tests: answer every Nth accepted push with UNAVAILABLE, as if "
+          "the reply were lost (0: off).");
+
+namespace ps {
+
+std::vector<std::string> ServerFlagNames() {
+  return {"mode",
+          "staleness",
+          "update_rule",
+          "dc_lambda",
+          "drop_above",
+          "backup_workers",
+          "lease_ms",
+          "checkpoint_every",
+          "checkpoint_seconds",
+          "fault_drop_push_reply_every"};
+}
+
+}  // namespace ps
