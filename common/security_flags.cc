@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "common/token_flags.h"
 
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain: the server's identity, or the client's for mutual TLS.");
@@ -13,10 +14,6 @@ ABSL_FLAG(std::string, tls_ca, "",
 ABSL_FLAG(std::string, tls_server_name, "",
           "Client: the name the server certificate must carry, when it differs from the host in "
           "--servers.");
-ABSL_FLAG(std::string, token_file, "",
-          "File holding the cluster token; every call must carry it (UNAUTHENTICATED otherwise).");
-ABSL_FLAG(bool, allow_plaintext_token, false,
-          "Allow --token_file without TLS (the token then travels in clear text).");
 
 namespace ps {
 

@@ -7,6 +7,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "common/cli.h"
+#include "common/endpoint_flags.h"
 #include "common/log_flags.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
@@ -31,7 +32,6 @@ ABSL_FLAG(int32_t, num_workers, 1, "Number of workers in the job (ranks 0..num_w
 ABSL_FLAG(std::string, record_updates, "",
           "Append every gradient applied on its own (SSP, ASP) to this file, in apply order, "
           "for ps_replay.");
-ABSL_FLAG(int32_t, max_message_mb, 256, "Largest gRPC message accepted or sent, in MiB.");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "Folder of this shard's checkpoints: the newest intact one is restored at start, new "
           "ones are written as --checkpoint_every/--checkpoint_seconds say and at SIGTERM.");
@@ -39,14 +39,9 @@ ABSL_FLAG(int32_t, checkpoint_keep, 3, "Checkpoints kept in --checkpoint_dir.");
 ABSL_FLAG(bool, shared_memory, true,
           "Let workers on this host move gradients and weights through shared memory instead of "
           "the gRPC messages (the calls stay gRPC). A worker elsewhere uses gRPC.");
-ABSL_FLAG(int32_t, metrics_port, -1,
-          "Serve Prometheus metrics at http://<--metrics_host>:PORT/metrics (0: a free port, "
-          "see --metrics_port_file; -1: off).");
 ABSL_FLAG(int32_t, health_port, -1,
           "Also serve grpc.health.v1 alone, in plaintext, on this port (for probes that cannot "
           "speak TLS; -1: off).");
-ABSL_FLAG(std::string, metrics_host, "0.0.0.0", "Address of the /metrics endpoint.");
-ABSL_FLAG(std::string, metrics_port_file, "", "Write the /metrics port to this file.");
 
 namespace {
 

@@ -16,6 +16,7 @@
 #include "common/dataset.h"
 #include "common/job_flags.h"
 #include "common/json_lines.h"
+#include "common/endpoint_flags.h"
 #include "common/log_flags.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
@@ -58,12 +59,6 @@ ABSL_FLAG(int32_t, pull_timeout_s, 600, "Deadline of a pull (it may wait for slo
 ABSL_FLAG(int32_t, retry_s, 0,
           "Keep retrying UNAVAILABLE answers (a shard restarting) this many seconds; 0: until "
           "the shard is back (the launcher or orchestrator ends a job whose shard is gone).");
-ABSL_FLAG(int32_t, max_message_mb, 256, "Largest gRPC message sent or accepted, in MiB.");
-ABSL_FLAG(int32_t, metrics_port, -1,
-          "Serve Prometheus metrics at http://<--metrics_host>:PORT/metrics (0: a free port, "
-          "see --metrics_port_file; -1: off).");
-ABSL_FLAG(std::string, metrics_host, "0.0.0.0", "Address of the /metrics endpoint.");
-ABSL_FLAG(std::string, metrics_port_file, "", "Write the /metrics port to this file.");
 ABSL_FLAG(bool, overlap_copies, true,
           "--device cuda: copy each layer's weights to the GPU and its gradient back on a second "
           "stream while other layers compute. Same results; false: one copy each way per step.");

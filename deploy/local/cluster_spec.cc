@@ -15,6 +15,7 @@
 #include "common/log_flags.h"
 #include "common/optimizer_flags.h"
 #include "common/status_macros.h"
+#include "common/token_flags.h"
 #include "server/server_flags.h"
 #include "worker/worker_flags.h"
 
@@ -41,9 +42,6 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
 ABSL_FLAG(std::string, tls_dir, "",
           "Mutual TLS: a folder made by scripts/make_test_certs.sh (ca.pem, server.pem/.key, "
           "client.pem/.key); the shards require client certificates.");
-ABSL_FLAG(std::string, token_file, "",
-          "Cluster token file for every call (needs --tls_dir, or --allow_plaintext_token).");
-ABSL_FLAG(bool, allow_plaintext_token, false, "Allow --token_file without TLS.");
 ABSL_FLAG(bool, serve_metrics, false,
           "Every shard and worker serves Prometheus metrics on a free port, written to "
           "<metrics_dir>/<name>.metrics_port.");
