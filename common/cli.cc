@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/parse.h"
@@ -47,6 +48,15 @@ std::vector<std::string> ParseCommandLine(int argc, char** argv, const char* usa
   FlagsFromEnvironment(argc > 0 ? argv[0] : "ps");
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   return std::vector<std::string>(rest.begin() + 1, rest.end());
+}
+
+void ParseFlags(int argc, char** argv, const char* usage) {
+  const std::vector<std::string> rest = ParseCommandLine(argc, argv, usage);
+  if (rest.empty()) return;
+  const std::string program = std::filesystem::path(argc > 0 ? argv[0] : "ps").filename();
+  std::fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", program.c_str(),
+               rest[0].c_str());
+  std::exit(2);
 }
 
 std::vector<std::string> ForwardedFlags(const std::vector<std::string>& names) {

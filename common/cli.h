@@ -18,6 +18,10 @@ namespace ps {
 // Returns the positional arguments after the program name.
 std::vector<std::string> ParseCommandLine(int argc, char** argv, const char* usage);
 
+// ParseCommandLine for a binary that takes flags only: a positional argument exits with code 2
+// and a message naming it.
+void ParseFlags(int argc, char** argv, const char* usage);
+
 // "--NAME=VALUE" for each flag named, with its current value (its default unless set): how a
 // launcher passes flags it shares with the binaries it starts, so each flag keeps one definition
 // and one default. Every name must be a flag linked into this binary (a bug otherwise).

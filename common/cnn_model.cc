@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/layers.h"
 #include "common/model_registry.h"
+#include "common/status_macros.h"
 
 namespace ps {
 
@@ -11,37 +12,25 @@ absl::StatusOr<std::unique_ptr<Model>> MakeCnn(const ImageShape& input,
                                                Device& device, int max_batch) {
   constexpr int kKernel = 5;
   constexpr int kPool = 2;
-  constexpr int kChannels1 = 32;
-  constexpr int kChannels2 = 64;
   std::vector<std::unique_ptr<Layer>> layers;
-  int h = input.height, w = input.width;
-  layers.push_back(std::make_unique<Conv2d>("conv1", h, w, input.channels, kChannels1, kKernel));
-  h -= kKernel - 1;
-  w -= kKernel - 1;
-  layers.push_back(std::make_unique<Relu>(int64_t{h} * w * kChannels1));
-  layers.push_back(std::make_unique<MaxPool2d>(h, w, kChannels1, kPool));
-  h /= kPool;
-  w /= kPool;
-  layers.push_back(std::make_unique<Conv2d>("conv2", h, w, kChannels1, kChannels2, kKernel));
-  h -= kKernel - 1;
-  w -= kKernel - 1;
-  layers.push_back(std::make_unique<Relu>(int64_t{h} * w * kChannels2));
-  layers.push_back(std::make_unique<MaxPool2d>(h, w, kChannels2, kPool));
-  h /= kPool;
-  w /= kPool;
+  int h = input.height, w = input.width, channels = input.channels;
+  int block = 1;
+  for (const int out_channels : {32, 64}) {  // conv -> ReLU -> max pool, twice
+    layers.push_back(std::make_unique<Conv2d>(absl::StrCat("conv", block++), h, w, channels,
+                                              out_channels, kKernel));
+    h -= kKernel - 1;
+    w -= kKernel - 1;
+    channels = out_channels;
+    layers.push_back(std::make_unique<Relu>(int64_t{h} * w * channels));
+    layers.push_back(std::make_unique<MaxPool2d>(h, w, channels, kPool));
+    h /= kPool;
+    w /= kPool;
+  }
   if (h < 1 || w < 1) {
     return absl::InvalidArgumentError(absl::StrCat("the cnn needs images of at least 16x16, got ",
                                                    input.height, "x", input.width));
   }
-  int64_t width = int64_t{h} * w * kChannels2;
-  int index = 1;
-  for (int64_t units : hidden) {
-    if (units <= 0) return absl::InvalidArgumentError(absl::StrCat("hidden size ", units, " <= 0"));
-    layers.push_back(std::make_unique<Linear>(absl::StrCat("fc", index++), width, units));
-    layers.push_back(std::make_unique<Relu>(units));
-    width = units;
-  }
-  layers.push_back(std::make_unique<Linear>(absl::StrCat("fc", index), width, classes));
+  RETURN_IF_ERROR(AppendClassifierHead(int64_t{h} * w * channels, hidden, classes, &layers));
   return Model::Create("cnn", std::move(layers), device, max_batch);
 }
 

@@ -1,26 +1,21 @@
 #include "common/consistency_mode.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/enum_names.h"
 
 namespace ps {
 
+namespace {
+
+constexpr EnumName<ConsistencyMode> kModeNames[] = {
+    {ConsistencyMode::kBsp, "bsp"}, {ConsistencyMode::kSsp, "ssp"}, {ConsistencyMode::kAsp, "asp"}};
+
+}  // namespace
+
 absl::StatusOr<ConsistencyMode> ParseConsistencyMode(const std::string& name) {
-  if (name == "bsp") return ConsistencyMode::kBsp;
-  if (name == "ssp") return ConsistencyMode::kSsp;
-  if (name == "asp") return ConsistencyMode::kAsp;
-  return absl::InvalidArgumentError(absl::StrCat("unknown mode '", name, "' (bsp|ssp|asp)"));
+  return ParseIn(kModeNames, name, "mode");
 }
 
-std::string ConsistencyModeName(ConsistencyMode mode) {
-  switch (mode) {
-    case ConsistencyMode::kBsp:
-      return "bsp";
-    case ConsistencyMode::kSsp:
-      return "ssp";
-    case ConsistencyMode::kAsp:
-      return "asp";
-  }
-  return "unknown";
-}
+std::string ConsistencyModeName(ConsistencyMode mode) { return NameIn(kModeNames, mode); }
 
 }  // namespace ps

@@ -130,4 +130,18 @@ absl::StatusOr<BatchStats> Model::ForwardBackward(const float* params, const flo
   return stats;
 }
 
+absl::Status AppendClassifierHead(int64_t input_width, const std::vector<int64_t>& hidden,
+                                  int64_t classes, std::vector<std::unique_ptr<Layer>>* layers) {
+  int64_t width = input_width;
+  int index = 1;
+  for (int64_t units : hidden) {
+    if (units <= 0) return absl::InvalidArgumentError(absl::StrCat("hidden size ", units, " <= 0"));
+    layers->push_back(std::make_unique<Linear>(absl::StrCat("fc", index++), width, units));
+    layers->push_back(std::make_unique<Relu>(units));
+    width = units;
+  }
+  layers->push_back(std::make_unique<Linear>(absl::StrCat("fc", index), width, classes));
+  return absl::OkStatus();
+}
+
 }  // namespace ps

@@ -87,6 +87,11 @@ class Model {
   DeviceBuffer correct_rows_;
 };
 
+// Appends the classifier every model ends with: [Linear -> ReLU] per hidden width, then
+// Linear -> classes, named fc1, fc2, ... INVALID_ARGUMENT for a width <= 0.
+absl::Status AppendClassifierHead(int64_t input_width, const std::vector<int64_t>& hidden,
+                                  int64_t classes, std::vector<std::unique_ptr<Layer>>* layers);
+
 }  // namespace ps
 
 #endif  // PS_COMMON_MODEL_H_

@@ -7,34 +7,28 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/enum_names.h"
 
 namespace ps {
 
+namespace {
+
+constexpr EnumName<OptimizerKind> kOptimizerNames[] = {{OptimizerKind::kSgd, "sgd"},
+                                                       {OptimizerKind::kMomentum, "momentum"},
+                                                       {OptimizerKind::kAdam, "adam"}};
+constexpr EnumName<LrSchedule> kScheduleNames[] = {{LrSchedule::kConstant, "constant"},
+                                                   {LrSchedule::kCosine, "cosine"}};
+
+}  // namespace
+
 absl::StatusOr<OptimizerKind> ParseOptimizerKind(const std::string& name) {
-  if (name == "sgd") return OptimizerKind::kSgd;
-  if (name == "momentum") return OptimizerKind::kMomentum;
-  if (name == "adam") return OptimizerKind::kAdam;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown optimizer '", name, "' (sgd|momentum|adam)"));
+  return ParseIn(kOptimizerNames, name, "optimizer");
 }
 
-std::string OptimizerKindName(OptimizerKind kind) {
-  switch (kind) {
-    case OptimizerKind::kSgd:
-      return "sgd";
-    case OptimizerKind::kMomentum:
-      return "momentum";
-    case OptimizerKind::kAdam:
-      return "adam";
-  }
-  return "unknown";
-}
+std::string OptimizerKindName(OptimizerKind kind) { return NameIn(kOptimizerNames, kind); }
 
 absl::StatusOr<LrSchedule> ParseLrSchedule(const std::string& name) {
-  if (name == "constant") return LrSchedule::kConstant;
-  if (name == "cosine") return LrSchedule::kCosine;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown learning-rate schedule '", name, "' (constant|cosine)"));
+  return ParseIn(kScheduleNames, name, "learning-rate schedule");
 }
 
 absl::Status ValidateOptimizerOptions(const OptimizerOptions& o) {

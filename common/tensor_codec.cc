@@ -5,31 +5,26 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/enum_names.h"
 
 namespace ps {
 
+namespace {
+
+// "f16" is an alias of "fp16".
+constexpr EnumName<TensorEncoding> kEncodingNames[] = {{TensorEncoding::kF32, "f32"},
+                                                       {TensorEncoding::kBf16, "bf16"},
+                                                       {TensorEncoding::kF16, "fp16"},
+                                                       {TensorEncoding::kF16, "f16"},
+                                                       {TensorEncoding::kTopK, "topk"}};
+
+}  // namespace
+
 absl::StatusOr<TensorEncoding> ParseTensorEncoding(const std::string& name) {
-  if (name == "f32") return TensorEncoding::kF32;
-  if (name == "bf16") return TensorEncoding::kBf16;
-  if (name == "fp16" || name == "f16") return TensorEncoding::kF16;
-  if (name == "topk") return TensorEncoding::kTopK;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown encoding '", name, "' (want f32, bf16, fp16 or topk)"));
+  return ParseIn(kEncodingNames, name, "encoding");
 }
 
-std::string TensorEncodingName(TensorEncoding encoding) {
-  switch (encoding) {
-    case TensorEncoding::kF32:
-      return "f32";
-    case TensorEncoding::kBf16:
-      return "bf16";
-    case TensorEncoding::kF16:
-      return "fp16";
-    case TensorEncoding::kTopK:
-      return "topk";
-  }
-  return "?";
-}
+std::string TensorEncodingName(TensorEncoding encoding) { return NameIn(kEncodingNames, encoding); }
 
 absl::StatusOr<TensorEncoding> TensorEncodingFromWire(int64_t value) {
   if (value < 0 || value > static_cast<int64_t>(TensorEncoding::kTopK)) {

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/enum_names.h"
 
 namespace ps {
 
@@ -26,17 +27,15 @@ absl::Status ValidateConsistencyOptions(const ConsistencyOptions& o) {
   return absl::OkStatus();
 }
 
-const char* WorkerStateName(WorkerState state) {
-  switch (state) {
-    case WorkerState::kPending:
-      return "pending";
-    case WorkerState::kLive:
-      return "live";
-    case WorkerState::kExpired:
-      return "expired";
-  }
-  return "unknown";
-}
+namespace {
+
+constexpr EnumName<WorkerState> kStateNames[] = {{WorkerState::kPending, "pending"},
+                                                 {WorkerState::kLive, "live"},
+                                                 {WorkerState::kExpired, "expired"}};
+
+}  // namespace
+
+const char* WorkerStateName(WorkerState state) { return NameIn(kStateNames, state); }
 
 ConsistencyController::ConsistencyController(const ConsistencyOptions& options)
     : options_(options), workers_(options.num_workers) {

@@ -15,8 +15,8 @@
 #include "common/prometheus.h"
 #include "common/security_flags.h"
 #include "common/shutdown_signal.h"
-#include "server/shard_metrics.h"
 #include "server/server_flags.h"
+#include "server/shard_metrics.h"
 #include "server/shard_server.h"
 #include "spdlog/spdlog.h"
 
@@ -112,16 +112,11 @@ bool WritePortFile(const std::string& path, int port) {
 
 int main(int argc, char** argv) {
   ps::TuneMallocForLargeMessages();
-  const std::vector<std::string> rest = ps::ParseCommandLine(
-      argc, argv,
-      "One parameter-server shard: holds a slice of the model and applies the workers' "
-      "gradients.\n"
-      "  ps_server --shard_id 0 --num_shards 2 --num_workers 4 --port 5000 --mode ssp "
-      "--staleness 2 --optimizer momentum --lr 0.05");
-  if (!rest.empty()) {
-    std::fprintf(stderr, "ps_server: unexpected argument '%s' (see --help)\n", rest[0].c_str());
-    return 2;
-  }
+  ps::ParseFlags(argc, argv,
+                 "One parameter-server shard: holds a slice of the model and applies the workers' "
+                 "gradients.\n"
+                 "  ps_server --shard_id 0 --num_shards 2 --num_workers 4 --port 5000 --mode ssp "
+                 "--staleness 2 --optimizer momentum --lr 0.05");
   ps::SetUpLogging(absl::StrCat("ps-", ShardId()), absl::GetFlag(FLAGS_log_level));
   absl::StatusOr<ps::ShardServerOptions> options = OptionsFromFlags();
   if (!options.ok()) {

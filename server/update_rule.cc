@@ -3,31 +3,24 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/enum_names.h"
 
 namespace ps {
 
+namespace {
+
+constexpr EnumName<UpdateRule> kRuleNames[] = {{UpdateRule::kPlain, "plain"},
+                                               {UpdateRule::kStalenessLr, "staleness_lr"},
+                                               {UpdateRule::kDcAsgd, "dc_asgd"},
+                                               {UpdateRule::kDropStale, "drop"}};
+
+}  // namespace
+
 absl::StatusOr<UpdateRule> ParseUpdateRule(const std::string& name) {
-  if (name == "plain") return UpdateRule::kPlain;
-  if (name == "staleness_lr") return UpdateRule::kStalenessLr;
-  if (name == "dc_asgd") return UpdateRule::kDcAsgd;
-  if (name == "drop") return UpdateRule::kDropStale;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown update rule '", name, "' (plain|staleness_lr|dc_asgd|drop)"));
+  return ParseIn(kRuleNames, name, "update rule");
 }
 
-std::string UpdateRuleName(UpdateRule rule) {
-  switch (rule) {
-    case UpdateRule::kPlain:
-      return "plain";
-    case UpdateRule::kStalenessLr:
-      return "staleness_lr";
-    case UpdateRule::kDcAsgd:
-      return "dc_asgd";
-    case UpdateRule::kDropStale:
-      return "drop";
-  }
-  return "unknown";
-}
+std::string UpdateRuleName(UpdateRule rule) { return NameIn(kRuleNames, rule); }
 
 absl::Status ValidateUpdateRuleOptions(const UpdateRuleOptions& o) {
   if (!(o.dc_lambda >= 0.0f) || !std::isfinite(o.dc_lambda)) {

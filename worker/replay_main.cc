@@ -24,16 +24,14 @@ ABSL_FLAG(int32_t, num_workers, 1, "Workers of the recorded run.");
 ABSL_FLAG(std::string, weights_out, "", "Write the final weights as raw float32 here.");
 
 int main(int argc, char** argv) {
-  const std::vector<std::string> rest = ps::ParseCommandLine(
-      argc, argv,
-      "Replays a recorded SSP/ASP run bit for bit.\n"
-      "  ps_replay --records r0,r1 --num_workers 4 --optimizer adam --lr 0.001 ... "
-      "--weights_out w.f32");
+  ps::ParseFlags(argc, argv,
+                 "Replays a recorded SSP/ASP run bit for bit.\n"
+                 "  ps_replay --records r0,r1 --num_workers 4 --optimizer adam --lr 0.001 ... "
+                 "--weights_out w.f32");
   auto fail = [](const absl::Status& s) {
     std::fprintf(stderr, "ps_replay: %s\n", s.ToString().c_str());
     return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   };
-  if (!rest.empty()) return fail(absl::InvalidArgumentError("unexpected argument " + rest[0]));
   ps::ReplayOptions options;
   options.record_paths = absl::StrSplit(absl::GetFlag(FLAGS_records), ',', absl::SkipEmpty());
   options.num_workers = absl::GetFlag(FLAGS_num_workers);

@@ -4,30 +4,26 @@
 #include <optional>
 #include <utility>
 
+#include "common/enum_names.h"
 #include "common/status_macros.h"
 #include "worker/task_pool.h"
 
 namespace ps {
 
-std::string ScheduleName(Schedule schedule) {
-  switch (schedule) {
-    case Schedule::kSequential:
-      return "sequential";
-    case Schedule::kPushPull:
-      return "push-pull";
-    case Schedule::kOverlap:
-      return "overlap";
-    case Schedule::kAsyncPush:
-      return "async-push";
-    case Schedule::kOverlapAsyncPush:
-      return "overlap+async-push";
-    case Schedule::kPipelined:
-      return "pipelined";
-    case Schedule::kPriority:
-      return "priority";
-  }
-  return "unknown";
-}
+namespace {
+
+constexpr EnumName<Schedule> kScheduleNames[] = {
+    {Schedule::kSequential, "sequential"},
+    {Schedule::kPushPull, "push-pull"},
+    {Schedule::kOverlap, "overlap"},
+    {Schedule::kAsyncPush, "async-push"},
+    {Schedule::kOverlapAsyncPush, "overlap+async-push"},
+    {Schedule::kPipelined, "pipelined"},
+    {Schedule::kPriority, "priority"}};
+
+}  // namespace
+
+std::string ScheduleName(Schedule schedule) { return NameIn(kScheduleNames, schedule); }
 
 Schedule ChooseSchedule(const ScheduleRequest& request, ConsistencyMode mode, int staleness) {
   if (request.priority) return Schedule::kPriority;

@@ -14,9 +14,9 @@
 #include "absl/strings/str_split.h"
 #include "common/cli.h"
 #include "common/dataset.h"
+#include "common/endpoint_flags.h"
 #include "common/job_flags.h"
 #include "common/json_lines.h"
-#include "common/endpoint_flags.h"
 #include "common/log_flags.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
@@ -260,16 +260,12 @@ int Train(ps::Model& model, ps::Device& device, ps::GrpcParameterClient& client,
 
 int main(int argc, char** argv) {
   ps::TuneMallocForLargeMessages();
-  const std::vector<std::string> rest = ps::ParseCommandLine(
+  ps::ParseFlags(
       argc, argv,
       "A data-parallel worker: pulls weights from the shards, computes gradients on its share of "
       "each global batch, pushes them back.\n"
       "  ps_worker --rank 0 --servers 127.0.0.1:5000,127.0.0.1:5001 --epochs 5 --batch_size 32\n"
       "  ps_worker --evaluate --servers ... --summary_out result.json");
-  if (!rest.empty()) {
-    std::fprintf(stderr, "ps_worker: unexpected argument '%s' (see --help)\n", rest[0].c_str());
-    return 2;
-  }
   const bool evaluate = absl::GetFlag(FLAGS_evaluate);
   const int rank = absl::GetFlag(FLAGS_rank) >= 0
                        ? absl::GetFlag(FLAGS_rank)

@@ -114,15 +114,10 @@ int StopShards(Supervisor& supervisor, const std::vector<Supervisor::Member>& sh
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::vector<std::string> rest = ps::ParseCommandLine(
-      argc, argv,
-      "Runs a local parameter-server cluster on loopback and trains on Fashion-MNIST.\n"
-      "  ps_launch --shards 2 --workers 2 --mode bsp --model mlp --epochs 5\n"
-      "  ps_launch --workers 3 --mode ssp --staleness 2 --straggler 1:3");
-  if (!rest.empty()) {
-    std::fprintf(stderr, "ps_launch: unexpected argument '%s' (see --help)\n", rest[0].c_str());
-    return 2;
-  }
+  ps::ParseFlags(argc, argv,
+                 "Runs a local parameter-server cluster on loopback and trains on Fashion-MNIST.\n"
+                 "  ps_launch --shards 2 --workers 2 --mode bsp --model mlp --epochs 5\n"
+                 "  ps_launch --workers 3 --mode ssp --staleness 2 --straggler 1:3");
   const absl::StatusOr<ps::ClusterSpec> spec = ps::ClusterSpecFromFlags();
   if (!spec.ok()) {
     std::fprintf(stderr, "ps_launch: %s\n", std::string(spec.status().message()).c_str());

@@ -9,12 +9,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/data_registry.h"
+#include "deploy/local/launch_flags.h"
 #include "server/server_flags.h"
 #include "worker/worker_flags.h"
 
 ABSL_DECLARE_FLAG(double, lr);
 ABSL_DECLARE_FLAG(int64_t, base_batch);
-ABSL_DECLARE_FLAG(std::vector<std::string>, straggler);
 
 namespace ps {
 
