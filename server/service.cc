@@ -107,9 +107,7 @@ absl::StatusOr<ParsedPull> ParsePull(const ps::v1::PullRequest& req) {
   if (!IsDenseEncoding(p.encoding)) {
     return absl::InvalidArgumentError("weights travel as F32, BF16 or FP16, not TOPK");
   }
-  p.args.rank = req.rank();
-  p.args.incarnation = req.incarnation();
-  p.args.shard_incarnation = req.shard_incarnation();
+  p.args.caller = Caller{req.rank(), req.incarnation(), req.shard_incarnation()};
   p.args.fingerprint = req.layout_fingerprint();
   p.args.range = RangeOf(req.begin(), req.end());
   p.args.clock = req.clock();
@@ -452,9 +450,7 @@ absl::StatusOr<ps::v1::PushResponse> ParameterServerService::ApplyPush(
       EncodedTensor gradient,
       EncodedTensor::FromChunks(encoding, header.end() - header.begin(), split.payload));
   Shard::PushArgs args;
-  args.rank = header.rank();
-  args.incarnation = header.incarnation();
-  args.shard_incarnation = header.shard_incarnation();
+  args.caller = Caller{header.rank(), header.incarnation(), header.shard_incarnation()};
   args.fingerprint = header.layout_fingerprint();
   args.range = RangeOf(header.begin(), header.end());
   args.clock = header.clock();
@@ -538,7 +534,8 @@ absl::StatusOr<PullSink> ParameterServerService::SinkFor(const ParsedPull& pull)
   PullSink sink;
   sink.encoding = pull.encoding;
   if (!pull.into_shared_memory) return sink;
-  ASSIGN_OR_RETURN(Attachment shared, AttachmentOf(pull.args.rank, pull.args.incarnation));
+  ASSIGN_OR_RETURN(Attachment shared,
+                   AttachmentOf(pull.args.caller.rank, pull.args.caller.incarnation));
   if (pull.args.range.end > shared.total_params || pull.shared_slot < 0 ||
       pull.shared_slot >= shared.slots) {
     return absl::InvalidArgumentError(

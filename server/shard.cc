@@ -81,8 +81,10 @@ absl::Status Shard::CheckRank(int rank) const {
 
 void Shard::RenewLease(int rank) { lease_deadline_[rank] = absl::Now() + options_.lease; }
 
-absl::Status Shard::CheckIncarnation(int rank, uint64_t incarnation,
-                                     uint64_t shard_incarnation) const {
+absl::Status Shard::CheckIncarnation(const Caller& caller) const {
+  const int rank = caller.rank;
+  const uint64_t incarnation = caller.incarnation;
+  const uint64_t shard_incarnation = caller.shard_incarnation;
   if (shard_incarnation != 0 && shard_incarnation != options_.incarnation) {
     return absl::AbortedError(absl::StrCat(
         "shard ", options_.shard_id, " restarted since worker ", rank, " registered (incarnation ",
@@ -159,7 +161,7 @@ absl::Status Shard::Heartbeat(const Caller& caller, const WorkPlan& plan) {
   RETURN_IF_ERROR(ValidatePlan(plan));
   absl::MutexLock lock(&mu_);
   if (shutdown_) return absl::UnavailableError("shard is shutting down");
-  RETURN_IF_ERROR(CheckIncarnation(caller.rank, caller.incarnation, caller.shard_incarnation));
+  RETURN_IF_ERROR(CheckIncarnation(caller));
   RETURN_IF_ERROR(CheckLive(caller.rank, absl::StatusCode::kNotFound));
   RecordPlan(caller.rank, plan);
   RenewLease(caller.rank);
@@ -265,20 +267,20 @@ int64_t Shard::PullAsync(const PullArgs& args, absl::Time deadline, SliceReader 
   const bool observer = args.no_wait;
   absl::StatusOr<PullResult> now_result;
   {
-    absl::Status s = observer ? absl::OkStatus() : CheckRank(args.rank);
+    absl::Status s = observer ? absl::OkStatus() : CheckRank(args.caller.rank);
     absl::MutexLock lock(&mu_);
     // Incarnations first, as for pushes (AdmitPushLocked).
     if (s.ok() && !observer) {
-      s = CheckIncarnation(args.rank, args.incarnation, args.shard_incarnation);
+      s = CheckIncarnation(args.caller);
     }
     if (s.ok()) {
-      s = ValidateAccess(args.rank, args.fingerprint, args.range,
+      s = ValidateAccess(args.caller.rank, args.fingerprint, args.range,
                          static_cast<size_t>(args.range.size()), observer);
     }
     if (!s.ok()) {
       now_result = s;
     } else {
-      if (!observer) RenewLease(args.rank);
+      if (!observer) RenewLease(args.caller.rank);
       const absl::Time now = absl::Now();
       if (observer || controller_.PullReady(args.clock)) {
         now_result = ReadSliceLocked(args, now, now, read);
@@ -318,7 +320,7 @@ absl::StatusOr<Shard::PullResult> Shard::ReadSliceLocked(const PullArgs& args, a
       absl::MakeConstSpan(values_).subspan(offset, args.range.size());
   read(part);
   if (!args.no_wait && !pulled_values_.empty()) {
-    std::vector<float>& backup = pulled_values_[args.rank];
+    std::vector<float>& backup = pulled_values_[args.caller.rank];
     if (args.range == range_) {
       backup = values_;
     } else if (backup.size() == values_.size()) {
@@ -334,7 +336,7 @@ absl::StatusOr<Shard::PullResult> Shard::ReadSliceLocked(const PullArgs& args, a
 
 absl::Status Shard::PullTimedOut(const PullArgs& args) const {
   return absl::DeadlineExceededError(absl::StrCat(
-      "pull of clock ", args.clock, " by worker ", args.rank, " still waits (min clock ",
+      "pull of clock ", args.clock, " by worker ", args.caller.rank, " still waits (min clock ",
       controller_.MinClock(), ", version ", version_, ")"));
 }
 
@@ -347,8 +349,7 @@ void Shard::FinishWaitingPulls(std::vector<std::function<void()>>* completions) 
       result = absl::UnavailableError("shard is shutting down");
     } else if (controller_.PullReady(it->args.clock)) {
       // Another process may have taken the rank while this pull waited.
-      const absl::Status s =
-          CheckIncarnation(it->args.rank, it->args.incarnation, it->args.shard_incarnation);
+      const absl::Status s = CheckIncarnation(it->args.caller);
       if (s.ok()) {
         result = ReadSliceLocked(it->args, it->start, now, it->read);
       } else {
@@ -367,7 +368,7 @@ void Shard::FinishWaitingPulls(std::vector<std::function<void()>>* completions) 
 }
 
 absl::StatusOr<Shard::PushResult> Shard::Push(const PushArgs& args) {
-  RETURN_IF_ERROR(CheckRank(args.rank));
+  RETURN_IF_ERROR(CheckRank(args.caller.rank));
   // The payload checks run before taking the lock: they read only the request.
   RETURN_IF_ERROR(args.gradient.CheckShape("gradient"));
   const bool finite = args.gradient.AllFinite();
@@ -387,20 +388,20 @@ absl::StatusOr<PushAction> Shard::AdmitPushLocked(const PushArgs& args, bool fin
   // A call meant for an earlier process of this shard (or from a replaced worker) is ABORTED
   // whatever this process holds, so the worker registers again, even with a shard that restarted
   // without a checkpoint and awaits its Init.
-  RETURN_IF_ERROR(CheckIncarnation(args.rank, args.incarnation, args.shard_incarnation));
-  RETURN_IF_ERROR(ValidateAccess(args.rank, args.fingerprint, args.range,
+  RETURN_IF_ERROR(CheckIncarnation(args.caller));
+  RETURN_IF_ERROR(ValidateAccess(args.caller.rank, args.fingerprint, args.range,
                                  static_cast<size_t>(args.gradient.size()), /*observer=*/false));
   if (!finite) {
     ++rejected_nonfinite_;
-    return absl::InvalidArgumentError(absl::StrCat("gradient of worker ", args.rank, " clock ",
-                                                   args.clock, " contains NaN or Inf"));
+    return absl::InvalidArgumentError(absl::StrCat("gradient of worker ", args.caller.rank,
+                                                   " clock ", args.clock, " contains NaN or Inf"));
   }
   if (args.base_version < 0 || args.base_version > version_) {
     return absl::InvalidArgumentError(
         absl::StrCat("base_version ", args.base_version, " is not in [0, ", version_, "]"));
   }
-  ASSIGN_OR_RETURN(const PushAction action, controller_.ClassifyPush(args.rank, args.clock));
-  RenewLease(args.rank);
+  ASSIGN_OR_RETURN(const PushAction action, controller_.ClassifyPush(args.caller.rank, args.clock));
+  RenewLease(args.caller.rank);
   return action;
 }
 
@@ -413,7 +414,7 @@ absl::StatusOr<Shard::PushResult> Shard::PushPieceLocked(const PushArgs& args, b
     result.version = version_;
     return result;
   }
-  StagedPush& staged = staged_[args.rank];
+  StagedPush& staged = staged_[args.caller.rank];
   if (staged.clock != args.clock) {  // pieces of an older clock were all superseded by it
     staged.clock = args.clock;
     staged.base_version = args.base_version;
@@ -454,9 +455,7 @@ absl::StatusOr<Shard::PushResult> Shard::PushPieceLocked(const PushArgs& args, b
   }
   // Complete: the clock goes through the same path as a whole push.
   PushArgs whole;
-  whole.rank = args.rank;
-  whole.incarnation = args.incarnation;
-  whole.shard_incarnation = args.shard_incarnation;
+  whole.caller = args.caller;
   whole.fingerprint = args.fingerprint;
   whole.range = range_;
   whole.clock = args.clock;
@@ -481,22 +480,22 @@ Shard::PushResult Shard::ActOnPushLocked(const PushArgs& args, PushAction action
       result.duplicate = true;
       break;
     case PushAction::kApply:
-      controller_.RecordPush(args.rank);
+      controller_.RecordPush(args.caller.rank);
       result.staleness = version_ - args.base_version;
-      result.applied = ApplyStale(args.rank, args.clock, args.base_version, args.gradient);
+      result.applied = ApplyStale(args.caller.rank, args.clock, args.base_version, args.gradient);
       result.dropped = !result.applied;
       break;
     case PushAction::kLate:
-      controller_.RecordPush(args.rank);
-      ++late_[args.rank];
+      controller_.RecordPush(args.caller.rank);
+      ++late_[args.caller.rank];
       result.late = true;
       break;
     case PushAction::kBuffer: {
-      controller_.RecordPush(args.rank);
-      round_gradients_[args.rank].resize(args.gradient.size());
-      args.gradient.DecodeInto(absl::MakeSpan(round_gradients_[args.rank]));
-      round_base_versions_[args.rank] = args.base_version;
-      round_has_gradient_[args.rank] = true;
+      controller_.RecordPush(args.caller.rank);
+      round_gradients_[args.caller.rank].resize(args.gradient.size());
+      args.gradient.DecodeInto(absl::MakeSpan(round_gradients_[args.caller.rank]));
+      round_base_versions_[args.caller.rank] = args.base_version;
+      round_has_gradient_[args.caller.rank] = true;
       const int64_t before = version_;
       MaybeApplyRound();
       result.applied = version_ != before;

@@ -152,14 +152,12 @@ class Shard {
                                   absl::Span<const float> values);
 
   struct PullArgs {
-    int rank = 0;
-    uint64_t incarnation = 0;
-    uint64_t shard_incarnation = 0;
+    Caller caller;  // the worker, its process and the shard process it registered with
     uint64_t fingerprint = 0;
     // The shard's whole range, or any non-empty part of it (a worker pulling layer by layer).
     KeyRange range;
     int64_t clock = 0;
-    bool no_wait = false;  // observer read: at once, whatever the mode; `rank` is ignored
+    bool no_wait = false;  // observer read: at once, whatever the mode; the caller is ignored
   };
   struct PullResult {
     int64_t version = 0;
@@ -185,9 +183,7 @@ class Shard {
   void CancelPull(int64_t id);
 
   struct PushArgs {
-    int rank = 0;
-    uint64_t incarnation = 0;
-    uint64_t shard_incarnation = 0;
+    Caller caller;  // the worker, its process and the shard process it registered with
     uint64_t fingerprint = 0;
     // The shard's whole range, or a piece of it: a worker that pushes layer by layer as backward
     // produces them (priority scheduling) sends several disjoint pieces of one clock. The shard
@@ -249,8 +245,7 @@ class Shard {
   absl::Status CheckRank(int rank) const;
   // ABORTED when the call comes from a replaced worker process or was meant for an earlier
   // process of this shard.
-  absl::Status CheckIncarnation(int rank, uint64_t incarnation, uint64_t shard_incarnation) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckIncarnation(const Caller& caller) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EncodeSnapshotLocked(std::string* out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Snapshots when the version reached a multiple of snapshot_every_updates.
   void MaybeSnapshot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -44,7 +44,7 @@ void InitAndRegister(Shard& s, int workers) {
 
 Shard::PushArgs PushOf(int rank, int64_t clock, int64_t base, const std::vector<float>& g) {
   Shard::PushArgs a;
-  a.rank = rank;
+  a.caller.rank = rank;
   a.fingerprint = kFp;
   a.range = KeyRange{0, 4};
   a.clock = clock;
@@ -56,7 +56,7 @@ Shard::PushArgs PushOf(int rank, int64_t clock, int64_t base, const std::vector<
 absl::StatusOr<Shard::PullResult> PullOf(Shard& s, int rank, int64_t clock, absl::Time deadline,
                                          std::vector<float>* out) {
   Shard::PullArgs a;
-  a.rank = rank;
+  a.caller.rank = rank;
   a.fingerprint = kFp;
   a.range = KeyRange{0, 4};
   a.clock = clock;
@@ -225,7 +225,7 @@ TEST(Shard, ShutdownFailsTheWaitingPull) {
 // Rank 0's pull of the whole test slice for step `clock`.
 Shard::PullArgs PullArgsFor(int64_t clock) {
   Shard::PullArgs args;
-  args.rank = 0;
+  args.caller.rank = 0;
   args.fingerprint = kFp;
   args.range = KeyRange{0, 4};
   args.clock = clock;
@@ -459,8 +459,8 @@ TEST(Incarnations, AReplacedWorkerProcessAndAStaleShardIncarnationGetAborted) {
   ASSERT_TRUE(shard->Register(0, kFp, /*incarnation=*/100).ok());
   const std::vector<float> ones = {1, 1, 1, 1};  // outlives `push`, which views it
   Shard::PushArgs push = PushOf(0, 0, 0, ones);
-  push.incarnation = 100;
-  push.shard_incarnation = 77;
+  push.caller.incarnation = 100;
+  push.caller.shard_incarnation = 77;
   ASSERT_TRUE(shard->Push(push).ok());
   // The process restarts at the same rank: the old one's late push is refused.
   ASSERT_TRUE(shard->Register(0, kFp, /*incarnation=*/200).ok());
@@ -469,11 +469,11 @@ TEST(Incarnations, AReplacedWorkerProcessAndAStaleShardIncarnationGetAborted) {
   EXPECT_EQ(shard->Push(push).status().code(), absl::StatusCode::kAborted);
   EXPECT_EQ(shard->Heartbeat(Caller{0, 100, 77}).code(), absl::StatusCode::kAborted);
   // A call meant for an earlier process of this shard is refused too.
-  push.incarnation = 200;
-  push.shard_incarnation = 76;
+  push.caller.incarnation = 200;
+  push.caller.shard_incarnation = 76;
   EXPECT_EQ(shard->Push(push).status().code(), absl::StatusCode::kAborted);
   EXPECT_EQ(shard->GetStatus().version, 1);
-  push.shard_incarnation = 77;
+  push.caller.shard_incarnation = 77;
   EXPECT_TRUE(shard->Push(push).ok());
   EXPECT_EQ(shard->GetStatus().version, 2);
 }
@@ -609,7 +609,7 @@ TEST(WorkPlans, ANewWorkerOverAFinishedJobIsFlaggedUntilTrainingResumes) {
   ASSERT_TRUE(shard->Heartbeat(Caller{0, 8}, WorkPlan{2, 8}).ok());
   const std::vector<float> gradient = {1, 1, 1, 1};  // borrowed by the push below
   Shard::PushArgs more = PushOf(0, 1, 1, gradient);
-  more.incarnation = 8;
+  more.caller.incarnation = 8;
   ASSERT_TRUE(shard->Push(more).ok());
   EXPECT_FALSE(shard->GetStatus().finished_job_rerun);
 }
@@ -766,7 +766,7 @@ TEST(Pieces, StalenessCountsFromTheOldestPieceAndAPartialPullReadsItsRange) {
   EXPECT_TRUE(done->applied);
   EXPECT_EQ(done->staleness, 1);  // version 1 at apply, oldest piece based on version 0
   Shard::PullArgs a;
-  a.rank = 0;
+  a.caller.rank = 0;
   a.fingerprint = kFp;
   a.range = KeyRange{1, 3};
   a.clock = 1;
@@ -787,12 +787,12 @@ TEST(Pieces, ARegisteringProcessDiscardsThePiecesOfTheOneItReplaces) {
   ASSERT_TRUE(shard->Register(0, kFp, /*incarnation=*/11).ok());
   const std::vector<float> old_piece = {100, 100}, new_piece = {1, 1};
   Shard::PushArgs stale = PieceOf(0, 0, 0, KeyRange{0, 2}, old_piece);
-  stale.incarnation = 11;
+  stale.caller.incarnation = 11;
   ASSERT_TRUE(shard->Push(stale).ok());
   ASSERT_TRUE(shard->Register(0, kFp, /*incarnation=*/22).ok());
   for (const KeyRange range : {KeyRange{0, 2}, KeyRange{2, 4}}) {
     Shard::PushArgs fresh = PieceOf(0, 0, 0, range, new_piece);
-    fresh.incarnation = 22;
+    fresh.caller.incarnation = 22;
     auto r = shard->Push(fresh);
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_FALSE(r->duplicate);

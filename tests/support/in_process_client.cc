@@ -110,8 +110,7 @@ absl::StatusOr<PullStats> InProcessClient::PullRanges(
   for (size_t i = 0; i < ranges.size(); ++i) {
     const auto& [s, range] = ranges[i];
     const Caller c = caller(s);
-    Shard::PullArgs args{c.rank, c.incarnation, c.shard_incarnation, fingerprint_, range,
-                         clock,  no_wait};
+    const Shard::PullArgs args{c, fingerprint_, range, clock, no_wait};
     ASSIGN_OR_RETURN(const Shard::PullResult r,
                      shards_[s]->Pull(args, absl::Now() + kPullDeadline,
                                       params.subspan(range.begin, range.size())));
@@ -133,9 +132,7 @@ absl::StatusOr<PushStats> InProcessClient::PushRanges(
   for (const auto& [s, range] : ranges) {
     const Caller c = caller(s);
     Shard::PushArgs args;
-    args.rank = c.rank;
-    args.incarnation = c.incarnation;
-    args.shard_incarnation = c.shard_incarnation;
+    args.caller = c;
     args.fingerprint = fingerprint_;
     args.range = range;
     args.clock = clock;
