@@ -433,17 +433,17 @@ absl::StatusOr<ps::v1::PushResponse> ParameterServerService::ApplyPush(
     RETURN_IF_ERROR(shared.status());
     const int64_t n = header.end() - header.begin();
     if (!split.payload.empty() || header.shared_bytes() < 0 || header.shared_bytes() > 4 * n ||
-        header.end() > shared->total_params || header.shared_slot() < 0 ||
-        header.shared_slot() >= shared->slots) {
+        !shared->layout.Holds(header.shared_slot(), header.begin(), header.end())) {
       return absl::InvalidArgumentError(absl::StrCat(
           "a shared gradient of ", header.shared_bytes(), " bytes for [", header.begin(), ", ",
           header.end(), ") in slot ", header.shared_slot(), " does not fit the worker's region of ",
-          shared->slots, " x ", shared->total_params, " elements (or the message ",
+          shared->layout.slots, " x ", shared->layout.total_params, " elements (or the message ",
           "carries a payload too)"));
     }
-    split.payload.assign(1, absl::Span<const char>(
-                                shared->At(header.shared_slot(), /*weights=*/false, header.begin()),
-                                header.shared_bytes()));
+    split.payload.assign(
+        1, absl::Span<const char>(
+               shared->At(header.shared_slot(), RegionArea::kGradient, header.begin()),
+               header.shared_bytes()));
     shared_payloads_.fetch_add(1);
   }
   ASSIGN_OR_RETURN(
@@ -491,6 +491,7 @@ grpc::Status ParameterServerService::HandleAttachSharedMemory(
                         absl::StrCat("total_params ", req.total_params(), " is out of range"));
   }
   const int slots = std::max(req.slots(), 1);
+  const SharedRegionLayout layout{req.total_params(), slots};
   if (req.slots() < 0 || slots > kMaxSharedSlots) {
     return grpc::Status(
         grpc::StatusCode::INVALID_ARGUMENT,
@@ -501,16 +502,15 @@ grpc::Status ParameterServerService::HandleAttachSharedMemory(
     auto it = attachments_.find(req.rank());
     if (it != attachments_.end() && it->second.incarnation == req.incarnation() &&
         it->second.memory->pid() == req.pid() && it->second.memory->nonce() == req.nonce() &&
-        it->second.total_params == req.total_params() && it->second.slots == slots) {
+        it->second.layout.total_params == req.total_params() && it->second.layout.slots == slots) {
       return grpc::Status::OK;  // a retry
     }
   }
   absl::StatusOr<std::unique_ptr<SharedMemory>> memory =
-      SharedMemory::OpenPeer(req.pid(), req.fd(), req.nonce(), 8 * req.total_params() * slots);
+      SharedMemory::OpenPeer(req.pid(), req.fd(), req.nonce(), layout.bytes());
   if (!memory.ok()) return ToGrpcStatus(memory.status());
   absl::MutexLock lock(&attach_mu_);
-  attachments_[req.rank()] =
-      Attachment{req.incarnation(), req.total_params(), slots, std::move(*memory)};
+  attachments_[req.rank()] = Attachment{req.incarnation(), layout, std::move(*memory)};
   return grpc::Status::OK;
 }
 
@@ -536,14 +536,13 @@ absl::StatusOr<PullSink> ParameterServerService::SinkFor(const ParsedPull& pull)
   if (!pull.into_shared_memory) return sink;
   ASSIGN_OR_RETURN(Attachment shared,
                    AttachmentOf(pull.args.caller.rank, pull.args.caller.incarnation));
-  if (pull.args.range.end > shared.total_params || pull.shared_slot < 0 ||
-      pull.shared_slot >= shared.slots) {
+  if (!shared.layout.Holds(pull.shared_slot, pull.args.range.begin, pull.args.range.end)) {
     return absl::InvalidArgumentError(
         absl::StrCat("range [", pull.args.range.begin, ", ", pull.args.range.end, ") in slot ",
-                     pull.shared_slot, " is outside the worker's region of ", shared.slots, " x ",
-                     shared.total_params, " elements"));
+                     pull.shared_slot, " is outside the worker's region of ", shared.layout.slots,
+                     " x ", shared.layout.total_params, " elements"));
   }
-  sink.at = shared.At(pull.shared_slot, /*weights=*/true, pull.args.range.begin);
+  sink.at = shared.At(pull.shared_slot, RegionArea::kWeights, pull.args.range.begin);
   sink.shared_payloads = &shared_payloads_;
   sink.memory = std::move(shared.memory);
   return sink;

@@ -16,13 +16,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/shared_memory.h"
+#include "common/shared_region_layout.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "server/shard.h"
 
 namespace ps {
 
 // A worker's shared region holds at most this many slots (pairs of gradient and weights areas).
-inline constexpr int kMaxSharedSlots = 16;
+inline constexpr int kMaxSharedSlots = SharedRegionLayout::kMaxSlots;
 
 struct ParsedPull;
 struct PullSink;
@@ -124,12 +125,11 @@ class ParameterServerService final : public ParameterServerServiceBase {
   // A worker process's shared region: which process (the rank's incarnation) and N.
   struct Attachment {
     uint64_t incarnation = 0;
-    int64_t total_params = 0;
-    int slots = 1;                         // pairs of areas (gradient, weights)
+    SharedRegionLayout layout;
     std::shared_ptr<SharedMemory> memory;  // handlers hold a reference while they use it
-    // Byte `4 x begin` of slot `slot`'s gradient area (weights: false) or weights area.
-    char* At(int slot, bool weights, int64_t begin) const {
-      return memory->data() + 4 * ((2 * int64_t{slot} + (weights ? 1 : 0)) * total_params + begin);
+    // Element `begin` of `area` in slot `slot`.
+    char* At(int slot, RegionArea area, int64_t begin) const {
+      return memory->data() + layout.Offset(slot, area, begin);
     }
   };
   // The region of `rank` if `incarnation` attached it; ABORTED (register again) otherwise.

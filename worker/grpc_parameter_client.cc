@@ -31,9 +31,11 @@ absl::StatusOr<std::unique_ptr<GrpcParameterClient>> GrpcParameterClient::Create
   if (options.chunk_bytes < 0 || options.connections < 1) {
     return absl::InvalidArgumentError("chunk_bytes must be >= 0 and connections >= 1");
   }
-  if (options.shared_memory_slots < 1 || options.shared_memory_slots > 16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("shared_memory_slots must be in [1, 16], not ", options.shared_memory_slots));
+  if (options.shared_memory_slots < 1 ||
+      options.shared_memory_slots > SharedRegionLayout::kMaxSlots) {
+    return absl::InvalidArgumentError(absl::StrCat("shared_memory_slots must be in [1, ",
+                                                   SharedRegionLayout::kMaxSlots, "], not ",
+                                                   options.shared_memory_slots));
   }
   if (options.push_encoding == TensorEncoding::kTopK &&
       !(options.topk_ratio > 0.0 && options.topk_ratio <= 1.0)) {
@@ -357,8 +359,7 @@ absl::StatusOr<ClusterInfo> GrpcParameterClient::Register(int rank, absl::Durati
 void GrpcParameterClient::AttachSharedMemory(const std::vector<uint64_t>& shard_incarnation) {
   if (shared_ == nullptr) {
     absl::StatusOr<std::unique_ptr<SharedMemory>> region =
-        SharedMemory::Create(8 * static_cast<size_t>(std::max<int64_t>(options_.total_params, 1)) *
-                             options_.shared_memory_slots);
+        SharedMemory::Create(static_cast<size_t>(std::max<int64_t>(RegionLayout().bytes(), 1)));
     if (!region.ok()) {
       spdlog::warn("no shared memory, payloads go over gRPC: {}", region.status().ToString());
       options_.shared_memory = false;
@@ -454,8 +455,11 @@ int GrpcParameterClient::DirectSlot(Area area, const float* data) const {
 }
 
 char* GrpcParameterClient::AreaAt(Area area, int slot, int64_t begin) const {
-  return shared_->data() +
-         4 * ((2 * int64_t{slot} + static_cast<int64_t>(area)) * options_.total_params + begin);
+  return shared_->data() + RegionLayout().Offset(slot, area, begin);
+}
+
+SharedRegionLayout GrpcParameterClient::RegionLayout() const {
+  return SharedRegionLayout{options_.total_params, options_.shared_memory_slots};
 }
 
 void GrpcParameterClient::SetWorkPlan(int64_t steps, int64_t samples_per_step) {

@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_security.h"
 #include "common/shared_memory.h"
+#include "common/shared_region_layout.h"
 #include "common/tensor_codec.h"
 #include "common/tensor_wire.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -203,7 +204,7 @@ class GrpcParameterClient final : public ParameterClient {
   // Shared memory: shared_memory_slots pairs of areas; slot k's gradient area is bytes
   // [8N k, 8N k + 4N), its weights area the next 4N (the proto's AttachSharedMemory). Each part
   // of an area is lent to one call at a time.
-  enum class Area { kGradient = 0, kWeights = 1 };
+  using Area = RegionArea;
   // Offers the region to every shard; the shards that can open it take payloads through it.
   void AttachSharedMemory(const std::vector<uint64_t>& shard_incarnation);
   // Lends `range` of a slot's `area` for a call to `shard` and returns the slot: `direct_slot`
@@ -214,6 +215,7 @@ class GrpcParameterClient final : public ParameterClient {
   void GiveBack(Area area, int slot, KeyRange range);
   // The bytes of element `begin` of slot `slot`'s `area`.
   char* AreaAt(Area area, int slot, int64_t begin) const;
+  SharedRegionLayout RegionLayout() const;  // of this client's region
 
   mutable absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;

@@ -286,7 +286,12 @@ TEST(Trainer, AShardRestartedMidRunFromItsCheckpointLosesNoWork) {
       results[r] = TrainWorker(c, train, WorkerRun{}.Rank(r).Batch(32).Epochs(kEpochs));
     });
   }
-  while (c.servers[0]->shard().GetStatus().version < 300) absl::SleepFor(absl::Milliseconds(1));
+  // Both shards past round 300 (each applies a round once both pushes reached it, so one may be
+  // a round behind the other).
+  while (std::min(c.servers[0]->shard().GetStatus().version,
+                  c.servers[1]->shard().GetStatus().version) < 300) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   c.servers[1].reset();                     // stops after its final checkpoint
   absl::SleepFor(absl::Milliseconds(500));  // the workers retry meanwhile
   c.servers[1] = start_shard(1, port1);
