@@ -21,8 +21,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name,
     for (TensorSpec& s : layers[i]->ParamSpecs()) specs.push_back(std::move(s));
   }
   ASSIGN_OR_RETURN(ParamLayout layout, ParamLayout::Create(std::move(specs)));
+  // Today's layers are all dense: the description holds no sparse tables.
+  ASSIGN_OR_RETURN(ParamDescription params, ParamDescription::Create(std::move(layout)));
   std::unique_ptr<Model> model(
-      new Model(std::move(name), std::move(layers), std::move(layout), device, max_batch));
+      new Model(std::move(name), std::move(layers), std::move(params), device, max_batch));
   for (const auto& layer : model->layers_) {
     RETURN_IF_ERROR(layer->Prepare(device, max_batch));
     const size_t bytes = sizeof(float) * max_batch * layer->output_size();
@@ -38,11 +40,11 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name,
   return model;
 }
 
-Model::Model(std::string name, std::vector<std::unique_ptr<Layer>> layers, ParamLayout layout,
+Model::Model(std::string name, std::vector<std::unique_ptr<Layer>> layers, ParamDescription params,
              Device& device, int max_batch)
     : name_(std::move(name)),
       layers_(std::move(layers)),
-      layout_(std::move(layout)),
+      params_(std::move(params)),
       device_(device),
       max_batch_(max_batch) {
   int64_t offset = 0;
@@ -60,7 +62,7 @@ void Model::InitParams(uint64_t seed, float* params) const {
 
 KeyRange Model::LayerParams(size_t layer) const {
   const int64_t end =
-      layer + 1 < param_offsets_.size() ? param_offsets_[layer + 1] : layout_.total();
+      layer + 1 < param_offsets_.size() ? param_offsets_[layer + 1] : params_.dense().total();
   return KeyRange{param_offsets_[layer], end};
 }
 

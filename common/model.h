@@ -41,7 +41,9 @@ class Model {
                                                        Device& device, int max_batch);
 
   const std::string& name() const { return name_; }
-  const ParamLayout& layout() const { return layout_; }
+  // The dense parameters' layout, and the whole description (dense layout and sparse tables).
+  const ParamLayout& layout() const { return params_.dense(); }
+  const ParamDescription& description() const { return params_; }
   int64_t input_size() const { return layers_.front()->input_size(); }
   int64_t num_classes() const { return layers_.back()->output_size(); }
   int max_batch() const { return max_batch_; }
@@ -68,7 +70,7 @@ class Model {
                                       int batch);
 
  private:
-  Model(std::string name, std::vector<std::unique_ptr<Layer>> layers, ParamLayout layout,
+  Model(std::string name, std::vector<std::unique_ptr<Layer>> layers, ParamDescription params,
         Device& device, int max_batch);
   absl::StatusOr<BatchStats> Forward(const float* params, const float* x, const int32_t* labels,
                                      int batch, const LayerHooks& hooks, double* sums_on_device);
@@ -76,7 +78,7 @@ class Model {
 
   std::string name_;
   std::vector<std::unique_ptr<Layer>> layers_;
-  ParamLayout layout_;
+  ParamDescription params_;
   std::vector<int64_t> param_offsets_;  // offset of each layer's first parameter
   Device& device_;
   int max_batch_;

@@ -63,6 +63,29 @@ absl::StatusOr<ParamLayout> ParamLayout::Create(std::vector<TensorSpec> tensors)
   return layout;
 }
 
+absl::StatusOr<ParamDescription> ParamDescription::Create(ParamLayout dense,
+                                                          std::vector<SparseTableSpec> sparse) {
+  std::set<std::string> names;
+  for (const TensorSpec& t : dense.tensors()) names.insert(t.name);
+  uint64_t h = dense.fingerprint();
+  for (const SparseTableSpec& t : sparse) {
+    if (t.name.empty()) return absl::InvalidArgumentError("sparse table with an empty name");
+    if (!names.insert(t.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat("duplicate parameter name '", t.name, "'"));
+    }
+    if (t.dim <= 0 || !(t.init_scale > 0.0f)) {
+      return absl::InvalidArgumentError(absl::StrCat("sparse table '", t.name, "' has dimension ",
+                                                     t.dim, " and scale ", t.init_scale));
+    }
+    const uint64_t name_len = t.name.size();
+    h = FnvMix(h, &name_len, sizeof(name_len));
+    h = FnvMix(h, t.name.data(), t.name.size());
+    h = FnvMix(h, &t.dim, sizeof(t.dim));
+    h = FnvMix(h, &t.init_scale, sizeof(t.init_scale));
+  }
+  return ParamDescription(std::move(dense), std::move(sparse), h);
+}
+
 KeyRange ShardRange(int64_t total, int num_shards, int shard) {
   assert(num_shards > 0 && shard >= 0 && shard < num_shards && total >= 0);
   const int64_t base = total / num_shards;

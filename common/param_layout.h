@@ -49,6 +49,38 @@ class ParamLayout {
   uint64_t fingerprint_ = 0;
 };
 
+// A table of rows of `dim` floats keyed by a 64-bit id (an embedding table): rows exist once a
+// step has touched them, and a step pulls and pushes only the rows its batch names. The shards
+// own the rows, sharded by the id's hash; a row starts uniform in [-init_scale, init_scale),
+// seeded by its key alone, so results do not depend on the number of shards.
+struct SparseTableSpec {
+  std::string name;
+  int64_t dim = 0;
+  float init_scale = 0.01f;
+};
+
+// What a model's parameters are: the dense layout (one flat buffer cut into contiguous key
+// ranges, one per shard) and any sparse tables. The fingerprint the shards check covers both; a
+// model without sparse tables has its dense layout's fingerprint.
+class ParamDescription {
+ public:
+  // INVALID_ARGUMENT for a table with an empty name, a name another table or a dense tensor has,
+  // or a dimension or scale <= 0.
+  static absl::StatusOr<ParamDescription> Create(ParamLayout dense,
+                                                 std::vector<SparseTableSpec> sparse = {});
+
+  const ParamLayout& dense() const { return dense_; }
+  const std::vector<SparseTableSpec>& sparse() const { return sparse_; }
+  uint64_t fingerprint() const { return fingerprint_; }
+
+ private:
+  ParamDescription(ParamLayout dense, std::vector<SparseTableSpec> sparse, uint64_t fingerprint)
+      : dense_(std::move(dense)), sparse_(std::move(sparse)), fingerprint_(fingerprint) {}
+  ParamLayout dense_;
+  std::vector<SparseTableSpec> sparse_;
+  uint64_t fingerprint_ = 0;
+};
+
 // The key range of shard `shard` when [0, total) is cut into `num_shards` contiguous ranges whose
 // sizes differ by at most one (the first total % num_shards ranges are one longer). A range may
 // be empty when num_shards > total. Requires 0 <= shard < num_shards and total >= 0.

@@ -166,6 +166,10 @@ absl::StatusOr<StepAccountingOptions> Trainer::AccountingOptions(const ClusterIn
 
 absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   RETURN_IF_ERROR(ValidateTrainerOptions(options_));
+  if (!model_.description().sparse().empty()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "model ", model_.name(), " has sparse tables, which the shards do not serve yet"));
+  }
   ASSIGN_OR_RETURN(ClusterInfo cluster, client_.Register(options_.rank, options_.register_timeout));
   ASSIGN_OR_RETURN(std::unique_ptr<StepGradient> gradient,
                    StepGradient::Create(model_, device_, train_, PlanOptions(cluster.num_workers),

@@ -111,7 +111,7 @@ int Fail(const absl::Status& s) {
 absl::StatusOr<ps::GrpcClientOptions> ClientOptionsFromFlags(const ps::Model& model, int rank) {
   ps::GrpcClientOptions o;
   o.servers = absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipEmpty());
-  o.fingerprint = model.layout().fingerprint();
+  o.fingerprint = model.description().fingerprint();
   o.total_params = model.layout().total();
   o.rank = rank;
   o.call_timeout = absl::Seconds(absl::GetFlag(FLAGS_call_timeout_s));

@@ -90,5 +90,41 @@ TEST(ShardRange, TilesEverySmallCase) {
   ExpectBalancedTiling(235146, 7);
 }
 
+// A description without sparse tables has its dense layout's fingerprint (so today's models,
+// checkpoints and shards keep theirs); a sparse table changes it, by name, dimension and scale.
+TEST(ParamDescription, FingerprintCoversTheSparseTables) {
+  auto dense = ParamLayout::Create({{"fc1.weight", {3, 2}}, {"fc1.bias", {2}}});
+  ASSERT_TRUE(dense.ok());
+  auto plain = ParamDescription::Create(*dense);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->fingerprint(), dense->fingerprint());
+  EXPECT_TRUE(plain->sparse().empty());
+  auto items = ParamDescription::Create(*dense, {SparseTableSpec{"items", 16, 0.01f}});
+  ASSERT_TRUE(items.ok()) << items.status();
+  EXPECT_NE(items->fingerprint(), dense->fingerprint());
+  EXPECT_EQ(items->sparse()[0].dim, 16);
+  for (const SparseTableSpec& other :
+       {SparseTableSpec{"users", 16, 0.01f}, SparseTableSpec{"items", 8, 0.01f},
+        SparseTableSpec{"items", 16, 0.02f}}) {
+    auto d = ParamDescription::Create(*dense, {other});
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_NE(d->fingerprint(), items->fingerprint()) << other.name;
+  }
+}
+
+TEST(ParamDescription, RefusesBadOrCollidingTables) {
+  auto dense = ParamLayout::Create({{"fc1.weight", {3, 2}}});
+  ASSERT_TRUE(dense.ok());
+  for (const std::vector<SparseTableSpec>& bad :
+       std::vector<std::vector<SparseTableSpec>>{{{"", 4, 0.01f}},
+                                                 {{"fc1.weight", 4, 0.01f}},
+                                                 {{"t", 4, 0.01f}, {"t", 8, 0.01f}},
+                                                 {{"t", 0, 0.01f}},
+                                                 {{"t", 4, 0.0f}}}) {
+    EXPECT_EQ(ParamDescription::Create(*dense, bad).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
 }  // namespace
 }  // namespace ps
