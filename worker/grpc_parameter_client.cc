@@ -5,7 +5,6 @@
 #include <limits>
 #include <random>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
@@ -69,8 +68,6 @@ GrpcParameterClient::GrpcParameterClient(const GrpcClientOptions& options) : opt
   }
   shard_incarnations_.assign(stubs_.size(), 0);
   encoded_.resize(stubs_.size());
-  lent_.resize(2 * options_.shared_memory_slots);
-  taken_.assign(2 * options_.shared_memory_slots, 0);
   if (options_.push_encoding == TensorEncoding::kTopK) {
     topk_ = std::make_unique<TopKCompressor>(options_.total_params, options_.topk_ratio);
   }
@@ -357,15 +354,16 @@ absl::StatusOr<ClusterInfo> GrpcParameterClient::Register(int rank, absl::Durati
 }
 
 void GrpcParameterClient::AttachSharedMemory(const std::vector<uint64_t>& shard_incarnation) {
-  if (shared_ == nullptr) {
-    absl::StatusOr<std::unique_ptr<SharedMemory>> region =
-        SharedMemory::Create(static_cast<size_t>(std::max<int64_t>(RegionLayout().bytes(), 1)));
+  if (region_ == nullptr) {
+    absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(
+        SharedRegionLayout{options_.total_params, options_.shared_memory_slots},
+        static_cast<int>(stubs_.size()));
     if (!region.ok()) {
       spdlog::warn("no shared memory, payloads go over gRPC: {}", region.status().ToString());
       options_.shared_memory = false;
       return;
     }
-    shared_ = std::move(*region);
+    region_ = std::move(*region);
   }
   std::vector<char> attached(stubs_.size(), 0);
   for (size_t s = 0; s < stubs_.size(); ++s) {
@@ -373,9 +371,9 @@ void GrpcParameterClient::AttachSharedMemory(const std::vector<uint64_t>& shard_
     req.set_rank(options_.rank);
     req.set_incarnation(options_.incarnation);
     req.set_shard_incarnation(shard_incarnation[s]);
-    req.set_pid(shared_->pid());
-    req.set_fd(shared_->fd());
-    req.set_nonce(shared_->nonce());
+    req.set_pid(region_->memory().pid());
+    req.set_fd(region_->memory().fd());
+    req.set_nonce(region_->memory().nonce());
     req.set_total_params(options_.total_params);
     req.set_slots(options_.shared_memory_slots);
     ps::v1::AttachSharedMemoryResponse resp;
@@ -390,76 +388,17 @@ void GrpcParameterClient::AttachSharedMemory(const std::vector<uint64_t>& shard_
                    options_.servers[s], st.error_message());
     }
   }
-  absl::MutexLock lock(&mu_);
-  attached_ = std::move(attached);
+  region_->SetAttached(std::move(attached));
 }
 
 int GrpcParameterClient::shared_memory_shards() const {
-  absl::MutexLock lock(&mu_);
-  return static_cast<int>(std::count(attached_.begin(), attached_.end(), 1));
-}
-
-int GrpcParameterClient::Lend(Area area, int shard, KeyRange range, int direct_slot) {
-  absl::MutexLock lock(&mu_);
-  if (static_cast<size_t>(shard) >= attached_.size() || !attached_[shard] || range.size() <= 0) {
-    return -1;
-  }
-  for (int slot = 0; slot < options_.shared_memory_slots; ++slot) {
-    const int at = 2 * slot + static_cast<int>(area);
-    // The caller's own area, or else a bounce buffer: an area nobody took.
-    if (direct_slot >= 0 ? slot != direct_slot : taken_[at] != 0) continue;
-    std::vector<KeyRange>& lent = lent_[at];
-    const bool free = std::none_of(lent.begin(), lent.end(), [&](const KeyRange& r) {
-      return r.begin < range.end && range.begin < r.end;
-    });
-    if (!free) continue;
-    lent.push_back(range);
-    return slot;
-  }
-  return -1;
-}
-
-void GrpcParameterClient::GiveBack(Area area, int slot, KeyRange range) {
-  absl::MutexLock lock(&mu_);
-  std::vector<KeyRange>& lent = lent_[2 * slot + static_cast<int>(area)];
-  auto it = std::find(lent.begin(), lent.end(), range);
-  if (it != lent.end()) lent.erase(it);
+  return region_ == nullptr ? 0 : region_->attached_shards();
 }
 
 TransportBuffers GrpcParameterClient::TakeTransportBuffers(int set) {
-  TransportBuffers buffers;
-  if (shared_ == nullptr || set < 0 || set >= options_.shared_memory_slots) return buffers;
-  absl::MutexLock lock(&mu_);
-  const size_t n = static_cast<size_t>(options_.total_params);
-  if (options_.pull_encoding == TensorEncoding::kF32) {
-    taken_[2 * set + static_cast<int>(Area::kWeights)] = 1;
-    buffers.weights = {reinterpret_cast<float*>(AreaAt(Area::kWeights, set, 0)), n};
-  }
-  if (options_.push_encoding == TensorEncoding::kF32) {
-    taken_[2 * set + static_cast<int>(Area::kGradient)] = 1;
-    buffers.gradient = {reinterpret_cast<float*>(AreaAt(Area::kGradient, set, 0)), n};
-  }
-  return buffers;
-}
-
-int GrpcParameterClient::DirectSlot(Area area, const float* data) const {
-  if (shared_ == nullptr) return -1;
-  absl::MutexLock lock(&mu_);
-  for (int slot = 0; slot < options_.shared_memory_slots; ++slot) {
-    if (taken_[2 * slot + static_cast<int>(area)] &&
-        data == reinterpret_cast<const float*>(AreaAt(area, slot, 0))) {
-      return slot;
-    }
-  }
-  return -1;
-}
-
-char* GrpcParameterClient::AreaAt(Area area, int slot, int64_t begin) const {
-  return shared_->data() + RegionLayout().Offset(slot, area, begin);
-}
-
-SharedRegionLayout GrpcParameterClient::RegionLayout() const {
-  return SharedRegionLayout{options_.total_params, options_.shared_memory_slots};
+  if (region_ == nullptr) return TransportBuffers{};
+  return region_->Take(set, options_.pull_encoding == TensorEncoding::kF32,
+                       options_.push_encoding == TensorEncoding::kF32);
 }
 
 void GrpcParameterClient::SetWorkPlan(int64_t steps, int64_t samples_per_step) {
@@ -537,40 +476,10 @@ absl::Status GrpcParameterClient::Init(absl::Span<const float> params) {
                  false);
 }
 
-absl::StatusOr<std::vector<GrpcParameterClient::Piece>> GrpcParameterClient::SplitAtShards(
+absl::StatusOr<std::vector<Piece>> GrpcParameterClient::SplitAtShards(
     absl::Span<const KeyRange> parts) const {
-  std::vector<Piece> pieces;
-  std::vector<int64_t> next_connection(stubs_.size(), 0);
-  for (size_t p = 0; p < parts.size(); ++p) {
-    const KeyRange part = parts[p];
-    if (part.begin < 0 || part.end > options_.total_params || part.begin >= part.end) {
-      return absl::InvalidArgumentError(absl::StrCat("part [", part.begin, ", ", part.end,
-                                                     ") is empty or outside the layout of ",
-                                                     options_.total_params));
-    }
-    for (size_t s = 0; s < stubs_.size(); ++s) {
-      const KeyRange r = range(static_cast<int>(s));
-      const KeyRange cut{std::max(r.begin, part.begin), std::min(r.end, part.end)};
-      // A shard with an empty range (more shards than parameters) still gets its clock.
-      const bool empty_inside = r.begin == r.end && part.begin <= r.begin && r.end <= part.end;
-      if (!(cut.begin < cut.end || empty_inside)) continue;
-      if (cut.begin >= cut.end) {
-        pieces.push_back(Piece{p, static_cast<int>(s), 0, r});
-        continue;
-      }
-      // Equal chunks of at most chunk_bytes, spread over the shard's connections.
-      const int64_t max_chunk = options_.chunk_bytes / static_cast<int64_t>(sizeof(float));
-      const int64_t n = cut.size();
-      const int64_t chunks = max_chunk > 0 ? (n + max_chunk - 1) / max_chunk : 1;
-      for (int64_t c = 0; c < chunks; ++c) {
-        const KeyRange chunk{cut.begin + n * c / chunks, cut.begin + n * (c + 1) / chunks};
-        pieces.push_back(Piece{p, static_cast<int>(s),
-                               static_cast<int>(next_connection[s]++ % options_.connections),
-                               chunk});
-      }
-    }
-  }
-  return pieces;
+  return PlanPieces(parts, PiecePlanOptions{options_.total_params, static_cast<int>(stubs_.size()),
+                                            options_.chunk_bytes, options_.connections});
 }
 
 absl::StatusOr<PullStats> GrpcParameterClient::Pull(int64_t clock, bool no_wait,
@@ -595,22 +504,16 @@ absl::StatusOr<PullStats> GrpcParameterClient::PullPieces(
   const std::vector<uint64_t> shard_incarnation = shard_incarnations();
   std::vector<grpc::ByteBuffer> requests(pieces.size());
   std::vector<size_t> missing(parts.size(), 0);  // pieces of each part not yet arrived
-  // The slots whose weights areas these calls borrow (-1: none), given back when they have all
-  // finished.
-  std::vector<int> slot(pieces.size(), -1);
-  const absl::Cleanup give_back = [&] {
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      if (slot[i] >= 0) GiveBack(Area::kWeights, slot[i], pieces[i].range);
-    }
-  };
+  // The parts of weights areas these calls borrow, given back when they have all finished.
+  SharedRegion::Leases leases(region_.get(), Area::kWeights, pieces.size());
   // Into the caller's own copy of a weights area: the shards write the values in place.
   const int direct_slot = DirectSlot(Area::kWeights, params.data());
   for (size_t i = 0; i < pieces.size(); ++i) {
     const Piece& piece = pieces[i];
     // Observer reads (no_wait) carry no worker identity, so they cannot use the region.
-    if (!no_wait) slot[i] = Lend(Area::kWeights, piece.shard, piece.range, direct_slot);
+    if (!no_wait) leases.Lend(i, piece.shard, piece.range, direct_slot);
     requests[i] = SerializeToByteBuffer(
-        PullHeader(piece, clock, no_wait, slot[i], shard_incarnation[piece.shard]));
+        PullHeader(piece, clock, no_wait, leases.slot(i), shard_incarnation[piece.shard]));
     ++missing[piece.part];
   }
   PullStats stats;
@@ -623,7 +526,7 @@ absl::StatusOr<PullStats> GrpcParameterClient::PullPieces(
     absl::Status ok =
         SplitPayloadMessage(reply, ps::v1::PullResponse::kValuesFieldNumber, &header, &split);
     if (ok.ok()) {
-      ok = DecodePulled(pieces[i], header, split, slot[i], direct_slot >= 0, params, &stats);
+      ok = DecodePulled(pieces[i], header, split, leases.slot(i), direct_slot >= 0, params, &stats);
     }
     if (!ok.ok()) {
       if (decoded.ok()) decoded = ReplyDoesNotFit("Pull", pieces[i].shard, ok);
@@ -666,22 +569,15 @@ absl::StatusOr<PushStats> GrpcParameterClient::PushParts(int64_t clock,
   const std::vector<uint64_t> shard_incarnation = shard_incarnations();
   std::vector<grpc::ByteBuffer> requests(pieces.size());
   if (encoded_.size() < pieces.size()) encoded_.resize(pieces.size());
-  // The slots whose gradient areas these calls borrow (-1: none), given back when they have all
-  // finished.
-  std::vector<int> slot(pieces.size(), -1);
-  const absl::Cleanup give_back = [&] {
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      if (slot[i] >= 0) GiveBack(Area::kGradient, slot[i], pieces[i].range);
-    }
-  };
+  // The parts of gradient areas these calls borrow, given back when they have all finished.
+  SharedRegion::Leases leases(region_.get(), Area::kGradient, pieces.size());
   PushStats stats;
   // From the caller's own copy of a gradient area: the shards read it in place.
   const int direct_slot = DirectSlot(Area::kGradient, gradient.data());
   for (size_t i = 0; i < pieces.size(); ++i) {
     PreparedPush push =
         PreparePush(i, pieces[i], clock, base_versions[pieces[i].shard], num_samples, gradient,
-                    direct_slot, shard_incarnation[pieces[i].shard], borrowed);
-    slot[i] = push.slot;
+                    direct_slot, shard_incarnation[pieces[i].shard], borrowed, leases);
     stats.payload_bytes += push.payload_bytes;
     requests[i] = JoinPayloadMessage(push.header, ps::v1::PushRequest::kGradientFieldNumber,
                                      std::move(push.payload));
@@ -737,13 +633,8 @@ absl::StatusOr<PushPullStats> GrpcParameterClient::PushPull(
   std::vector<grpc::ByteBuffer> requests(pieces.size());
   if (encoded_.size() < pieces.size()) encoded_.resize(pieces.size());
   // The parts of each area these calls borrow, given back when they have all finished.
-  std::vector<int> gradient_slot(pieces.size(), -1), weights_slot(pieces.size(), -1);
-  const absl::Cleanup give_back = [&] {
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      if (gradient_slot[i] >= 0) GiveBack(Area::kGradient, gradient_slot[i], pieces[i].range);
-      if (weights_slot[i] >= 0) GiveBack(Area::kWeights, weights_slot[i], pieces[i].range);
-    }
-  };
+  SharedRegion::Leases gradient_leases(region_.get(), Area::kGradient, pieces.size());
+  SharedRegion::Leases weights_leases(region_.get(), Area::kWeights, pieces.size());
   const int direct_gradient = DirectSlot(Area::kGradient, gradient.data());
   const int direct_weights = DirectSlot(Area::kWeights, params.data());
   PushPullStats stats;
@@ -751,15 +642,15 @@ absl::StatusOr<PushPullStats> GrpcParameterClient::PushPull(
   for (size_t i = 0; i < pieces.size(); ++i) {
     const Piece& piece = pieces[i];
     const uint64_t incarnation = shard_incarnation[piece.shard];
-    PreparedPush push = PreparePush(i, piece, clock, base_versions[piece.shard], num_samples,
-                                    gradient, direct_gradient, incarnation, borrowed);
-    gradient_slot[i] = push.slot;
+    PreparedPush push =
+        PreparePush(i, piece, clock, base_versions[piece.shard], num_samples, gradient,
+                    direct_gradient, incarnation, borrowed, gradient_leases);
     stats.pushed.payload_bytes += push.payload_bytes;
-    weights_slot[i] = Lend(Area::kWeights, piece.shard, piece.range, direct_weights);
+    const int weights_slot = weights_leases.Lend(i, piece.shard, piece.range, direct_weights);
     ps::v1::PushPullRequest header;
     *header.mutable_push() = std::move(push.header);
     *header.mutable_pull() =
-        PullHeader(piece, pull_clock, /*no_wait=*/false, weights_slot[i], incarnation);
+        PullHeader(piece, pull_clock, /*no_wait=*/false, weights_slot, incarnation);
     requests[i] = JoinPayloadMessage(header, ps::v1::PushPullRequest::kGradientFieldNumber,
                                      std::move(push.payload));
   }
@@ -773,7 +664,7 @@ absl::StatusOr<PushPullStats> GrpcParameterClient::PushPull(
                 absl::Status ok = SplitPayloadMessage(
                     replies[i], ps::v1::PushPullResponse::kValuesFieldNumber, &header, &split);
                 if (ok.ok()) {
-                  ok = DecodePulled(pieces[i], header.pull(), split, weights_slot[i],
+                  ok = DecodePulled(pieces[i], header.pull(), split, weights_leases.slot(i),
                                     direct_weights >= 0, params, &stats.pulled);
                 }
                 if (!ok.ok()) {
@@ -792,7 +683,7 @@ absl::StatusOr<PushPullStats> GrpcParameterClient::PushPull(
 GrpcParameterClient::PreparedPush GrpcParameterClient::PreparePush(
     size_t i, const Piece& piece, int64_t clock, int64_t base_version, int num_samples,
     absl::Span<const float> gradient, int direct_slot, uint64_t shard_incarnation,
-    BorrowedPayload& borrowed) {
+    BorrowedPayload& borrowed, SharedRegion::Leases& leases) {
   const KeyRange r = piece.range;
   PreparedPush out;
   ps::v1::PushRequest& header = out.header;
@@ -829,12 +720,12 @@ GrpcParameterClient::PreparedPush GrpcParameterClient::PreparePush(
   // A shard that shares the region reads the payload there; a top-k payload larger than the
   // area's part (ratio above 1/2) stays in the message.
   if (bytes.size() <= 4 * static_cast<size_t>(r.size())) {
-    out.slot = Lend(Area::kGradient, piece.shard, r, direct_slot);
+    out.slot = leases.Lend(i, piece.shard, r, direct_slot);
   }
   if (out.slot >= 0) {
     // In place already when direct (a float32 payload is the caller's slice itself).
     if (direct_slot < 0) {
-      std::memcpy(AreaAt(Area::kGradient, out.slot, r.begin), bytes.data(), bytes.size());
+      std::memcpy(region_->At(Area::kGradient, out.slot, r.begin), bytes.data(), bytes.size());
     }
     header.set_shared_bytes(static_cast<int64_t>(bytes.size()));
     header.set_shared_slot(out.slot);
@@ -873,7 +764,7 @@ absl::Status GrpcParameterClient::DecodePulled(const Piece& piece,
     if (slot < 0 || !split.payload.empty()) {
       return absl::InvalidArgumentError("values in shared memory that was not lent to this call");
     }
-    split.payload.assign(1, absl::Span<const char>(AreaAt(Area::kWeights, slot, r.begin),
+    split.payload.assign(1, absl::Span<const char>(region_->At(Area::kWeights, slot, r.begin),
                                                    r.size() * UnitBytes(encoding)));
   }
   ASSIGN_OR_RETURN(const EncodedTensor values,

@@ -29,6 +29,8 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "worker/parameter_client.h"
+#include "worker/piece_plan.h"
+#include "worker/shared_region.h"
 
 namespace ps {
 
@@ -117,12 +119,6 @@ class GrpcParameterClient final : public ParameterClient {
   };
 
   // One call's share of a part: the part's keys within one shard's range.
-  struct Piece {
-    size_t part = 0;
-    int shard = 0;
-    int connection = 0;  // which of the shard's connections carries it
-    KeyRange range;
-  };
 
   explicit GrpcParameterClient(const GrpcClientOptions& options);
   KeyRange range(int shard) const;
@@ -137,11 +133,12 @@ class GrpcParameterClient final : public ParameterClient {
     int64_t payload_bytes = 0;
   };
   // Encodes piece i (of a push or PushPull) of `gradient`: borrowed by `borrowed`, in the
-  // client's encode buffer i, or in a gradient area (lent to the call; `direct_slot` >= 0: the
-  // caller's buffer is that slot's area).
+  // client's encode buffer i, or in a gradient area lent to the call by `leases` (`direct_slot`
+  // >= 0: the caller's buffer is that slot's area).
   PreparedPush PreparePush(size_t i, const Piece& piece, int64_t clock, int64_t base_version,
                            int num_samples, absl::Span<const float> gradient, int direct_slot,
-                           uint64_t shard_incarnation, BorrowedPayload& borrowed);
+                           uint64_t shard_incarnation, BorrowedPayload& borrowed,
+                           SharedRegion::Leases& leases);
   // A piece's pull request (`slot` >= 0: into that slot's weights area, lent to the call).
   ps::v1::PullRequest PullHeader(const Piece& piece, int64_t clock, bool no_wait, int slot,
                                  uint64_t shard_incarnation) const;
@@ -201,21 +198,16 @@ class GrpcParameterClient final : public ParameterClient {
   void Prepare(grpc::ClientContext* ctx, absl::Duration timeout, bool wait_for_ready) const;
   std::vector<uint64_t> shard_incarnations() const;
 
-  // Shared memory: shared_memory_slots pairs of areas; slot k's gradient area is bytes
-  // [8N k, 8N k + 4N), its weights area the next 4N (the proto's AttachSharedMemory). Each part
-  // of an area is lent to one call at a time.
+  // Shared memory (worker/shared_region.h): created at the first Register when asked for; null
+  // otherwise.
   using Area = RegionArea;
   // Offers the region to every shard; the shards that can open it take payloads through it.
   void AttachSharedMemory(const std::vector<uint64_t>& shard_incarnation);
-  // Lends `range` of a slot's `area` for a call to `shard` and returns the slot: `direct_slot`
-  // when the call's buffer is that slot's area (which the caller took), else any slot whose area
-  // the caller did not take (a bounce buffer; a taken area holds the caller's data). -1 when
-  // shared memory is not attached to that shard or no such slot has the range free.
-  int Lend(Area area, int shard, KeyRange range, int direct_slot);
-  void GiveBack(Area area, int slot, KeyRange range);
-  // The bytes of element `begin` of slot `slot`'s `area`.
-  char* AreaAt(Area area, int slot, int64_t begin) const;
-  SharedRegionLayout RegionLayout() const;  // of this client's region
+  // The slot whose `area` the caller took and `data` starts; -1: none.
+  int DirectSlot(Area area, const float* data) const {
+    return region_ == nullptr ? -1 : region_->DirectSlot(area, data);
+  }
+  std::unique_ptr<SharedRegion> region_;
 
   mutable absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
@@ -229,14 +221,6 @@ class GrpcParameterClient final : public ParameterClient {
     int shard;
   };
   std::vector<ActiveCall> active_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<SharedMemory> shared_;             // created at the first Register; null: none
-  std::vector<char> attached_ ABSL_GUARDED_BY(mu_);  // per shard
-  // Per slot and Area, at [2 x slot + area]: the parts lent to calls, and whether the caller took
-  // the area (TakeTransportBuffers; it is then no bounce buffer).
-  std::vector<std::vector<KeyRange>> lent_ ABSL_GUARDED_BY(mu_);
-  std::vector<char> taken_ ABSL_GUARDED_BY(mu_);
-  // The slot whose `area` the caller took and `data` starts; -1: none.
-  int DirectSlot(Area area, const float* data) const;
 };
 
 }  // namespace ps
