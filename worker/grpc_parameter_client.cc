@@ -44,7 +44,10 @@ absl::StatusOr<std::unique_ptr<GrpcParameterClient>> GrpcParameterClient::Create
   return std::unique_ptr<GrpcParameterClient>(new GrpcParameterClient(options));
 }
 
-GrpcParameterClient::GrpcParameterClient(const GrpcClientOptions& options) : options_(options) {
+GrpcParameterClient::GrpcParameterClient(const GrpcClientOptions& options)
+    : options_(options),
+      fanout_(FanoutOptions{options.servers, options.retry_for, options.initial_backoff,
+                            options.report_unreachable_every}) {
   if (options_.incarnation == 0) {
     std::random_device rd;
     while (options_.incarnation == 0) options_.incarnation = (uint64_t{rd()} << 32) ^ rd();
@@ -147,157 +150,23 @@ absl::Status GrpcParameterClient::CallEach(const char* method, const std::vector
                                            absl::Duration timeout, bool wait_for_ready,
                                            const std::function<void(size_t)>& on_ok, bool retry,
                                            std::vector<absl::Status>* each_status) {
-  const size_t n = shards.size();
-  responses->assign(n, Response());
-  if (each_status != nullptr) each_status->assign(n, absl::OkStatus());
-  // Each call retries on its own: a call to a healthy shard may wait (a pull held for its round)
-  // for progress that needs this worker's retry to another shard, so no retry waits for the
-  // other calls. The first call that fails for good cancels the rest (the operation has failed),
-  // unless the caller asked for each call's outcome: then the calls are independent (a heartbeat
-  // that fails at once on a shard that is down must not cancel the beat to a healthy shard, whose
-  // lease would expire).
-  const bool independent = each_status != nullptr;
-  struct Call {
-    std::unique_ptr<grpc::ClientContext> context;
-    std::unique_ptr<grpc::ClientAsyncResponseReader<Response>> reader;
-    grpc::Status status;
-    int attempts = 0;
-    absl::Duration backoff;
-    absl::Time retry_at = absl::InfiniteFuture();  // finite while a retry waits
-    bool in_flight = false;
+  responses->assign(shards.size(), Response());
+  // A retry replaces call i's reader once its previous attempt has finished.
+  std::vector<std::unique_ptr<grpc::ClientAsyncResponseReader<Response>>> readers(shards.size());
+  ShardFanout::Calls calls;
+  calls.method = method;
+  calls.shards = shards;
+  calls.launch = [&](size_t i, grpc::ClientContext* ctx, grpc::CompletionQueue* cq,
+                     grpc::Status* status, void* tag) {
+    readers[i] = start(i, ctx, cq);
+    readers[i]->StartCall();
+    readers[i]->Finish(&(*responses)[i], status, tag);
   };
-  std::vector<Call> calls(n);
-  grpc::CompletionQueue cq;
-  const absl::Time first_try = absl::Now();
-  const absl::Time give_up = retry ? first_try + options_.retry_for : first_try;
-  // Retries that last are reported, so an operator sees which shard the job waits for.
-  absl::Time next_report = first_try + options_.report_unreachable_every;
-  bool reported = false;
-  absl::Status first_error;
-  size_t in_flight = 0, waiting = 0;
-  const auto fail_with = [&](size_t i, absl::Status error) {
-    if (independent) (*each_status)[i] = error;
-    if (!first_error.ok()) return;
-    first_error = std::move(error);
-    if (independent) return;
-    absl::MutexLock lock(&mu_);
-    for (Call& c : calls) {
-      if (c.in_flight) c.context->TryCancel();
-    }
-  };
-  // Starts call i's next attempt, or fails it with CANCELLED when the client was cancelled.
-  const auto launch = [&](size_t i) {
-    Call& c = calls[i];
-    c.retry_at = absl::InfiniteFuture();
-    bool cancelled = false;
-    {
-      absl::MutexLock lock(&mu_);
-      cancelled = cancelled_;
-      if (!cancelled) {
-        c.context = std::make_unique<grpc::ClientContext>();
-        Prepare(c.context.get(), timeout, wait_for_ready);
-        active_.push_back(ActiveCall{c.context.get(), shards[i]});
-      }
-    }
-    if (cancelled) {
-      fail_with(i, absl::CancelledError(absl::StrCat(method, ": client cancelled")));
-      return;
-    }
-    ++c.attempts;
-    c.reader = start(i, c.context.get(), &cq);
-    c.reader->StartCall();
-    c.reader->Finish(&(*responses)[i], &c.status, reinterpret_cast<void*>(i));
-    c.in_flight = true;
-    ++in_flight;
-  };
-  for (size_t i = 0; i < n; ++i) {
-    calls[i].backoff = options_.initial_backoff;
-    launch(i);
-  }
-  while (in_flight > 0 || waiting > 0) {
-    // Wake for the earliest retry due, and now and then to notice Cancel().
-    absl::Time wake = absl::Now() + absl::Milliseconds(200);
-    for (const Call& c : calls) wake = std::min(wake, c.retry_at);
-    void* tag = nullptr;
-    bool ok = false;
-    const grpc::CompletionQueue::NextStatus next =
-        cq.AsyncNext(&tag, &ok, absl::ToChronoTime(wake));
-    if (next == grpc::CompletionQueue::TIMEOUT) {
-      bool cancelled = false;
-      {
-        absl::MutexLock lock(&mu_);
-        cancelled = cancelled_;
-      }
-      for (size_t i = 0; i < n; ++i) {
-        Call& c = calls[i];
-        if (c.retry_at == absl::InfiniteFuture()) continue;
-        if ((!first_error.ok() && !independent) || cancelled) {
-          c.retry_at = absl::InfiniteFuture();
-          --waiting;
-          if (first_error.ok() || independent) {
-            fail_with(i, absl::CancelledError(absl::StrCat(method, ": client cancelled")));
-          }
-        } else if (absl::Now() >= c.retry_at) {
-          --waiting;
-          launch(i);
-        }
-      }
-      continue;
-    }
-    const size_t i = reinterpret_cast<size_t>(tag);
-    Call& c = calls[i];
-    c.in_flight = false;
-    --in_flight;
-    {
-      absl::MutexLock lock(&mu_);
-      active_.erase(
-          std::remove_if(active_.begin(), active_.end(),
-                         [&](const ActiveCall& a) { return a.context == c.context.get(); }),
-          active_.end());
-    }
-    if (c.status.ok()) {
-      if (on_ok && first_error.ok()) on_ok(i);
-      continue;
-    }
-    if (!first_error.ok() && !independent) continue;  // cancelled: another call failed
-    // A server that shuts down cancels the calls it has not started (CANCELLED); unless this
-    // client cancelled them itself, that is as retryable as UNAVAILABLE.
-    bool self_cancelled = false;
-    {
-      absl::MutexLock lock(&mu_);
-      self_cancelled = cancelled_;
-    }
-    const bool retryable =
-        c.status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-        (c.status.error_code() == grpc::StatusCode::CANCELLED && !self_cancelled);
-    if (retryable && absl::Now() + c.backoff < give_up) {
-      c.retry_at = absl::Now() + c.backoff;
-      c.backoff = std::min(c.backoff * 2, absl::Seconds(5));
-      ++waiting;
-      if (absl::Now() >= next_report) {
-        spdlog::warn(
-            "{}: shard {} ({}) unreachable for {:.0f}s ({}); still retrying{}", method, shards[i],
-            options_.servers[shards[i]], absl::ToDoubleSeconds(absl::Now() - first_try),
-            c.status.error_message(),
-            options_.retry_for == absl::InfiniteDuration()
-                ? " until it is back"
-                : absl::StrCat(" for up to ", absl::ToDoubleSeconds(options_.retry_for), "s"));
-        next_report = absl::Now() + options_.report_unreachable_every;
-        reported = true;
-      }
-      continue;
-    }
-    const int shard = shards[i];
-    fail_with(i, FromGrpcStatus(c.status, absl::StrCat(method, " to shard ", shard, " (",
-                                                       options_.servers[shard], ")",
-                                                       c.attempts > 1 ? " after retries" : "")));
-  }
-  if (!first_error.ok()) return first_error;
-  if (reported) {
-    spdlog::info("{}: every shard answers again, after {:.0f}s", method,
-                 absl::ToDoubleSeconds(absl::Now() - first_try));
-  }
-  return absl::OkStatus();
+  calls.prepare = [&](grpc::ClientContext* ctx) { Prepare(ctx, timeout, wait_for_ready); };
+  calls.retry = retry;
+  calls.on_ok = on_ok;
+  calls.each_status = each_status;
+  return fanout_.Run(calls);
 }
 
 absl::StatusOr<ClusterInfo> GrpcParameterClient::Register(int rank, absl::Duration timeout) {
@@ -444,15 +313,7 @@ absl::Status GrpcParameterClient::Heartbeat() {
 }
 
 void GrpcParameterClient::CancelCallsTo(int shard) {
-  int cancelled = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const ActiveCall& call : active_) {
-      if (call.shard != shard) continue;
-      call.context->TryCancel();
-      ++cancelled;
-    }
-  }
+  const int cancelled = fanout_.CancelCallsTo(shard);
   if (cancelled > 0) {
     spdlog::info(
         "shard {} ({}) restarted or dropped this worker: {} calls in flight to it start "
@@ -848,10 +709,6 @@ absl::StatusOr<std::vector<ShardReport>> GrpcParameterClient::Status() {
   return reports;
 }
 
-void GrpcParameterClient::Cancel() {
-  absl::MutexLock lock(&mu_);
-  cancelled_ = true;
-  for (const ActiveCall& call : active_) call.context->TryCancel();
-}
+void GrpcParameterClient::Cancel() { fanout_.Cancel(); }
 
 }  // namespace ps

@@ -30,6 +30,7 @@
 #include "proto/parameter_server.grpc.pb.h"
 #include "worker/parameter_client.h"
 #include "worker/piece_plan.h"
+#include "worker/shard_fanout.h"
 #include "worker/shared_region.h"
 
 namespace ps {
@@ -189,6 +190,7 @@ class GrpcParameterClient final : public ParameterClient {
   std::vector<int> EveryShard() const;  // {0, 1, ..., S-1}
 
   GrpcClientOptions options_;
+  ShardFanout fanout_;  // every call to the shards goes through it
   std::vector<std::unique_ptr<Stub>> stubs_;
   // [shard][connection]; connection 0 is the typed stub's channel.
   std::vector<std::vector<std::unique_ptr<grpc::GenericStub>>> raw_stubs_;
@@ -210,17 +212,11 @@ class GrpcParameterClient final : public ParameterClient {
   std::unique_ptr<SharedRegion> region_;
 
   mutable absl::Mutex mu_;
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   int64_t planned_steps_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t samples_per_step_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Duration lease_ ABSL_GUARDED_BY(mu_) = absl::Seconds(10);  // the shortest, at Register
   // The shards' incarnations from the last Register (0 until then).
   std::vector<uint64_t> shard_incarnations_ ABSL_GUARDED_BY(mu_);
-  struct ActiveCall {
-    grpc::ClientContext* context;
-    int shard;
-  };
-  std::vector<ActiveCall> active_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ps

@@ -105,7 +105,10 @@ TEST_F(FaultE2e, KilledWorkerRejoinsAtTheShardsClockAndItsSkippedStepsFailTheJob
   ASSERT_EQ(work.size(), 4u);
   const int64_t skipped = work[1]["steps_skipped"];
   EXPECT_GE(skipped, 1);
-  EXPECT_LE(skipped, resume - (first.back() + 1));
+  // Shards apply BSP rounds on their own: when the new process registers, one shard may be a
+  // round ahead of the other (its round `resume` applied without worker 1). The worker resumes at
+  // the smaller clock; on the other shard that step is a duplicate, and one more step skipped.
+  EXPECT_LE(skipped, resume - (first.back() + 1) + 1);
   EXPECT_EQ(work[1]["samples_skipped"], skipped * 32);
   for (int r : {0, 2, 3}) EXPECT_EQ(work[r]["samples_skipped"], 0) << r;
   EXPECT_EQ(summary["samples_skipped"], skipped * 32);
@@ -175,12 +178,12 @@ TEST_F(FaultE2e, AShardDownForMoreThanAMinuteLosesNoWork) {
 TEST_F(FaultE2e, KilledShardRestoresItsCheckpointAndTheJobFinishes) {
   const std::string dir = RunDir("shard_kill");
   const std::string checkpoints = dir + "/checkpoints";
-  const pid_t launch =
-      StartLaunch(dir,
-                  {"--data=fashion-mnist:" + DataDir(), "--train_limit=12000", "--test_limit=0", "--shards=2",
-                   "--workers=2", "--mode=bsp", "--epochs=2", "--checkpoint_dir=" + checkpoints,
-                   "--checkpoint_every=25", "--restart_shards", "--restart_delay_s=1"},
-                  /*quiet=*/false);
+  const pid_t launch = StartLaunch(
+      dir,
+      {"--data=fashion-mnist:" + DataDir(), "--train_limit=12000", "--test_limit=0", "--shards=2",
+       "--workers=2", "--mode=bsp", "--epochs=2", "--checkpoint_dir=" + checkpoints,
+       "--checkpoint_every=25", "--restart_shards", "--restart_delay_s=1"},
+      /*quiet=*/false);
   ASSERT_TRUE(WaitForSteps(dir + "/worker-0.jsonl", 80, 120)) << ReadAll(dir + "/launch.log");
   ASSERT_FALSE(std::filesystem::is_empty(checkpoints + "/ps-1"));
   ASSERT_EQ(kill(PidOf(dir, "ps-1"), SIGKILL), 0);
