@@ -79,6 +79,57 @@ void Shard::EncodeSnapshotLocked(std::string* out) const {
   *out = w.Release();
 }
 
+namespace {
+
+// One worker's entry of a snapshot.
+struct RestoredWorker {
+  WorkerState state = WorkerState::kPending;
+  int64_t clock = 0;
+  uint64_t incarnation = 0;
+  StalenessHistogram histogram;
+  int64_t dropped = 0, late = 0;
+  WorkPlan plan;
+  int64_t skipped = 0;
+  bool has_gradient = false;
+  int64_t base_version = 0;
+  std::vector<float> gradient;
+};
+
+// Reads worker `r`'s entry (a snapshot of `format` over a slice of `values` elements).
+absl::StatusOr<RestoredWorker> ReadWorker(ByteReader& in, uint32_t format, size_t values, int r) {
+  RestoredWorker w;
+  ASSIGN_OR_RETURN(uint8_t state, in.U8("worker state"));
+  ASSIGN_OR_RETURN(w.clock, in.I64("worker clock"));
+  ASSIGN_OR_RETURN(w.incarnation, in.U64("worker incarnation"));
+  ASSIGN_OR_RETURN(std::vector<int64_t> counts,
+                   in.I64s("staleness counts", StalenessHistogram::kBuckets));
+  ASSIGN_OR_RETURN(int64_t count, in.I64("staleness count"));
+  ASSIGN_OR_RETURN(int64_t sum, in.I64("staleness sum"));
+  ASSIGN_OR_RETURN(int64_t max, in.I64("staleness max"));
+  ASSIGN_OR_RETURN(w.dropped, in.I64("dropped"));
+  ASSIGN_OR_RETURN(w.late, in.I64("late"));
+  if (format >= 2) {
+    ASSIGN_OR_RETURN(w.plan.steps, in.I64("planned steps"));
+    ASSIGN_OR_RETURN(w.plan.samples_per_step, in.I64("samples per step"));
+    ASSIGN_OR_RETURN(w.skipped, in.I64("skipped steps"));
+  }
+  ASSIGN_OR_RETURN(uint8_t has_gradient, in.U8("round flag"));
+  ASSIGN_OR_RETURN(w.base_version, in.I64("round base version"));
+  ASSIGN_OR_RETURN(w.gradient, in.Floats("round gradient", kMaxValues));
+  if (state > static_cast<uint8_t>(WorkerState::kExpired) || w.clock < 0 || has_gradient > 1 ||
+      w.dropped < 0 || w.late < 0 || w.plan.steps < 0 || w.plan.samples_per_step < 0 ||
+      w.skipped < 0 || w.skipped > w.clock ||
+      !w.histogram.Restore(std::move(counts), count, sum, max) ||
+      w.gradient.size() != (has_gradient ? values : 0)) {
+    return absl::DataLossError(absl::StrCat("snapshot entry of worker ", r, " is inconsistent"));
+  }
+  w.state = static_cast<WorkerState>(state);
+  w.has_gradient = has_gradient == 1;
+  return w;
+}
+
+}  // namespace
+
 absl::Status Shard::RestoreSnapshot(absl::string_view payload) {
   ByteReader in(payload);
   const int workers = options_.consistency.num_workers;
@@ -127,48 +178,9 @@ absl::Status Shard::RestoreSnapshot(absl::string_view payload) {
     absl::Status s = optimizer->RestoreSlots(std::move(slot0), std::move(slot1));
     if (!s.ok()) return absl::FailedPreconditionError(s.message());
   }
-  struct RestoredWorker {
-    WorkerState state;
-    int64_t clock;
-    uint64_t incarnation;
-    StalenessHistogram histogram;
-    int64_t dropped, late;
-    WorkPlan plan;
-    int64_t skipped = 0;
-    bool has_gradient;
-    int64_t base_version;
-    std::vector<float> gradient;
-  };
   std::vector<RestoredWorker> restored(workers);
   for (int r = 0; r < workers; ++r) {
-    RestoredWorker& w = restored[r];
-    ASSIGN_OR_RETURN(uint8_t state, in.U8("worker state"));
-    ASSIGN_OR_RETURN(w.clock, in.I64("worker clock"));
-    ASSIGN_OR_RETURN(w.incarnation, in.U64("worker incarnation"));
-    ASSIGN_OR_RETURN(std::vector<int64_t> counts,
-                     in.I64s("staleness counts", StalenessHistogram::kBuckets));
-    ASSIGN_OR_RETURN(int64_t count, in.I64("staleness count"));
-    ASSIGN_OR_RETURN(int64_t sum, in.I64("staleness sum"));
-    ASSIGN_OR_RETURN(int64_t max, in.I64("staleness max"));
-    ASSIGN_OR_RETURN(w.dropped, in.I64("dropped"));
-    ASSIGN_OR_RETURN(w.late, in.I64("late"));
-    if (format >= 2) {
-      ASSIGN_OR_RETURN(w.plan.steps, in.I64("planned steps"));
-      ASSIGN_OR_RETURN(w.plan.samples_per_step, in.I64("samples per step"));
-      ASSIGN_OR_RETURN(w.skipped, in.I64("skipped steps"));
-    }
-    ASSIGN_OR_RETURN(uint8_t has_gradient, in.U8("round flag"));
-    ASSIGN_OR_RETURN(w.base_version, in.I64("round base version"));
-    ASSIGN_OR_RETURN(w.gradient, in.Floats("round gradient", kMaxValues));
-    if (state > static_cast<uint8_t>(WorkerState::kExpired) || w.clock < 0 || has_gradient > 1 ||
-        w.dropped < 0 || w.late < 0 || w.plan.steps < 0 || w.plan.samples_per_step < 0 ||
-        w.skipped < 0 || w.skipped > w.clock ||
-        !w.histogram.Restore(std::move(counts), count, sum, max) ||
-        w.gradient.size() != (has_gradient ? values.size() : 0)) {
-      return absl::DataLossError(absl::StrCat("snapshot entry of worker ", r, " is inconsistent"));
-    }
-    w.state = static_cast<WorkerState>(state);
-    w.has_gradient = has_gradient == 1;
+    ASSIGN_OR_RETURN(restored[r], ReadWorker(in, format, values.size(), r));
   }
   if (in.remaining() != 0) {
     return absl::DataLossError(absl::StrCat("snapshot has ", in.remaining(), " trailing bytes"));

@@ -57,6 +57,89 @@ int Health(const std::vector<std::string>& servers, const ps::ClientSecurity& se
   return exit_code;
 }
 
+// One shard's report as one JSON object (--json).
+void PrintJson(const ps::ShardReport& r, const std::string& server) {
+  std::string workers = "[";
+  for (const auto& w : r.workers) {
+    if (workers.size() > 1) workers += ",";
+    workers += ps::JsonObject()
+                   .Add("rank", w.rank)
+                   .Add("state", w.state)
+                   .Add("clock", w.clock)
+                   .Add("applied", w.applied)
+                   .Add("max_staleness", w.max_staleness)
+                   .Add("mean_staleness", w.mean_staleness)
+                   .Add("staleness_counts", w.staleness_counts)
+                   .Add("dropped", w.dropped)
+                   .Add("late", w.late)
+                   .Add("planned_steps", w.planned_steps)
+                   .Add("samples_per_step", w.samples_per_step)
+                   .Add("skipped_steps", w.skipped_steps)
+                   .str();
+  }
+  workers += "]";
+  std::printf("%s\n", ps::JsonObject()
+                          .Add("server", server)
+                          .Add("shard_id", r.shard_id)
+                          .Add("mode", ps::ConsistencyModeName(r.mode))
+                          .Add("staleness_bound", r.staleness_bound)
+                          .Add("initialized", r.initialized)
+                          .Add("begin", r.range.begin)
+                          .Add("end", r.range.end)
+                          .Add("version", r.version)
+                          .Add("min_clock", r.min_clock)
+                          .Add("rejected_nonfinite", r.rejected_nonfinite)
+                          .Add("update_rule", r.update_rule)
+                          .Add("backup_workers", r.backup_workers)
+                          .Add("restored_version", r.restored_version)
+                          .Add("checkpoint_version", r.checkpoint_version)
+                          .Add("pushes_accepted", r.pushes_accepted)
+                          .Add("pushes_duplicate", r.pushes_duplicate)
+                          .Add("pieces_received", r.pieces_received)
+                          .Add("shared_memory_workers", r.shared_memory_workers)
+                          .Add("shared_memory_payloads", r.shared_memory_payloads)
+                          .Add("rejected_unauthenticated", r.rejected_unauthenticated)
+                          .Add("finished_at_restore", r.finished_at_restore)
+                          .Add("decay_updates", r.decay_updates)
+                          .AddRaw("workers", workers)
+                          .str()
+                          .c_str());
+}
+
+// One shard's report as text lines with a table of its workers.
+void PrintText(const ps::ShardReport& r, const std::string& server) {
+  std::printf(
+      "shard %d (%s)  mode %s%s  range [%lld, %lld)  version %lld  min_clock %lld  "
+      "rejected_nonfinite %lld\n",
+      r.shard_id, server.c_str(), ps::ConsistencyModeName(r.mode).c_str(),
+      r.mode == ps::ConsistencyMode::kSsp ? (" s=" + std::to_string(r.staleness_bound)).c_str()
+                                          : "",
+      static_cast<long long>(r.range.begin), static_cast<long long>(r.range.end),
+      static_cast<long long>(r.version), static_cast<long long>(r.min_clock),
+      static_cast<long long>(r.rejected_nonfinite));
+  std::printf("  update rule %s, backup workers %d\n", r.update_rule.c_str(), r.backup_workers);
+  std::printf(
+      "  pushes accepted %lld, duplicates %lld; checkpoint version %lld, restored version "
+      "%lld; unauthenticated calls %lld\n",
+      static_cast<long long>(r.pushes_accepted), static_cast<long long>(r.pushes_duplicate),
+      static_cast<long long>(r.checkpoint_version), static_cast<long long>(r.restored_version),
+      static_cast<long long>(r.rejected_unauthenticated));
+  std::printf("  pieces received %lld; shared memory: %d workers, %lld payloads\n",
+              static_cast<long long>(r.pieces_received), r.shared_memory_workers,
+              static_cast<long long>(r.shared_memory_payloads));
+  std::printf("  %-5s %-8s %8s %8s %8s %7s %5s %7s %9s %9s  %s\n", "rank", "state", "clock",
+              "planned", "applied", "dropped", "late", "skipped", "max_stale", "mean_stale",
+              "staleness histogram (0,1,2,...)");
+  for (const auto& w : r.workers) {
+    std::printf("  %-5d %-8s %8lld %8lld %8lld %7lld %5lld %7lld %9lld %9.2f  [%s]\n", w.rank,
+                w.state.c_str(), static_cast<long long>(w.clock),
+                static_cast<long long>(w.planned_steps), static_cast<long long>(w.applied),
+                static_cast<long long>(w.dropped), static_cast<long long>(w.late),
+                static_cast<long long>(w.skipped_steps), static_cast<long long>(w.max_staleness),
+                w.mean_staleness, absl::StrJoin(w.staleness_counts, ",").c_str());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -98,84 +181,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   for (size_t i = 0; i < reports->size(); ++i) {
-    const ps::ShardReport& r = (*reports)[i];
     if (absl::GetFlag(FLAGS_json)) {
-      std::string workers = "[";
-      for (const auto& w : r.workers) {
-        if (workers.size() > 1) workers += ",";
-        workers += ps::JsonObject()
-                       .Add("rank", w.rank)
-                       .Add("state", w.state)
-                       .Add("clock", w.clock)
-                       .Add("applied", w.applied)
-                       .Add("max_staleness", w.max_staleness)
-                       .Add("mean_staleness", w.mean_staleness)
-                       .Add("staleness_counts", w.staleness_counts)
-                       .Add("dropped", w.dropped)
-                       .Add("late", w.late)
-                       .Add("planned_steps", w.planned_steps)
-                       .Add("samples_per_step", w.samples_per_step)
-                       .Add("skipped_steps", w.skipped_steps)
-                       .str();
-      }
-      workers += "]";
-      std::printf("%s\n", ps::JsonObject()
-                              .Add("server", o.servers[i])
-                              .Add("shard_id", r.shard_id)
-                              .Add("mode", ps::ConsistencyModeName(r.mode))
-                              .Add("staleness_bound", r.staleness_bound)
-                              .Add("initialized", r.initialized)
-                              .Add("begin", r.range.begin)
-                              .Add("end", r.range.end)
-                              .Add("version", r.version)
-                              .Add("min_clock", r.min_clock)
-                              .Add("rejected_nonfinite", r.rejected_nonfinite)
-                              .Add("update_rule", r.update_rule)
-                              .Add("backup_workers", r.backup_workers)
-                              .Add("restored_version", r.restored_version)
-                              .Add("checkpoint_version", r.checkpoint_version)
-                              .Add("pushes_accepted", r.pushes_accepted)
-                              .Add("pushes_duplicate", r.pushes_duplicate)
-                              .Add("pieces_received", r.pieces_received)
-                              .Add("shared_memory_workers", r.shared_memory_workers)
-                              .Add("shared_memory_payloads", r.shared_memory_payloads)
-                              .Add("rejected_unauthenticated", r.rejected_unauthenticated)
-                              .Add("finished_at_restore", r.finished_at_restore)
-                              .Add("decay_updates", r.decay_updates)
-                              .AddRaw("workers", workers)
-                              .str()
-                              .c_str());
-      continue;
-    }
-    std::printf(
-        "shard %d (%s)  mode %s%s  range [%lld, %lld)  version %lld  min_clock %lld  "
-        "rejected_nonfinite %lld\n",
-        r.shard_id, o.servers[i].c_str(), ps::ConsistencyModeName(r.mode).c_str(),
-        r.mode == ps::ConsistencyMode::kSsp ? (" s=" + std::to_string(r.staleness_bound)).c_str()
-                                            : "",
-        static_cast<long long>(r.range.begin), static_cast<long long>(r.range.end),
-        static_cast<long long>(r.version), static_cast<long long>(r.min_clock),
-        static_cast<long long>(r.rejected_nonfinite));
-    std::printf("  update rule %s, backup workers %d\n", r.update_rule.c_str(), r.backup_workers);
-    std::printf(
-        "  pushes accepted %lld, duplicates %lld; checkpoint version %lld, restored version "
-        "%lld; unauthenticated calls %lld\n",
-        static_cast<long long>(r.pushes_accepted), static_cast<long long>(r.pushes_duplicate),
-        static_cast<long long>(r.checkpoint_version), static_cast<long long>(r.restored_version),
-        static_cast<long long>(r.rejected_unauthenticated));
-    std::printf("  pieces received %lld; shared memory: %d workers, %lld payloads\n",
-                static_cast<long long>(r.pieces_received), r.shared_memory_workers,
-                static_cast<long long>(r.shared_memory_payloads));
-    std::printf("  %-5s %-8s %8s %8s %8s %7s %5s %7s %9s %9s  %s\n", "rank", "state", "clock",
-                "planned", "applied", "dropped", "late", "skipped", "max_stale", "mean_stale",
-                "staleness histogram (0,1,2,...)");
-    for (const auto& w : r.workers) {
-      std::printf("  %-5d %-8s %8lld %8lld %8lld %7lld %5lld %7lld %9lld %9.2f  [%s]\n", w.rank,
-                  w.state.c_str(), static_cast<long long>(w.clock),
-                  static_cast<long long>(w.planned_steps), static_cast<long long>(w.applied),
-                  static_cast<long long>(w.dropped), static_cast<long long>(w.late),
-                  static_cast<long long>(w.skipped_steps), static_cast<long long>(w.max_staleness),
-                  w.mean_staleness, absl::StrJoin(w.staleness_counts, ",").c_str());
+      PrintJson((*reports)[i], o.servers[i]);
+    } else {
+      PrintText((*reports)[i], o.servers[i]);
     }
   }
   if (!absl::GetFlag(FLAGS_json)) {
