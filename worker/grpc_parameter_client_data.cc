@@ -1,0 +1,337 @@
+// GrpcParameterClient's data path: pulls, pushes and PushPull, cut into pieces (piece_plan.h),
+// their payloads in the messages or in the shared region (shared_region.h). The control calls
+// (Register, heartbeats, Init, status) and the fan-out are in grpc_parameter_client.cc.
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/tensor_wire.h"
+#include "worker/grpc_parameter_client.h"
+
+namespace ps {
+
+absl::StatusOr<std::vector<Piece>> GrpcParameterClient::SplitAtShards(
+    absl::Span<const KeyRange> parts) const {
+  return PlanPieces(parts, PiecePlanOptions{options_.total_params, static_cast<int>(stubs_.size()),
+                                            options_.chunk_bytes, options_.connections});
+}
+
+absl::StatusOr<PullStats> GrpcParameterClient::Pull(int64_t clock, bool no_wait,
+                                                    absl::Span<float> params) {
+  const KeyRange whole{0, options_.total_params};
+  return PullPieces(clock, no_wait, absl::MakeConstSpan(&whole, 1), params, nullptr);
+}
+
+absl::StatusOr<PullStats> GrpcParameterClient::PullParts(
+    int64_t clock, absl::Span<const KeyRange> parts, absl::Span<float> params,
+    const std::function<void(size_t)>& on_part) {
+  return PullPieces(clock, /*no_wait=*/false, parts, params, on_part);
+}
+
+absl::StatusOr<PullStats> GrpcParameterClient::PullPieces(
+    int64_t clock, bool no_wait, absl::Span<const KeyRange> parts, absl::Span<float> params,
+    const std::function<void(size_t)>& on_part) {
+  if (static_cast<int64_t>(params.size()) != options_.total_params) {
+    return absl::InvalidArgumentError("Pull: buffer size differs from the layout");
+  }
+  ASSIGN_OR_RETURN(const std::vector<Piece> pieces, SplitAtShards(parts));
+  const std::vector<uint64_t> shard_incarnation = shard_incarnations();
+  std::vector<grpc::ByteBuffer> requests(pieces.size());
+  std::vector<size_t> missing(parts.size(), 0);  // pieces of each part not yet arrived
+  // The parts of weights areas these calls borrow, given back when they have all finished.
+  SharedRegion::Leases leases(region_.get(), Area::kWeights, pieces.size());
+  // Into the caller's own copy of a weights area: the shards write the values in place.
+  const int direct_slot = DirectSlot(Area::kWeights, params.data());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& piece = pieces[i];
+    // Observer reads (no_wait) carry no worker identity, so they cannot use the region.
+    if (!no_wait) leases.Lend(i, piece.shard, piece.range, direct_slot);
+    requests[i] = SerializeToByteBuffer(
+        PullHeader(piece, clock, no_wait, leases.slot(i), shard_incarnation[piece.shard]));
+    ++missing[piece.part];
+  }
+  PullStats stats;
+  stats.versions.assign(stubs_.size(), std::numeric_limits<int64_t>::max());
+  absl::Status decoded = absl::OkStatus();
+  // Decodes a piece the moment it arrives, so the caller can use its part while others travel.
+  const auto on_arrival = [&](size_t i, const grpc::ByteBuffer& reply) {
+    ps::v1::PullResponse header;
+    SplitMessage split;  // the values are decoded from gRPC's buffers into `params`
+    absl::Status ok =
+        SplitPayloadMessage(reply, ps::v1::PullResponse::kValuesFieldNumber, &header, &split);
+    if (ok.ok()) {
+      ok = DecodePulled(pieces[i], header, split, leases.slot(i), direct_slot >= 0, params, &stats);
+    }
+    if (!ok.ok()) {
+      if (decoded.ok()) decoded = ReplyDoesNotFit("Pull", pieces[i].shard, ok);
+      return;
+    }
+    if (--missing[pieces[i].part] == 0 && on_part) on_part(pieces[i].part);
+  };
+  std::vector<grpc::ByteBuffer> replies;
+  RETURN_IF_ERROR(CallRaw("Pull", RawMethod{"/ps.v1.ParameterServer/Pull"}, pieces, requests,
+                          &replies, options_.pull_timeout,
+                          [&](size_t i) { on_arrival(i, replies[i]); }));
+  RETURN_IF_ERROR(decoded);
+  for (int64_t& v : stats.versions) {
+    if (v == std::numeric_limits<int64_t>::max()) v = 0;  // a shard none of the parts touched
+  }
+  return stats;
+}
+
+absl::StatusOr<PushStats> GrpcParameterClient::Push(int64_t clock,
+                                                    const std::vector<int64_t>& base_versions,
+                                                    int num_samples,
+                                                    absl::Span<const float> gradient) {
+  const KeyRange whole{0, options_.total_params};
+  return PushParts(clock, base_versions, num_samples, gradient, absl::MakeConstSpan(&whole, 1));
+}
+
+absl::StatusOr<PushStats> GrpcParameterClient::PushParts(int64_t clock,
+                                                         const std::vector<int64_t>& base_versions,
+                                                         int num_samples,
+                                                         absl::Span<const float> gradient,
+                                                         absl::Span<const KeyRange> parts) {
+  if (static_cast<int64_t>(gradient.size()) != options_.total_params ||
+      base_versions.size() != stubs_.size()) {
+    return absl::InvalidArgumentError("Push: gradient or base versions do not fit the layout");
+  }
+  ASSIGN_OR_RETURN(const std::vector<Piece> pieces, SplitAtShards(parts));
+  // Declared first, destroyed last: waits until gRPC has released every borrowed slice, so the
+  // caller may reuse `gradient` (and this client its encode buffers) once Push returns.
+  BorrowedPayload borrowed;
+  const std::vector<uint64_t> shard_incarnation = shard_incarnations();
+  std::vector<grpc::ByteBuffer> requests(pieces.size());
+  if (encoded_.size() < pieces.size()) encoded_.resize(pieces.size());
+  // The parts of gradient areas these calls borrow, given back when they have all finished.
+  SharedRegion::Leases leases(region_.get(), Area::kGradient, pieces.size());
+  PushStats stats;
+  // From the caller's own copy of a gradient area: the shards read it in place.
+  const int direct_slot = DirectSlot(Area::kGradient, gradient.data());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    PreparedPush push =
+        PreparePush(i, pieces[i], clock, base_versions[pieces[i].shard], num_samples, gradient,
+                    direct_slot, shard_incarnation[pieces[i].shard], borrowed, leases);
+    stats.payload_bytes += push.payload_bytes;
+    requests[i] = JoinPayloadMessage(push.header, ps::v1::PushRequest::kGradientFieldNumber,
+                                     std::move(push.payload));
+  }
+  const RawMethod push{"/ps.v1.ParameterServer/Push"};
+  std::vector<grpc::ByteBuffer> replies;
+  RETURN_IF_ERROR(CallRaw("Push", push, pieces, requests, &replies, options_.call_timeout));
+  std::vector<ps::v1::PushResponse> responses(replies.size());
+  for (size_t i = 0; i < replies.size(); ++i) {
+    RETURN_IF_ERROR(ParseFromByteBuffer(replies[i], &responses[i]));
+  }
+  if (options_.duplicate_pushes) {
+    std::vector<grpc::ByteBuffer> again;
+    RETURN_IF_ERROR(CallRaw("Push", push, pieces, requests, &again, options_.call_timeout));
+    for (size_t i = 0; i < again.size(); ++i) {
+      ps::v1::PushResponse r;
+      RETURN_IF_ERROR(ParseFromByteBuffer(again[i], &r));
+      if (!r.duplicate()) {
+        return absl::InternalError(absl::StrCat("shard ", pieces[i].shard,
+                                                " accepted push of clock ", clock,
+                                                " twice: exactly-once is broken"));
+      }
+    }
+  }
+  for (const auto& r : responses) CountPush(r, &stats);
+  return stats;
+}
+
+absl::StatusOr<PushPullStats> GrpcParameterClient::PushPull(
+    int64_t clock, const std::vector<int64_t>& base_versions, int num_samples,
+    absl::Span<const float> gradient, int64_t pull_clock, absl::Span<float> params) {
+  // Sending every push twice checks exactly-once on Push; the two-call path does that.
+  if (options_.duplicate_pushes) {
+    return ParameterClient::PushPull(clock, base_versions, num_samples, gradient, pull_clock,
+                                     params);
+  }
+  if (static_cast<int64_t>(gradient.size()) != options_.total_params ||
+      static_cast<int64_t>(params.size()) != options_.total_params ||
+      base_versions.size() != stubs_.size()) {
+    return absl::InvalidArgumentError(
+        "PushPull: gradient, weights or base versions do not fit the layout");
+  }
+  const KeyRange whole{0, options_.total_params};
+  ASSIGN_OR_RETURN(const std::vector<Piece> pieces, SplitAtShards(absl::MakeConstSpan(&whole, 1)));
+  // A shard applies a step cut into chunks only once all its chunks are in, so a chunk's pull
+  // must wait for the other chunks' pushes: two rounds, as Push then Pull.
+  if (pieces.size() != stubs_.size()) {
+    return ParameterClient::PushPull(clock, base_versions, num_samples, gradient, pull_clock,
+                                     params);
+  }
+  BorrowedPayload borrowed;  // destroyed last: Push's contract on `gradient`
+  const std::vector<uint64_t> shard_incarnation = shard_incarnations();
+  std::vector<grpc::ByteBuffer> requests(pieces.size());
+  if (encoded_.size() < pieces.size()) encoded_.resize(pieces.size());
+  // The parts of each area these calls borrow, given back when they have all finished.
+  SharedRegion::Leases gradient_leases(region_.get(), Area::kGradient, pieces.size());
+  SharedRegion::Leases weights_leases(region_.get(), Area::kWeights, pieces.size());
+  const int direct_gradient = DirectSlot(Area::kGradient, gradient.data());
+  const int direct_weights = DirectSlot(Area::kWeights, params.data());
+  PushPullStats stats;
+  stats.pulled.versions.assign(stubs_.size(), std::numeric_limits<int64_t>::max());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& piece = pieces[i];
+    const uint64_t incarnation = shard_incarnation[piece.shard];
+    PreparedPush push =
+        PreparePush(i, piece, clock, base_versions[piece.shard], num_samples, gradient,
+                    direct_gradient, incarnation, borrowed, gradient_leases);
+    stats.pushed.payload_bytes += push.payload_bytes;
+    const int weights_slot = weights_leases.Lend(i, piece.shard, piece.range, direct_weights);
+    ps::v1::PushPullRequest header;
+    *header.mutable_push() = std::move(push.header);
+    *header.mutable_pull() =
+        PullHeader(piece, pull_clock, /*no_wait=*/false, weights_slot, incarnation);
+    requests[i] = JoinPayloadMessage(header, ps::v1::PushPullRequest::kGradientFieldNumber,
+                                     std::move(push.payload));
+  }
+  absl::Status decoded = absl::OkStatus();
+  std::vector<grpc::ByteBuffer> replies;
+  RETURN_IF_ERROR(
+      CallRaw("PushPull", RawMethod{"/ps.v1.ParameterServer/PushPull"}, pieces, requests, &replies,
+              options_.pull_timeout, [&](size_t i) {
+                ps::v1::PushPullResponse header;
+                SplitMessage split;  // the values are decoded from gRPC's buffers into `params`
+                absl::Status ok = SplitPayloadMessage(
+                    replies[i], ps::v1::PushPullResponse::kValuesFieldNumber, &header, &split);
+                if (ok.ok()) {
+                  ok = DecodePulled(pieces[i], header.pull(), split, weights_leases.slot(i),
+                                    direct_weights >= 0, params, &stats.pulled);
+                }
+                if (!ok.ok()) {
+                  if (decoded.ok()) decoded = ReplyDoesNotFit("PushPull", pieces[i].shard, ok);
+                  return;
+                }
+                CountPush(header.push(), &stats.pushed);
+              }));
+  RETURN_IF_ERROR(decoded);
+  for (int64_t& v : stats.pulled.versions) {
+    if (v == std::numeric_limits<int64_t>::max()) v = 0;  // a shard with no piece
+  }
+  return stats;
+}
+
+GrpcParameterClient::PreparedPush GrpcParameterClient::PreparePush(
+    size_t i, const Piece& piece, int64_t clock, int64_t base_version, int num_samples,
+    absl::Span<const float> gradient, int direct_slot, uint64_t shard_incarnation,
+    BorrowedPayload& borrowed, SharedRegion::Leases& leases) {
+  const KeyRange r = piece.range;
+  PreparedPush out;
+  ps::v1::PushRequest& header = out.header;
+  header.set_layout_fingerprint(options_.fingerprint);
+  header.set_begin(r.begin);
+  header.set_end(r.end);
+  header.set_rank(options_.rank);
+  header.set_incarnation(options_.incarnation);
+  header.set_shard_incarnation(shard_incarnation);
+  header.set_clock(clock);
+  header.set_base_version(base_version);
+  header.set_num_samples(num_samples);
+  header.set_encoding(static_cast<ps::v1::TensorEncoding>(options_.push_encoding));
+  const absl::Span<const float> slice = gradient.subspan(r.begin, r.size());
+  std::vector<char>& encoded = encoded_[i];
+  // The payload's bytes: the caller's gradient itself (float32) or an encoding of it.
+  absl::Span<const char> bytes;
+  switch (options_.push_encoding) {
+    case TensorEncoding::kF32:
+      bytes = {reinterpret_cast<const char*>(slice.data()), slice.size() * sizeof(float)};
+      break;
+    case TensorEncoding::kBf16:
+    case TensorEncoding::kF16:
+      encoded.resize(slice.size() * UnitBytes(options_.push_encoding));
+      EncodeDense(options_.push_encoding, slice, encoded.data());
+      bytes = {encoded.data(), encoded.size()};
+      break;
+    case TensorEncoding::kTopK:
+      topk_->Compress(gradient, r.begin, r.end, &encoded);
+      bytes = {encoded.data(), encoded.size()};
+      break;
+  }
+  out.payload_bytes = static_cast<int64_t>(bytes.size());
+  // A shard that shares the region reads the payload there; a top-k payload larger than the
+  // area's part (ratio above 1/2) stays in the message.
+  if (bytes.size() <= 4 * static_cast<size_t>(r.size())) {
+    out.slot = leases.Lend(i, piece.shard, r, direct_slot);
+  }
+  if (out.slot >= 0) {
+    // In place already when direct (a float32 payload is the caller's slice itself).
+    if (direct_slot < 0) {
+      std::memcpy(region_->At(Area::kGradient, out.slot, r.begin), bytes.data(), bytes.size());
+    }
+    header.set_shared_bytes(static_cast<int64_t>(bytes.size()));
+    header.set_shared_slot(out.slot);
+  } else {
+    out.payload.push_back(borrowed.Borrow(bytes.data(), bytes.size()));
+  }
+  return out;
+}
+
+ps::v1::PullRequest GrpcParameterClient::PullHeader(const Piece& piece, int64_t clock, bool no_wait,
+                                                    int slot, uint64_t shard_incarnation) const {
+  ps::v1::PullRequest header;
+  header.set_into_shared_memory(slot >= 0);
+  if (slot > 0) header.set_shared_slot(slot);
+  header.set_layout_fingerprint(options_.fingerprint);
+  header.set_begin(piece.range.begin);
+  header.set_end(piece.range.end);
+  header.set_rank(options_.rank);
+  header.set_clock(clock);
+  header.set_no_wait(no_wait);
+  header.set_encoding(static_cast<ps::v1::TensorEncoding>(options_.pull_encoding));
+  if (!no_wait) {
+    header.set_incarnation(options_.incarnation);
+    header.set_shard_incarnation(shard_incarnation);
+  }
+  return header;
+}
+
+absl::Status GrpcParameterClient::DecodePulled(const Piece& piece,
+                                               const ps::v1::PullResponse& header,
+                                               SplitMessage& split, int slot, bool direct,
+                                               absl::Span<float> params, PullStats* stats) const {
+  const KeyRange r = piece.range;
+  ASSIGN_OR_RETURN(const TensorEncoding encoding, TensorEncodingFromWire(header.encoding()));
+  if (header.in_shared_memory()) {
+    if (slot < 0 || !split.payload.empty()) {
+      return absl::InvalidArgumentError("values in shared memory that was not lent to this call");
+    }
+    split.payload.assign(1, absl::Span<const char>(region_->At(Area::kWeights, slot, r.begin),
+                                                   r.size() * UnitBytes(encoding)));
+  }
+  ASSIGN_OR_RETURN(const EncodedTensor values,
+                   EncodedTensor::FromChunks(encoding, r.size(), split.payload));
+  if (!values.dense() || !values.CheckShape("values").ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(values.units(), " ",
+                                                   TensorEncodingName(values.encoding()),
+                                                   " values for a range of ", r.size()));
+  }
+  // Written in place already when the caller's buffer is the area itself.
+  if (!(direct && header.in_shared_memory())) values.DecodeInto(params.subspan(r.begin, r.size()));
+  stats->payload_bytes += values.payload_bytes();
+  stats->versions[piece.shard] = std::min(stats->versions[piece.shard], header.version());
+  stats->server_wait = std::max(stats->server_wait, absl::Microseconds(header.wait_us()));
+  return absl::OkStatus();
+}
+
+absl::Status GrpcParameterClient::ReplyDoesNotFit(const char* method, int shard,
+                                                  const absl::Status& why) {
+  return absl::DataLossError(
+      absl::StrCat(method, ": shard ", shard, " sent a reply that does not fit: ", why.message()));
+}
+
+void GrpcParameterClient::CountPush(const ps::v1::PushResponse& r, PushStats* stats) {
+  stats->applied += r.applied();
+  stats->buffered += r.buffered();
+  stats->duplicates += r.duplicate() && !r.staged();
+  stats->dropped += r.dropped();
+  stats->late += r.late();
+  if (r.applied()) stats->max_staleness = std::max(stats->max_staleness, r.staleness());
+}
+
+}  // namespace ps
