@@ -1,5 +1,6 @@
 #include "common/cli.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -70,6 +71,20 @@ std::vector<std::string> ForwardedFlags(const std::vector<std::string>& names) {
     args.push_back("--" + name + "=" + flag->CurrentValue());
   }
   return args;
+}
+
+std::vector<std::string> ForwardedFlagsOf(const std::string& file) {
+  std::vector<std::string> names;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    const std::string where = flag->Filename();
+    if (where == file || absl::EndsWith(where, "/" + file)) names.push_back(std::string(name));
+  }
+  if (names.empty()) {
+    std::fprintf(stderr, "internal error: no flags defined in %s to pass on\n", file.c_str());
+    std::abort();
+  }
+  std::sort(names.begin(), names.end());
+  return ForwardedFlags(names);
 }
 
 std::optional<int> OrdinalOfName(const std::string& name) {

@@ -26,6 +26,10 @@ void ParseFlags(int argc, char** argv, const char* usage);
 // launcher passes flags it shares with the binaries it starts, so each flag keeps one definition
 // and one default. Every name must be a flag linked into this binary (a bug otherwise).
 std::vector<std::string> ForwardedFlags(const std::vector<std::string>& names);
+// ForwardedFlags of every flag defined in the source file whose path ends with `file` (e.g.
+// "worker/worker_flags.cc"), in name order: a launcher passes on a group of a binary's flags
+// without a list of names to keep in step. A file that defines none is a bug.
+std::vector<std::string> ForwardedFlagsOf(const std::string& file);
 
 // The ordinal a StatefulSet gives its pods: 3 for "ps-3" (the digits after the last '-'); empty
 // when the name does not end that way.

@@ -59,13 +59,4 @@ absl::StatusOr<OptimizerOptions> OptimizerOptionsFromFlags() {
   return o;
 }
 
-std::vector<std::string> OptimizerFlagNames() {
-  return {"optimizer",    "lr",
-          "momentum",     "beta1",
-          "beta2",        "epsilon",
-          "weight_decay", "warmup_updates",
-          "lr_schedule",  "decay_updates",
-          "base_batch",   "effective_batch"};
-}
-
 }  // namespace ps

@@ -16,9 +16,6 @@ namespace ps {
 // --lr_schedule --decay_updates --base_batch --effective_batch, validated.
 absl::StatusOr<OptimizerOptions> OptimizerOptionsFromFlags();
 
-// The names above, for a launcher that passes them on.
-std::vector<std::string> OptimizerFlagNames();
-
 }  // namespace ps
 
 #endif  // PS_COMMON_OPTIMIZER_FLAGS_H_

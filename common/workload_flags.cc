@@ -58,9 +58,4 @@ absl::StatusOr<std::unique_ptr<Dataset>> OpenWorkloadData(const Workload& worklo
   return data;
 }
 
-std::vector<std::string> WorkloadFlagNames() {
-  return {"data",       "train_limit", "test_limit", "model", "hidden",
-          "batch_size", "accumulate",  "epochs",     "seed"};
-}
-
 }  // namespace ps

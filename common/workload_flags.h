@@ -1,10 +1,10 @@
 #ifndef PS_COMMON_WORKLOAD_FLAGS_H_
 #define PS_COMMON_WORKLOAD_FLAGS_H_
 
-// The flags that say what is trained, defined once for ps_worker, ps_replay and ps_launch (which
-// passes them on by name, see ForwardedFlags) and the training bench: --data, --train_limit,
-// --test_limit, --model, --hidden, --batch_size, --accumulate, --epochs, --seed. For main() files
-// only.
+// The flags that say what is trained, defined once for ps_worker, ps_replay, ps_launch (which
+// passes them all on: ForwardedFlagsOf("common/workload_flags.cc")) and the training bench:
+// --data, --train_limit, --test_limit, --model, --hidden, --batch_size, --accumulate, --epochs,
+// --seed. For main() files only.
 
 #include <memory>
 #include <string>
@@ -33,9 +33,6 @@ absl::StatusOr<Workload> WorkloadFromFlags();
 
 // `split` of the workload's data, cut to its limit.
 absl::StatusOr<std::unique_ptr<Dataset>> OpenWorkloadData(const Workload& workload, Split split);
-
-// The names of the flags above, for a launcher that passes them on.
-std::vector<std::string> WorkloadFlagNames();
 
 }  // namespace ps
 

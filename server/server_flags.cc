@@ -21,20 +21,3 @@ ABSL_FLAG(double, checkpoint_seconds, 0,
 ABSL_FLAG(int32_t, fault_drop_push_reply_every, 0,
           "Fault injection for tests: answer every Nth accepted push with UNAVAILABLE, as if "
           "the reply were lost (0: off).");
-
-namespace ps {
-
-std::vector<std::string> ServerFlagNames() {
-  return {"mode",
-          "staleness",
-          "update_rule",
-          "dc_lambda",
-          "drop_above",
-          "backup_workers",
-          "lease_ms",
-          "checkpoint_every",
-          "checkpoint_seconds",
-          "fault_drop_push_reply_every"};
-}
-
-}  // namespace ps

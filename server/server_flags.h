@@ -1,14 +1,13 @@
 #ifndef PS_SERVER_SERVER_FLAGS_H_
 #define PS_SERVER_SERVER_FLAGS_H_
 
-// The flags of ps_server that ps_launch also takes and passes on to its shards by name (see
-// ForwardedFlags): defined once, here. The consistency mode and its bound, how stale gradients
-// are applied, backup workers, the lease, checkpoint frequency, and a fault switch for tests.
-// For main() files only.
+// The flags of ps_server that ps_launch also takes: defined once, here, and passed on to every
+// shard by ps_launch (ForwardedFlagsOf("server/server_flags.cc") passes every flag this file's
+// .cc defines). The consistency mode and its bound, how stale gradients are applied, backup
+// workers, the lease, checkpoint frequency, and a fault switch for tests. For main() files only.
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "absl/flags/declare.h"
 
@@ -22,12 +21,5 @@ ABSL_DECLARE_FLAG(int64_t, lease_ms);
 ABSL_DECLARE_FLAG(int64_t, checkpoint_every);
 ABSL_DECLARE_FLAG(double, checkpoint_seconds);
 ABSL_DECLARE_FLAG(int32_t, fault_drop_push_reply_every);
-
-namespace ps {
-
-// The names above, for a launcher that passes them on.
-std::vector<std::string> ServerFlagNames();
-
-}  // namespace ps
 
 #endif  // PS_SERVER_SERVER_FLAGS_H_

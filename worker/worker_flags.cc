@@ -44,26 +44,3 @@ ABSL_FLAG(double, max_seconds, 0,
 ABSL_FLAG(std::string, jitter, "",
           "PROBABILITY:FACTOR: each step, with that probability, takes FACTOR times the normal "
           "step time (seeded by --seed, rank and step).");
-
-namespace ps {
-
-std::vector<std::string> WorkerFlagNames() {
-  return {"device",
-          "overlap",
-          "async_push",
-          "push_pull",
-          "priority",
-          "priority_min_part",
-          "push_encoding",
-          "topk_ratio",
-          "pull_encoding",
-          "chunk_mib",
-          "connections",
-          "shared_memory",
-          "fault_duplicate_pushes",
-          "eval_every",
-          "max_seconds",
-          "jitter"};
-}
-
-}  // namespace ps

@@ -1,15 +1,15 @@
 #ifndef PS_WORKER_WORKER_FLAGS_H_
 #define PS_WORKER_WORKER_FLAGS_H_
 
-// The flags of ps_worker that ps_launch also takes and passes on to its workers by name (see
-// ForwardedFlags): defined once, here. The schedule (--overlap, --async_push, --push_pull,
-// --priority, --priority_min_part), the transport (--push_encoding, --topk_ratio,
-// --pull_encoding, --chunk_mib, --connections, --shared_memory), the device, evaluation and time
-// budget, jitter, and a fault switch for tests. For main() files only.
+// The flags of ps_worker that ps_launch also takes: defined once, here, and passed on to every
+// worker by ps_launch (ForwardedFlagsOf("worker/worker_flags.cc") passes every flag this file's
+// .cc defines). The schedule (--overlap, --async_push, --push_pull, --priority,
+// --priority_min_part), the transport (--push_encoding, --topk_ratio, --pull_encoding,
+// --chunk_mib, --connections, --shared_memory), the device, evaluation and time budget, jitter,
+// and a fault switch for tests. For main() files only.
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "absl/flags/declare.h"
 
@@ -29,11 +29,5 @@ ABSL_DECLARE_FLAG(bool, fault_duplicate_pushes);
 ABSL_DECLARE_FLAG(int64_t, eval_every);
 ABSL_DECLARE_FLAG(double, max_seconds);
 ABSL_DECLARE_FLAG(std::string, jitter);
-namespace ps {
-
-// The names above, for a launcher that passes them on.
-std::vector<std::string> WorkerFlagNames();
-
-}  // namespace ps
 
 #endif  // PS_WORKER_WORKER_FLAGS_H_

@@ -141,10 +141,10 @@ absl::StatusOr<ClusterSpec> ClusterSpecFromFlags() {
   ASSIGN_OR_RETURN(spec.require_all_work,
                    RequireAllWorkFromFlags(spec.bsp && absl::GetFlag(FLAGS_max_seconds) == 0 &&
                                            absl::GetFlag(FLAGS_backup_workers) == 0));
-  spec.optimizer_flags = ForwardedFlags(OptimizerFlagNames());
-  spec.workload_flags = ForwardedFlags(WorkloadFlagNames());
-  spec.shard_flags = ForwardedFlags(ServerFlagNames());
-  spec.worker_flags = ForwardedFlags(WorkerFlagNames());
+  spec.optimizer_flags = ForwardedFlagsOf("common/optimizer_flags.cc");
+  spec.workload_flags = ForwardedFlagsOf("common/workload_flags.cc");
+  spec.shard_flags = ForwardedFlagsOf("server/server_flags.cc");
+  spec.worker_flags = ForwardedFlagsOf("worker/worker_flags.cc");
   return spec;
 }
 
