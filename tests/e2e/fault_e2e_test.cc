@@ -46,6 +46,20 @@ void ExpectAllWorkApplied(const nlohmann::json& summary) {
   EXPECT_EQ(summary["gradients_applied"], summary["gradients_expected"]) << summary.dump();
 }
 
+// A BSP job of 2 workers on `train_limit` samples, 2 epochs, whose shards checkpoint every
+// `checkpoint_every` updates into <dir>/checkpoints and are restarted `restart_delay_s` after
+// they die.
+pid_t StartShardRestartingRun(const std::string& dir, const std::string& train_limit,
+                              int checkpoint_every, int restart_delay_s) {
+  return StartLaunch(
+      dir,
+      With(Common(train_limit),
+           {"--workers=2", "--mode=bsp", "--epochs=2", "--checkpoint_dir=" + dir + "/checkpoints",
+            "--checkpoint_every=" + std::to_string(checkpoint_every), "--restart_shards",
+            "--restart_delay_s=" + std::to_string(restart_delay_s)}),
+      /*quiet=*/false);
+}
+
 // BSP, 4 workers: worker 1 is killed with SIGKILL mid-epoch and restarted 2 s later by the
 // launcher. Its lease (1 s) expires meanwhile, so the others go on without it; it comes back at
 // the clock the shards hold, and the job ends as accurate as an undisturbed run. The rounds it
@@ -154,12 +168,7 @@ TEST_F(FaultE2e, AWorkerRestartedWithinItsLeaseLosesNoWork) {
 // steps it lost, and every gradient is applied on every shard.
 TEST_F(FaultE2e, AShardDownForMoreThanAMinuteLosesNoWork) {
   const std::string dir = RunDir("shard_down_long");
-  const pid_t launch = StartLaunch(
-      dir,
-      With(Common("12000"),
-           {"--workers=2", "--mode=bsp", "--epochs=2", "--checkpoint_dir=" + dir + "/checkpoints",
-            "--checkpoint_every=20", "--restart_shards", "--restart_delay_s=65"}),
-      /*quiet=*/false);
+  const pid_t launch = StartShardRestartingRun(dir, "12000", 20, 65);
   ASSERT_TRUE(WaitForSteps(dir + "/worker-0.jsonl", 80, 120)) << ReadAll(dir + "/launch.log");
   ASSERT_EQ(kill(PidOf(dir, "ps-1"), SIGKILL), 0);
   ASSERT_EQ(WaitExit(launch), 0) << ReadAll(dir + "/launch.log");
@@ -220,12 +229,7 @@ TEST_F(FaultE2e, KilledShardRestoresItsCheckpointAndTheJobFinishes) {
 // lost), far from any periodic checkpoint.
 TEST_F(FaultE2e, SigtermedShardRestoresTheVersionItStoppedAt) {
   const std::string dir = RunDir("shard_term");
-  const pid_t launch = StartLaunch(
-      dir,
-      With(Common("8000"),
-           {"--workers=2", "--mode=bsp", "--epochs=2", "--checkpoint_dir=" + dir + "/checkpoints",
-            "--checkpoint_every=100000", "--restart_shards", "--restart_delay_s=1"}),
-      /*quiet=*/false);
+  const pid_t launch = StartShardRestartingRun(dir, "8000", 100000, 1);
   ASSERT_TRUE(WaitForSteps(dir + "/worker-0.jsonl", 60, 120)) << ReadAll(dir + "/launch.log");
   ASSERT_EQ(kill(PidOf(dir, "ps-0"), SIGTERM), 0);
   ASSERT_EQ(WaitExit(launch), 0) << ReadAll(dir + "/launch.log");
