@@ -169,10 +169,8 @@ absl::StatusOr<RunResult> RunCluster(const ps::ModelSpec& spec, const ps::ImageD
       to.rank = w;
       to.batch_size = batch;
       to.epochs = 1;
-      to.overlap = absl::GetFlag(FLAGS_overlap);
-      to.priority = priority;
-      to.async_push = absl::GetFlag(FLAGS_async_push);
-      to.push_pull = push_pull;
+      to.schedule = ps::ScheduleRequest{absl::GetFlag(FLAGS_overlap),
+                                        absl::GetFlag(FLAGS_async_push), push_pull, priority};
       to.priority_min_part = absl::GetFlag(FLAGS_priority_min_part);
       ps::Trainer trainer(to, **model, dev, **client, data, nullptr, nullptr, nullptr);
       std::atomic<bool> stop{false};

@@ -42,9 +42,27 @@ std::string ScheduleName(Schedule schedule);
 
 // What the worker's flags ask for.
 struct ScheduleRequest {
+  // SSP and ASP: pull the next step's weights while this step computes and pushes. The gradient
+  // of step c is then computed from weights that may lack this worker's own gradient of step c-1
+  // (one more update of staleness, still within the SSP bound the shards enforce on every pull).
   bool overlap = false;
+  // SSP and ASP: push step c's gradient on another thread while step c+1 pulls and computes; it
+  // is waited for after that compute, before step c+1's push. The gradient of step c+1 may then
+  // miss this worker's own gradient of step c (one more update of staleness, within the SSP
+  // bound). A step's push time is what the worker waited for it. With `overlap` the pull, the
+  // compute and the push of three consecutive steps run at once.
   bool async_push = false;
+  // Steps that run one after another push step c and pull step c+1 in one round trip per shard
+  // (ParameterClient::PushPull). The shards do exactly what a Push and then a Pull would; a
+  // step's push time then includes the next step's pull, whose own pull time is what remained of
+  // it (nothing).
   bool push_pull = true;
+  // Priority scheduling (P3, BytePS), any mode: weights are pulled one layer per call, first
+  // layer first, and each layer's forward starts as soon as its weights have arrived; each
+  // layer's gradient is pushed as soon as backward has produced it, last layer first, while
+  // backward goes on below. The shards apply a step only once all its pieces are in, so the
+  // results are those of whole pushes (BSP: bit for bit). Not with `overlap`, `async_push` or
+  // injected delays.
   bool priority = false;
 };
 

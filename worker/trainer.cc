@@ -94,9 +94,9 @@ absl::Status ValidateTrainerOptions(const TrainerOptions& options) {
     return absl::InvalidArgumentError("the smallest priority part must be >= 0 parameters");
   }
   RETURN_IF_ERROR(ValidateDelayOptions(options.delays));
-  if (options.priority) {
+  if (options.schedule.priority) {
     const DelayOptions& d = options.delays;
-    if (options.overlap || options.async_push) {
+    if (options.schedule.overlap || options.schedule.async_push) {
       return absl::InvalidArgumentError(
           "priority scheduling and overlap or asynchronous pushes are alternatives: choose one");
     }
@@ -177,9 +177,7 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   const BatchPlan& plan = gradient->plan();
   const int64_t total_steps = plan.steps_per_epoch() * options_.epochs;
   DeclareWork(cluster, total_steps);
-  const Schedule schedule = ChooseSchedule(
-      ScheduleRequest{options_.overlap, options_.async_push, options_.push_pull, options_.priority},
-      cluster.mode, cluster.staleness);
+  const Schedule schedule = ChooseSchedule(options_.schedule, cluster.mode, cluster.staleness);
   const int64_t n = model_.layout().total();
   ASSIGN_OR_RETURN(const StepBuffers buffers,
                    StepBuffers::Create(client_, device_, n, NeedsSecondWeights(schedule),

@@ -42,27 +42,9 @@ struct TrainerOptions {
   // A call answered ABORTED (lease expired, shard restarted, rank taken over) makes the worker
   // register again and resume at the shards' clock; more than this many times fails the run.
   int max_rejoins = 100;
-  // SSP and ASP: pull the next step's weights while this step computes and pushes. The gradient of
-  // step c is then computed from weights that may lack this worker's own gradient of step c-1
-  // (one more update of staleness, still within the SSP bound the shards enforce on every pull).
-  bool overlap = false;
-  // SSP and ASP: push step c's gradient on another thread while step c+1 pulls and computes; it
-  // is waited for after that compute, before step c+1's push. The gradient of step c+1 may then
-  // miss this worker's own gradient of step c (one more update of staleness, within the SSP bound
-  // the shards enforce). A step's push time is what the worker waited for it. With `overlap` the
-  // pull, the compute and the push of three consecutive steps run at once.
-  bool async_push = false;
-  // Steps that run one after another (no `overlap`, `async_push` or `priority`) push step c and
-  // pull step c+1 in one round trip per shard (ParameterClient::PushPull). The shards do exactly
-  // what a Push and then a Pull would; a step's push time then includes the next step's pull,
-  // whose own pull time is what remained of it (nothing).
-  bool push_pull = true;
-  // Priority scheduling (P3, BytePS), any mode: weights are pulled one layer per call, first layer
-  // first, and each layer's forward starts as soon as its weights have arrived; each layer's
-  // gradient is pushed as soon as backward has produced it, last layer first, while backward
-  // goes on below. The shards apply a step only once all its pieces are in, so the results are
-  // those of whole pushes (BSP: bit for bit). Not with `overlap` or injected delays.
-  bool priority = false;
+  // The schedule the flags ask for (overlap, asynchronous pushes, PushPull, priority; see
+  // ScheduleRequest); ChooseSchedule picks the one that serves it in the cluster's mode.
+  ScheduleRequest schedule;
   // Priority scheduling: a layer with fewer parameters than this travels with the layer before
   // it (a call per tiny layer costs more than it hides); 0: one part per layer.
   int64_t priority_min_part = 16384;

@@ -175,10 +175,8 @@ absl::StatusOr<ps::TrainerOptions> TrainerOptionsFromFlags(int rank, const ps::W
   o.accumulate = w.accumulate;
   o.epochs = w.epochs;
   o.seed = w.seed;
-  o.overlap = absl::GetFlag(FLAGS_overlap);
-  o.priority = absl::GetFlag(FLAGS_priority);
-  o.async_push = absl::GetFlag(FLAGS_async_push);
-  o.push_pull = absl::GetFlag(FLAGS_push_pull);
+  o.schedule = ps::ScheduleRequest{absl::GetFlag(FLAGS_overlap), absl::GetFlag(FLAGS_async_push),
+                                   absl::GetFlag(FLAGS_push_pull), absl::GetFlag(FLAGS_priority)};
   o.overlap_copies = absl::GetFlag(FLAGS_overlap_copies);
   o.priority_min_part = absl::GetFlag(FLAGS_priority_min_part);
   ASSIGN_OR_RETURN(o.delays, DelayOptionsFromFlags());

@@ -169,10 +169,7 @@ absl::Status TrainWorker(const Cluster& cluster, const Dataset& train, const Wor
   o.accumulate = run.accumulate;
   o.epochs = run.epochs;
   o.seed = 5;
-  o.overlap = run.overlap;
-  o.priority = run.priority;
-  o.async_push = run.async_push;
-  o.push_pull = run.push_pull;
+  o.schedule = ScheduleRequest{run.overlap, run.async_push, run.push_pull, run.priority};
   o.priority_min_part = 0;  // one part per layer, however small: these tests are about pieces
   std::atomic<bool> stop{false};
   if (run.in_process) {
