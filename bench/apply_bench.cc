@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "common/cli.h"
-#include "common/json_lines.h"
-#include "common/optimizer.h"
+#include "common/base/json_lines.h"
+#include "common/cli/cli.h"
+#include "common/optim/optimizer.h"
 
 ABSL_FLAG(double, seconds, 1.0, "Time spent on each measurement.");
 ABSL_FLAG(std::vector<std::string>, threads, std::vector<std::string>({"1", "0"}),

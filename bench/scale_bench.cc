@@ -29,9 +29,9 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "common/cli.h"
-#include "common/json_lines.h"
-#include "common/malloc_tuning.h"
+#include "common/base/json_lines.h"
+#include "common/base/malloc_tuning.h"
+#include "common/cli/cli.h"
 #include "spdlog/spdlog.h"
 #include "worker/grpc_parameter_client.h"
 

@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "common/enum_names.h"
+#include "common/base/enum_names.h"
 
 namespace ps {
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/consistency_mode.h"
+#include "common/base/consistency_mode.h"
 
 namespace ps {
 

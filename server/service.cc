@@ -5,12 +5,12 @@
 #include <optional>
 
 #include "absl/time/clock.h"
-#include "common/grpc_security.h"
-#include "common/grpc_status.h"
-#include "common/status_macros.h"
-#include "common/tensor_bytes.h"
-#include "common/tensor_codec.h"
-#include "common/tensor_wire.h"
+#include "common/base/status_macros.h"
+#include "common/codec/tensor_bytes.h"
+#include "common/codec/tensor_codec.h"
+#include "common/transport/grpc_security.h"
+#include "common/transport/grpc_status.h"
+#include "common/transport/tensor_wire.h"
 
 namespace ps {
 

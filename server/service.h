@@ -15,8 +15,8 @@
 #include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/shared_memory.h"
-#include "common/shared_region_layout.h"
+#include "common/shm/shared_memory.h"
+#include "common/shm/shared_region_layout.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "server/shard.h"
 
@@ -45,7 +45,7 @@ struct ServiceOptions {
 };
 
 // Push and Pull are "raw" methods: their payloads are read and written as gRPC slices in place
-// (common/tensor_wire.h). All methods use the callback API; a pull that must wait for its
+// (common/transport/tensor_wire.h). All methods use the callback API; a pull that must wait for its
 // consistency condition holds no thread (Shard::PullAsync).
 // (The chain is spelled out rather than built on the generated CallbackService, whose typed Push
 // and Pull the raw ones would hide.)

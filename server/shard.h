@@ -23,9 +23,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/optimizer.h"
-#include "common/param_layout.h"
-#include "common/tensor_codec.h"
+#include "common/base/param_layout.h"
+#include "common/codec/tensor_codec.h"
+#include "common/optim/optimizer.h"
 #include "server/consistency.h"
 #include "server/staleness_histogram.h"
 #include "server/update_rule.h"
@@ -192,7 +192,7 @@ class Shard {
     KeyRange range;
     int64_t clock = 0;
     int64_t base_version = 0;  // pieces of one clock may differ; the smallest counts
-    // range.size() elements in any encoding, as received (see common/tensor_codec.h).
+    // range.size() elements in any encoding, as received (see common/codec/tensor_codec.h).
     EncodedTensor gradient;
   };
   struct PushResult {

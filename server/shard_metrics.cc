@@ -4,7 +4,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/prometheus.h"
+#include "common/metrics/prometheus.h"
 
 namespace ps {
 

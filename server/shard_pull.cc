@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "server/shard.h"
 
 namespace ps {

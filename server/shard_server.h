@@ -27,8 +27,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/checkpoint.h"
-#include "common/grpc_security.h"
+#include "common/storage/checkpoint.h"
+#include "common/transport/grpc_security.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/server.h"
 #include "server/service.h"

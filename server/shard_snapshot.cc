@@ -1,5 +1,5 @@
 // Shard::EncodeSnapshot and Shard::RestoreSnapshot: the shard's state as a checkpoint payload
-// (framed and checksummed by common/checkpoint.h). Layout, all little-endian:
+// (framed and checksummed by common/storage/checkpoint.h). Layout, all little-endian:
 //   u32 format (2; 1 is read too); u32 shard_id, num_shards, num_workers; u8 mode; u32 staleness
 //   u8 initialized; u64 fingerprint; i64 begin, end, version, rounds, rejected_nonfinite,
 //   pushes_accepted, pushes_duplicate
@@ -11,8 +11,8 @@
 // from each worker's next pull.
 
 #include "absl/strings/str_cat.h"
-#include "common/checkpoint.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/storage/checkpoint.h"
 #include "server/shard.h"
 
 namespace ps {

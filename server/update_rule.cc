@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "common/enum_names.h"
+#include "common/base/enum_names.h"
 
 namespace ps {
 

@@ -3,7 +3,7 @@
 #include <cassert>
 
 #include "absl/strings/str_cat.h"
-#include "common/random.h"
+#include "common/base/random.h"
 
 namespace ps {
 

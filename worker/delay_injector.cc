@@ -1,7 +1,7 @@
 #include "worker/delay_injector.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/random.h"
+#include "common/base/random.h"
 
 namespace ps {
 

@@ -3,9 +3,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "common/cpu_device.h"
+#include "common/device/cpu_device.h"
 #ifdef PS_HAVE_CUDA
-#include "common/cuda/cuda_device.h"
+#include "common/device/cuda/cuda_device.h"
 #endif
 
 namespace ps {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "common/device.h"
+#include "common/device/device.h"
 
 namespace ps {
 

@@ -4,9 +4,9 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "common/grpc_status.h"
-#include "common/status_macros.h"
-#include "common/tensor_wire.h"
+#include "common/base/status_macros.h"
+#include "common/transport/grpc_status.h"
+#include "common/transport/tensor_wire.h"
 #include "spdlog/spdlog.h"
 
 namespace ps {

@@ -6,7 +6,7 @@
 // waits for all of them. Push and Pull are raw calls: a float32
 // gradient is sent straight from the caller's buffer (gRPC borrows it; Push returns only once gRPC
 // has released it) and pulled values are decoded straight from gRPC's receive buffers into the
-// caller's (common/tensor_wire.h). Every call has a deadline. UNAVAILABLE answers
+// caller's (common/transport/tensor_wire.h). Every call has a deadline. UNAVAILABLE answers
 // (a shard restarting, a lost reply), and CANCELLED ones this client did not cause (a server
 // shutting down cancels the calls it has not started), are retried with exponential backoff for up
 // to `retry_for`, which is safe because every rpc is idempotent: pushes are deduplicated by
@@ -20,11 +20,11 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "common/grpc_security.h"
-#include "common/shared_memory.h"
-#include "common/shared_region_layout.h"
-#include "common/tensor_codec.h"
-#include "common/tensor_wire.h"
+#include "common/codec/tensor_codec.h"
+#include "common/shm/shared_memory.h"
+#include "common/shm/shared_region_layout.h"
+#include "common/transport/grpc_security.h"
+#include "common/transport/tensor_wire.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/parameter_server.grpc.pb.h"
@@ -66,7 +66,7 @@ struct GrpcClientOptions {
   int64_t chunk_bytes = 0;
   // TCP connections per shard; a transfer's chunks are spread over them round-robin.
   int connections = 1;
-  // Move payloads through a shared-memory region (common/shared_memory.h) with every shard that
+  // Move payloads through a shared-memory region (common/shm/shared_memory.h) with every shard that
   // can open it, i.e. runs on this host; the others, and any call that finds its part of the
   // region lent to another call, carry them in the gRPC messages.
   bool shared_memory = false;
@@ -102,7 +102,7 @@ class GrpcParameterClient final : public ParameterClient {
                                          int64_t pull_clock, absl::Span<float> params) override;
   absl::StatusOr<std::vector<ShardReport>> Status() override;
   void Cancel() override;
-  // The region's areas (common/shared_memory.h), float32 transfers only: `weights` when weights
+  // The region's areas (common/shm/shared_memory.h), float32 transfers only: `weights` when weights
   // are pulled as f32, `gradient` when gradients are pushed as f32.
   TransportBuffers TakeTransportBuffers(int set) override;
   uint64_t incarnation() const { return options_.incarnation; }

@@ -7,8 +7,8 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
-#include "common/tensor_wire.h"
+#include "common/base/status_macros.h"
+#include "common/transport/tensor_wire.h"
 #include "worker/grpc_parameter_client.h"
 
 namespace ps {

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/json_lines.h"
-#include "common/status_macros.h"
+#include "common/base/json_lines.h"
+#include "common/base/status_macros.h"
 #include "spdlog/spdlog.h"
 #include "worker/trainer.h"
 #include "worker/work_account.h"

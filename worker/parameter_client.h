@@ -13,9 +13,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/consistency_mode.h"
-#include "common/param_layout.h"
-#include "common/status_macros.h"
+#include "common/base/consistency_mode.h"
+#include "common/base/param_layout.h"
+#include "common/base/status_macros.h"
 
 namespace ps {
 

@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "common/param_layout.h"
+#include "common/base/param_layout.h"
 
 namespace ps {
 

@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "worker/step_schedule.h"
 #include "worker/task_pool.h"
 

@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/param_layout.h"
-#include "common/status_macros.h"
+#include "common/base/param_layout.h"
+#include "common/base/status_macros.h"
 #include "worker/step_gradient.h"
 
 namespace ps {

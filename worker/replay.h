@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/dataset.h"
-#include "common/device.h"
-#include "common/model.h"
-#include "common/optimizer.h"
+#include "common/data/dataset.h"
+#include "common/device/device.h"
+#include "common/nn/model.h"
+#include "common/optim/optimizer.h"
 
 namespace ps {
 

@@ -11,12 +11,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/cli.h"
-#include "common/cpu_device.h"
-#include "common/dataset.h"
-#include "common/model.h"
-#include "common/optimizer_flags.h"
-#include "common/workload_flags.h"
+#include "common/cli/cli.h"
+#include "common/cli/optimizer_flags.h"
+#include "common/cli/workload_flags.h"
+#include "common/data/dataset.h"
+#include "common/device/cpu_device.h"
+#include "common/nn/model.h"
 #include "worker/replay.h"
 
 ABSL_FLAG(std::string, records, "", "Comma-separated update records of shard 0, 1, ... in order.");

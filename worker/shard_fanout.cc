@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "common/grpc_status.h"
+#include "common/transport/grpc_status.h"
 #include "spdlog/spdlog.h"
 
 namespace ps {

@@ -1,7 +1,7 @@
 #ifndef PS_WORKER_SHARED_REGION_H_
 #define PS_WORKER_SHARED_REGION_H_
 
-// The worker's side of its shared-memory region (common/shared_memory.h, laid out as
+// The worker's side of its shared-memory region (common/shm/shared_memory.h, laid out as
 // SharedRegionLayout): which areas the caller took as its own buffers (TakeTransportBuffers),
 // which shards attached the region, and which parts of which areas are lent to calls in flight.
 // Each part of an area is lent to one call at a time. Thread-safe.
@@ -13,9 +13,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "common/param_layout.h"
-#include "common/shared_memory.h"
-#include "common/shared_region_layout.h"
+#include "common/base/param_layout.h"
+#include "common/shm/shared_memory.h"
+#include "common/shm/shared_region_layout.h"
 #include "worker/parameter_client.h"
 
 namespace ps {

@@ -12,8 +12,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/json_lines.h"
-#include "common/model.h"
+#include "common/base/json_lines.h"
+#include "common/nn/model.h"
 #include "worker/parameter_client.h"
 
 namespace ps {

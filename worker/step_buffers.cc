@@ -1,6 +1,6 @@
 #include "worker/step_buffers.h"
 
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace ps {

@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "common/device.h"
+#include "common/device/device.h"
 #include "worker/parameter_client.h"
 
 namespace ps {

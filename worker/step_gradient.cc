@@ -1,7 +1,7 @@
 #include "worker/step_gradient.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 
 namespace ps {
 

@@ -11,9 +11,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "common/dataset.h"
-#include "common/device.h"
-#include "common/model.h"
+#include "common/data/dataset.h"
+#include "common/device/device.h"
+#include "common/nn/model.h"
 #include "worker/batch_plan.h"
 
 namespace ps {

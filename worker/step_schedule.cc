@@ -4,8 +4,8 @@
 #include <optional>
 #include <utility>
 
-#include "common/enum_names.h"
-#include "common/status_macros.h"
+#include "common/base/enum_names.h"
+#include "common/base/status_macros.h"
 #include "worker/task_pool.h"
 
 namespace ps {

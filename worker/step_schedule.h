@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "common/consistency_mode.h"
+#include "common/base/consistency_mode.h"
 #include "worker/delay_injector.h"
 #include "worker/parameter_client.h"
 #include "worker/step_accounting.h"

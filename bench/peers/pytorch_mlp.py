@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The peer reference of ps_bench_train: the same MLP trained with PyTorch on this machine.
 
-Same data (Fashion-MNIST from Debian's dataset-fashion-mnist, normalised as common/dataset.cc
+Same data (Fashion-MNIST from Debian's dataset-fashion-mnist, normalised as common/data/dataset.cc
 does), same model (784 -> 256 -> ReLU -> 128 -> ReLU -> 10, cross-entropy), same per-worker batch,
 same optimizer (plain SGD, the shard's default learning rate 0.01) and the same threads per
 process. Modes:
@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-PIXEL_MEAN = 0.2860  # common/dataset.cc: kPixelMean, kPixelStddev
+PIXEL_MEAN = 0.2860  # common/data/dataset.cc: kPixelMean, kPixelStddev
 PIXEL_STDDEV = 0.3530
 
 

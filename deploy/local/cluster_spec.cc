@@ -10,12 +10,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "common/cli.h"
-#include "common/job_flags.h"
-#include "common/log_flags.h"
-#include "common/optimizer_flags.h"
-#include "common/status_macros.h"
-#include "common/token_flags.h"
+#include "common/base/status_macros.h"
+#include "common/cli/cli.h"
+#include "common/cli/job_flags.h"
+#include "common/cli/log_flags.h"
+#include "common/cli/optimizer_flags.h"
+#include "common/cli/token_flags.h"
 #include "deploy/local/launch_flags.h"
 #include "server/server_flags.h"
 #include "worker/worker_flags.h"
@@ -141,8 +141,8 @@ absl::StatusOr<ClusterSpec> ClusterSpecFromFlags() {
   ASSIGN_OR_RETURN(spec.require_all_work,
                    RequireAllWorkFromFlags(spec.bsp && absl::GetFlag(FLAGS_max_seconds) == 0 &&
                                            absl::GetFlag(FLAGS_backup_workers) == 0));
-  spec.optimizer_flags = ForwardedFlagsOf("common/optimizer_flags.cc");
-  spec.workload_flags = ForwardedFlagsOf("common/workload_flags.cc");
+  spec.optimizer_flags = ForwardedFlagsOf("common/cli/optimizer_flags.cc");
+  spec.workload_flags = ForwardedFlagsOf("common/cli/workload_flags.cc");
   spec.shard_flags = ForwardedFlagsOf("server/server_flags.cc");
   spec.worker_flags = ForwardedFlagsOf("worker/worker_flags.cc");
   return spec;

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/optimizer.h"
-#include "common/workload_flags.h"
+#include "common/cli/workload_flags.h"
+#include "common/optim/optimizer.h"
 
 namespace ps {
 

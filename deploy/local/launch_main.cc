@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "common/cli.h"
+#include "common/cli/cli.h"
 #include "deploy/local/cluster_spec.h"
 #include "deploy/local/run_summary.h"
 #include "deploy/local/supervisor.h"

@@ -8,7 +8,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/data_registry.h"
+#include "common/data/data_registry.h"
 #include "deploy/local/launch_flags.h"
 #include "server/server_flags.h"
 #include "worker/worker_flags.h"

@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/shutdown_signal.h"
+#include "common/base/shutdown_signal.h"
 #include "deploy/local/child_processes.h"
 
 namespace ps {

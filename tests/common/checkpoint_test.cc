@@ -1,4 +1,4 @@
-#include "common/checkpoint.h"
+#include "common/storage/checkpoint.h"
 
 #include <unistd.h>
 

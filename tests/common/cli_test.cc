@@ -1,4 +1,4 @@
-#include "common/cli.h"
+#include "common/cli/cli.h"
 
 #include <cstdlib>
 

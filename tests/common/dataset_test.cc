@@ -1,6 +1,6 @@
 // The IDX loader on small generated files: valid, truncated, corrupt, wrong magic, missing.
 
-#include "common/dataset.h"
+#include "common/data/dataset.h"
 
 #include <unistd.h>
 #include <zlib.h>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "common/data_registry.h"
+#include "common/data/data_registry.h"
 #include "gtest/gtest.h"
 
 namespace ps {

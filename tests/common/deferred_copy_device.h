@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/cpu_device.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/device/cpu_device.h"
 
 namespace ps {
 

@@ -1,4 +1,4 @@
-#include "common/json_lines.h"
+#include "common/base/json_lines.h"
 
 #include <cmath>
 #include <fstream>

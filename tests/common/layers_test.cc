@@ -1,15 +1,15 @@
 // Finite-difference checks of every layer's gradients and of the whole MLP, on the CPU device.
 
-#include "common/layers.h"
+#include "common/nn/layers.h"
 
 #include <cmath>
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "common/cpu_device.h"
-#include "common/model.h"
-#include "common/model_registry.h"
-#include "common/random.h"
+#include "common/base/random.h"
+#include "common/device/cpu_device.h"
+#include "common/nn/model.h"
+#include "common/nn/model_registry.h"
 #include "gtest/gtest.h"
 #include "tests/common/random_vector.h"
 

@@ -1,4 +1,4 @@
-#include "common/param_layout.h"
+#include "common/base/param_layout.h"
 
 #include <numeric>
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/random.h"
+#include "common/base/random.h"
 
 namespace ps {
 

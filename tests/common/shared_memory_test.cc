@@ -1,7 +1,7 @@
 // SharedMemory: a region made by one process is mapped by another from what it announced, and
 // anything that is not exactly that region is refused before it is opened or mapped.
 
-#include "common/shared_memory.h"
+#include "common/shm/shared_memory.h"
 
 #include <fcntl.h>
 #include <sys/wait.h>

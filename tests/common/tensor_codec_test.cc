@@ -1,4 +1,4 @@
-#include "common/tensor_codec.h"
+#include "common/codec/tensor_codec.h"
 
 #include <cmath>
 #include <cstring>
@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "common/optimizer.h"
+#include "common/optim/optimizer.h"
 #include "gtest/gtest.h"
 
 namespace ps {

@@ -1,4 +1,4 @@
-#include "common/tensor_wire.h"
+#include "common/transport/tensor_wire.h"
 
 #include <string>
 #include <thread>

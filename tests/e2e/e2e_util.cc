@@ -17,7 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/dataset.h"
+#include "common/data/dataset.h"
 #include "gtest/gtest.h"
 
 extern char** environ;

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "common/checkpoint.h"
+#include "common/storage/checkpoint.h"
 #include "server/shard.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,7 +1,7 @@
 // Fuzzes the shard's request handlers through its gRPC service adapter, with arbitrary bytes
 // parsed as requests in arbitrary order; Push and Pull bytes go raw through the in-place wire
-// splitter (common/tensor_wire.h), as the rpcs receive them. Checks, besides what ASan and UBSan
-// catch:
+// splitter (common/transport/tensor_wire.h), as the rpcs receive them. Checks, besides what ASan
+// and UBSan catch:
 // - a refused request leaves the weights and the version unchanged (but a PushPull whose pull
 //   timed out has applied its push);
 // - the version never goes backwards and the weights stay finite;
@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/shared_memory.h"
+#include "common/shm/shared_memory.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "server/service.h"
 #include "server/shard.h"

@@ -16,7 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
-#include "common/checkpoint.h"
+#include "common/storage/checkpoint.h"
 #include "gtest/gtest.h"
 
 extern char** environ;

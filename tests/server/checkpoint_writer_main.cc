@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "common/checkpoint.h"
+#include "common/storage/checkpoint.h"
 
 int main(int argc, char** argv) {
   if (argc != 4) {

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "common/grpc_security.h"
+#include "common/transport/grpc_security.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"

@@ -10,7 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
-#include "common/shared_memory.h"
+#include "common/shm/shared_memory.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "server/shard_server.h"

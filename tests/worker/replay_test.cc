@@ -5,8 +5,8 @@
 
 #include <fstream>
 
-#include "common/cpu_device.h"
-#include "common/model_registry.h"
+#include "common/device/cpu_device.h"
+#include "common/nn/model_registry.h"
 #include "gtest/gtest.h"
 
 namespace ps {

@@ -10,9 +10,9 @@
 #include <limits>
 #include <vector>
 
-#include "common/cpu_device.h"
-#include "common/model_registry.h"
-#include "common/random.h"
+#include "common/base/random.h"
+#include "common/device/cpu_device.h"
+#include "common/nn/model_registry.h"
 #include "gtest/gtest.h"
 #include "tests/common/deferred_copy_device.h"
 

@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <thread>
 
-#include "common/cpu_device.h"
-#include "common/model_registry.h"
-#include "common/random.h"
+#include "common/base/random.h"
+#include "common/device/cpu_device.h"
+#include "common/nn/model_registry.h"
 #include "gtest/gtest.h"
 #include "server/shard_server.h"
 #include "tests/common/deferred_copy_device.h"

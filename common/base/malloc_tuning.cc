@@ -1,0 +1,15 @@
+#include "common/base/malloc_tuning.h"
+
+#include <malloc.h>
+
+namespace ps {
+
+void TuneMallocForLargeMessages() {
+#if defined(__GLIBC__)
+  // 32 MiB is glibc's largest mmap threshold on 64-bit; anything below it comes from the heap.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
+}
+
+}  // namespace ps

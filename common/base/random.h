@@ -1,0 +1,37 @@
+#ifndef PS_COMMON_BASE_RANDOM_H_
+#define PS_COMMON_BASE_RANDOM_H_
+
+// A small deterministic generator (SplitMix64). Unlike the <random> distributions, its outputs
+// are fixed by this code alone, so the same seed gives the same weights and sample order on
+// every platform and standard library: workers depend on it to agree without talking.
+
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
+
+namespace ps {
+
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  // Seeds from several words, e.g. (seed, rank, step), mixing each in.
+  static Rng FromKeys(std::initializer_list<uint64_t> keys);
+
+  uint64_t NextU64();
+  // Uniform in [0, 1) with 24 random bits.
+  float NextFloat() { return static_cast<float>(NextU64() >> 40) * (1.0f / 16777216.0f); }
+  // Uniform in [lo, hi).
+  float Uniform(float lo, float hi) { return lo + (hi - lo) * NextFloat(); }
+  // Uniform integer in [0, n) without modulo bias; n > 0.
+  uint64_t Below(uint64_t n);
+
+ private:
+  uint64_t state_;
+};
+
+// A permutation of [0, n) by Fisher-Yates with `rng`.
+std::vector<int32_t> Permutation(int32_t n, Rng& rng);
+
+}  // namespace ps
+
+#endif  // PS_COMMON_BASE_RANDOM_H_

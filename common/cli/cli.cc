@@ -1,0 +1,120 @@
+#include "common/cli/cli.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+
+namespace ps {
+
+namespace {
+
+bool IsOurFlagFile(absl::string_view file) {
+  return absl::EndsWith(file, "_main.cc") || absl::EndsWith(file, "_flags.cc");
+}
+
+// Sets every flag of ours that has a PS_<NAME> environment variable; exits 2 on a bad value.
+void FlagsFromEnvironment(const char* program) {
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (!IsOurFlagFile(flag->Filename())) continue;
+    const std::string variable = "PS_" + absl::AsciiStrToUpper(name);
+    const char* value = std::getenv(variable.c_str());
+    if (value == nullptr) continue;
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) {
+      std::fprintf(stderr, "%s: environment variable %s='%s': %s\n", program, variable.c_str(),
+                   value, error.c_str());
+      std::exit(2);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> ParseCommandLine(int argc, char** argv, const char* usage) {
+  absl::FlagsUsageConfig config;
+  config.contains_help_flags = IsOurFlagFile;
+  config.contains_helpshort_flags = config.contains_help_flags;
+  absl::SetFlagsUsageConfig(config);
+  absl::SetProgramUsageMessage(usage);
+  FlagsFromEnvironment(argc > 0 ? argv[0] : "ps");
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  return std::vector<std::string>(rest.begin() + 1, rest.end());
+}
+
+void ParseFlags(int argc, char** argv, const char* usage) {
+  const std::vector<std::string> rest = ParseCommandLine(argc, argv, usage);
+  if (rest.empty()) return;
+  const std::string program = std::filesystem::path(argc > 0 ? argv[0] : "ps").filename();
+  std::fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", program.c_str(),
+               rest[0].c_str());
+  std::exit(2);
+}
+
+std::vector<std::string> ForwardedFlags(const std::vector<std::string>& names) {
+  std::vector<std::string> args;
+  for (const std::string& name : names) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr) {
+      std::fprintf(stderr, "internal error: no flag --%s to pass on\n", name.c_str());
+      std::abort();
+    }
+    args.push_back("--" + name + "=" + flag->CurrentValue());
+  }
+  return args;
+}
+
+std::vector<std::string> ForwardedFlagsOf(const std::string& file) {
+  std::vector<std::string> names;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    const std::string where = flag->Filename();
+    if (where == file || absl::EndsWith(where, "/" + file)) names.push_back(std::string(name));
+  }
+  if (names.empty()) {
+    std::fprintf(stderr, "internal error: no flags defined in %s to pass on\n", file.c_str());
+    std::abort();
+  }
+  std::sort(names.begin(), names.end());
+  return ForwardedFlags(names);
+}
+
+std::optional<int> OrdinalOfName(const std::string& name) {
+  const size_t dash = name.rfind('-');
+  if (dash == std::string::npos || dash + 1 == name.size()) return std::nullopt;
+  int ordinal = 0;
+  const std::string digits = name.substr(dash + 1);
+  if (digits.find_first_not_of("0123456789") != std::string::npos ||
+      !absl::SimpleAtoi(digits, &ordinal)) {
+    return std::nullopt;
+  }
+  return ordinal;
+}
+
+std::optional<int> IndexFromEnvironment(const char* name, bool ordinal_of_name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  std::optional<int> index;
+  int number = 0;
+  if (ordinal_of_name) {
+    index = OrdinalOfName(value);
+  } else if (absl::SimpleAtoi(value, &number) && number >= 0) {
+    index = number;
+  }
+  if (!index.has_value()) {
+    std::fprintf(stderr, "environment variable %s='%s' does not give an index%s\n", name, value,
+                 ordinal_of_name ? " (expected NAME-N, e.g. ps-3)" : "");
+    std::exit(2);
+  }
+  return index;
+}
+
+}  // namespace ps

@@ -1,0 +1,45 @@
+#ifndef PS_COMMON_CLI_CLI_H_
+#define PS_COMMON_CLI_CLI_H_
+
+// Command-line parsing shared by the binaries' main() files (and only them).
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ps {
+
+// Sets the usage text, makes --help list the flags defined in *_main.cc and *_flags.cc files,
+// and parses argv.
+//
+// Every such flag can also come from the environment: PS_<NAME IN CAPITALS>, e.g. PS_NUM_SHARDS=2
+// for --num_shards (what containers and Kubernetes manifests use). The command line wins over the
+// environment. A value that does not parse exits with code 2 and a message naming the variable.
+// Returns the positional arguments after the program name.
+std::vector<std::string> ParseCommandLine(int argc, char** argv, const char* usage);
+
+// ParseCommandLine for a binary that takes flags only: a positional argument exits with code 2
+// and a message naming it.
+void ParseFlags(int argc, char** argv, const char* usage);
+
+// "--NAME=VALUE" for each flag named, with its current value (its default unless set): how a
+// launcher passes flags it shares with the binaries it starts, so each flag keeps one definition
+// and one default. Every name must be a flag linked into this binary (a bug otherwise).
+std::vector<std::string> ForwardedFlags(const std::vector<std::string>& names);
+// ForwardedFlags of every flag defined in the source file whose path ends with `file` (e.g.
+// "worker/worker_flags.cc"), in name order: a launcher passes on a group of a binary's flags
+// without a list of names to keep in step. A file that defines none is a bug.
+std::vector<std::string> ForwardedFlagsOf(const std::string& file);
+
+// The ordinal a StatefulSet gives its pods: 3 for "ps-3" (the digits after the last '-'); empty
+// when the name does not end that way.
+std::optional<int> OrdinalOfName(const std::string& name);
+
+// The number in the environment variable `name` (e.g. JOB_COMPLETION_INDEX, set on the pods of
+// an Indexed Job), or the ordinal of the pod name in it (e.g. POD_NAME of a StatefulSet pod).
+// Empty when unset; INVALID values exit with code 2 and a message.
+std::optional<int> IndexFromEnvironment(const char* name, bool ordinal_of_name);
+
+}  // namespace ps
+
+#endif  // PS_COMMON_CLI_CLI_H_

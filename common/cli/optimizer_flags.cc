@@ -1,0 +1,62 @@
+#include "common/cli/optimizer_flags.h"
+
+#include "absl/flags/flag.h"
+#include "common/base/status_macros.h"
+
+ABSL_FLAG(std::string, optimizer, "adam", "Update rule: sgd, momentum or adam.");
+ABSL_FLAG(double, lr, 0.001, "Learning rate (peak, after warmup).");
+ABSL_FLAG(double, momentum, 0.9, "Momentum coefficient (--optimizer momentum).");
+ABSL_FLAG(double, beta1, 0.9, "Adam beta1.");
+ABSL_FLAG(double, beta2, 0.999, "Adam beta2.");
+ABSL_FLAG(double, epsilon, 1e-8, "Adam epsilon.");
+ABSL_FLAG(double, weight_decay, 0.0, "L2 weight decay added to the gradient.");
+ABSL_FLAG(std::string, lr_schedule, "cosine",
+          "After warmup: constant, or cosine (decays to 0 at --decay_updates).");
+ABSL_FLAG(int64_t, decay_updates, 0,
+          "Cosine schedule: the update (shard version) where lr is 0; 0: the run's last update, "
+          "from the steps the workers declare (one update per step under BSP, per push "
+          "otherwise).");
+ABSL_FLAG(int64_t, base_batch, 0,
+          "Linear scaling rule (Goyal et al. 2017): when > 0, the peak learning rate is "
+          "--lr x --effective_batch / --base_batch.");
+ABSL_FLAG(int64_t, effective_batch, 0,
+          "Samples behind one update: per-worker batch x accumulation x workers (BSP) or "
+          "per-worker batch x accumulation (SSP/ASP, one push per update).");
+ABSL_FLAG(int64_t, warmup_updates, 0, "Linear learning-rate warmup over this many updates.");
+ABSL_FLAG(int32_t, apply_threads, 0,
+          "Threads of one update of a large slice (blocks of at least 2^20 elements); 0: all "
+          "hardware threads.");
+
+namespace ps {
+
+absl::StatusOr<OptimizerOptions> OptimizerOptionsFromFlags() {
+  OptimizerOptions o;
+  auto kind = ParseOptimizerKind(absl::GetFlag(FLAGS_optimizer));
+  if (!kind.ok()) return kind.status();
+  o.kind = *kind;
+  o.lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
+  o.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
+  o.beta1 = static_cast<float>(absl::GetFlag(FLAGS_beta1));
+  o.beta2 = static_cast<float>(absl::GetFlag(FLAGS_beta2));
+  o.epsilon = static_cast<float>(absl::GetFlag(FLAGS_epsilon));
+  o.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
+  o.warmup_updates = absl::GetFlag(FLAGS_warmup_updates);
+  o.apply_threads = absl::GetFlag(FLAGS_apply_threads);
+  const int64_t base_batch = absl::GetFlag(FLAGS_base_batch);
+  if (base_batch < 0) return absl::InvalidArgumentError("--base_batch must be >= 0");
+  if (base_batch > 0) {
+    const int64_t effective = absl::GetFlag(FLAGS_effective_batch);
+    if (effective <= 0) {
+      return absl::InvalidArgumentError("--base_batch needs --effective_batch > 0");
+    }
+    o.lr = static_cast<float>(LinearScaledLr(o.lr, effective, base_batch));
+  }
+  auto schedule = ParseLrSchedule(absl::GetFlag(FLAGS_lr_schedule));
+  if (!schedule.ok()) return schedule.status();
+  o.schedule = *schedule;
+  o.decay_updates = absl::GetFlag(FLAGS_decay_updates);
+  RETURN_IF_ERROR(ValidateOptimizerOptions(o));
+  return o;
+}
+
+}  // namespace ps

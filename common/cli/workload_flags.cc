@@ -1,0 +1,61 @@
+#include "common/cli/workload_flags.h"
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/base/status_macros.h"
+
+ABSL_FLAG(std::string, data, "fashion-mnist",
+          "The data, KIND[:PATH]: fashion-mnist[:DIR] (default DIR: Debian's "
+          "dataset-fashion-mnist folder, /usr/share/datasets/fashion-mnist).");
+ABSL_FLAG(int64_t, train_limit, 0, "Use only the first N training samples (0: all).");
+ABSL_FLAG(int64_t, test_limit, 0, "Use only the first N test samples (0: all).");
+ABSL_FLAG(std::string, model, "mlp", "The model: mlp or cnn.");
+ABSL_FLAG(std::string, hidden, "",
+          "Hidden fully connected widths, comma-separated (default: mlp 256,128; cnn 128).");
+ABSL_FLAG(int32_t, batch_size, 32, "Samples per worker per micro-batch.");
+ABSL_FLAG(int32_t, accumulate, 1,
+          "Micro-batches accumulated into one push (gradient accumulation).");
+ABSL_FLAG(int32_t, epochs, 5, "Epochs over the training set.");
+ABSL_FLAG(uint64_t, seed, 1, "Seed of the initial weights and of every epoch's sample order.");
+
+namespace ps {
+
+absl::StatusOr<Workload> WorkloadFromFlags() {
+  Workload w;
+  ASSIGN_OR_RETURN(w.data, ParseDataSpec(absl::GetFlag(FLAGS_data)));
+  w.model.name = absl::GetFlag(FLAGS_model);
+  if (absl::StrCat("|", ModelNames(), "|").find(absl::StrCat("|", w.model.name, "|")) ==
+      std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--model '", w.model.name, "' is not one of ", ModelNames()));
+  }
+  for (absl::string_view part :
+       absl::StrSplit(absl::GetFlag(FLAGS_hidden), ',', absl::SkipEmpty())) {
+    int64_t width = 0;
+    if (!absl::SimpleAtoi(part, &width) || width <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--hidden: '", part, "' is not a positive width"));
+    }
+    w.model.hidden.push_back(width);
+  }
+  w.train_limit = absl::GetFlag(FLAGS_train_limit);
+  w.test_limit = absl::GetFlag(FLAGS_test_limit);
+  w.batch_size = absl::GetFlag(FLAGS_batch_size);
+  w.accumulate = absl::GetFlag(FLAGS_accumulate);
+  w.epochs = absl::GetFlag(FLAGS_epochs);
+  w.seed = absl::GetFlag(FLAGS_seed);
+  if (w.batch_size < 1) return absl::InvalidArgumentError("--batch_size must be >= 1");
+  if (w.accumulate < 1) return absl::InvalidArgumentError("--accumulate must be >= 1");
+  if (w.epochs < 1) return absl::InvalidArgumentError("--epochs must be >= 1");
+  return w;
+}
+
+absl::StatusOr<std::unique_ptr<Dataset>> OpenWorkloadData(const Workload& workload, Split split) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Dataset> data, OpenDataset(workload.data, split));
+  data->Truncate(split == Split::kTrain ? workload.train_limit : workload.test_limit);
+  return data;
+}
+
+}  // namespace ps

@@ -1,0 +1,77 @@
+#include "common/data/data_registry.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/status_macros.h"
+
+namespace ps {
+
+namespace {
+
+absl::StatusOr<std::unique_ptr<Dataset>> OpenFashionMnist(const std::string& dir, Split split) {
+  ASSIGN_OR_RETURN(ImageDataset data,
+                   LoadFashionMnist(dir, split == Split::kTrain ? "train" : "test"));
+  return std::make_unique<ImageDataset>(std::move(data));
+}
+
+struct DataKind {
+  const char* name;
+  const char* default_path;  // used when the spec names none
+  absl::StatusOr<std::unique_ptr<Dataset>> (*open)(const std::string& path, Split split);
+};
+
+// One line per kind of data.
+const std::vector<DataKind>& Kinds() {
+  static const std::vector<DataKind> kinds = {
+      {"fashion-mnist", kDefaultFashionMnistDir, &OpenFashionMnist},
+  };
+  return kinds;
+}
+
+const DataKind* FindKind(const std::string& name) {
+  for (const DataKind& k : Kinds()) {
+    if (name == k.name) return &k;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::string DataKinds() {
+  std::vector<std::string> names;
+  for (const DataKind& k : Kinds()) names.push_back(k.name);
+  return absl::StrJoin(names, "|");
+}
+
+absl::StatusOr<DataSpec> ParseDataSpec(const std::string& text) {
+  DataSpec spec;
+  const size_t colon = text.find(':');
+  spec.kind = text.substr(0, colon);
+  if (colon != std::string::npos) spec.path = text.substr(colon + 1);
+  if (FindKind(spec.kind) == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("--data '", text, "': unknown kind '", spec.kind,
+                                                   "' (", DataKinds(), ")[:PATH]"));
+  }
+  if (colon != std::string::npos && spec.path.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--data '", text, "': an empty PATH (leave out ':' for the default)"));
+  }
+  return spec;
+}
+
+std::string DataSpecText(const DataSpec& spec) {
+  return spec.path.empty() ? spec.kind : absl::StrCat(spec.kind, ":", spec.path);
+}
+
+absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(const DataSpec& spec, Split split) {
+  const DataKind* kind = FindKind(spec.kind);
+  if (kind == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown kind of data '", spec.kind, "' (", DataKinds(), ")"));
+  }
+  return kind->open(spec.path.empty() ? kind->default_path : spec.path, split);
+}
+
+}  // namespace ps

@@ -1,0 +1,227 @@
+#include "common/device/cpu_device.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+
+namespace ps {
+
+namespace {
+
+absl::Status CheckLabel(int32_t label, int row, int classes) {
+  if (label >= 0 && label < classes) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("label ", label, " of row ", row, " is outside [0, ", classes, ")"));
+}
+
+}  // namespace
+
+CpuDevice::CpuDevice(int blas_threads) { openblas_set_num_threads(std::max(1, blas_threads)); }
+
+absl::StatusOr<DeviceBuffer> CpuDevice::Allocate(size_t bytes) {
+  // 64-byte alignment keeps BLAS and vector loops on whole cache lines.
+  const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
+  void* p = std::aligned_alloc(64, rounded);
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
+  }
+  std::memset(p, 0, rounded);
+  return DeviceBuffer(p, bytes, [](void* q) { std::free(q); });
+}
+
+absl::Status CpuDevice::CopyToDevice(const void* host, size_t bytes, void* device) {
+  if (bytes > 0) std::memcpy(device, host, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::CopyToHost(const void* device, size_t bytes, void* host) {
+  if (bytes > 0) std::memcpy(host, device, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::Fill(float value, int64_t n, float* x) {
+  std::fill(x, x + n, value);
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                             const float* a, const float* b, float beta, float* c) {
+  if (m < 0 || n < 0 || k < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Gemm: negative size ", m, "x", n, "x", k));
+  }
+  if (m == 0 || n == 0) return absl::OkStatus();
+  const int lda = trans_a ? m : k;
+  const int ldb = trans_b ? k : n;
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, std::max(1, lda), b,
+              std::max(1, ldb), beta, c, std::max(1, n));
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::AddBias(int rows, int cols, const float* bias, float* x) {
+  for (int r = 0; r < rows; ++r) {
+    float* row = x + static_cast<int64_t>(r) * cols;
+    for (int j = 0; j < cols; ++j) row[j] += bias[j];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::SumRows(int rows, int cols, const float* x, float beta, float* out) {
+  // beta 0: `out` is not read (BLAS's convention), so whatever it held (NaN too) is gone.
+  for (int j = 0; j < cols; ++j) out[j] = beta == 0.0f ? 0.0f : out[j] * beta;
+  for (int r = 0; r < rows; ++r) {
+    const float* row = x + static_cast<int64_t>(r) * cols;
+    for (int j = 0; j < cols; ++j) out[j] += row[j];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::ReluForward(int64_t n, const float* x, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::ReluBackward(int64_t n, const float* y, const float* dy, float* dx) {
+  // dy is read whatever y holds: a load under the condition would keep the loop from vectorising.
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = dy[i];
+    dx[i] = y[i] > 0.0f ? g : 0.0f;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::SoftmaxCrossEntropy(int rows, int classes, const float* logits,
+                                            const int32_t* labels, float* probs,
+                                            float* loss_per_row, float* correct_per_row) {
+  for (int r = 0; r < rows; ++r) {
+    const int32_t label = labels[r];
+    RETURN_IF_ERROR(CheckLabel(label, r, classes));
+    const float* z = logits + static_cast<int64_t>(r) * classes;
+    float* p = probs + static_cast<int64_t>(r) * classes;
+    int argmax = 0;
+    for (int j = 1; j < classes; ++j) {
+      if (z[j] > z[argmax]) argmax = j;
+    }
+    // Subtracting the max keeps exp() in range; log-sum-exp gives the loss without log(0).
+    const float zmax = z[argmax];
+    double denom = 0.0;
+    for (int j = 0; j < classes; ++j) denom += std::exp(static_cast<double>(z[j] - zmax));
+    const double log_denom = std::log(denom);
+    for (int j = 0; j < classes; ++j) {
+      p[j] = static_cast<float>(std::exp(static_cast<double>(z[j] - zmax) - log_denom));
+    }
+    loss_per_row[r] = static_cast<float>(log_denom - static_cast<double>(z[label] - zmax));
+    correct_per_row[r] = argmax == label ? 1.0f : 0.0f;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::SoftmaxCrossEntropyBackward(int rows, int classes, const float* probs,
+                                                    const int32_t* labels, float scale,
+                                                    float* dlogits) {
+  for (int r = 0; r < rows; ++r) {
+    const int32_t label = labels[r];
+    RETURN_IF_ERROR(CheckLabel(label, r, classes));
+    const float* p = probs + static_cast<int64_t>(r) * classes;
+    float* d = dlogits + static_cast<int64_t>(r) * classes;
+    for (int j = 0; j < classes; ++j) d[j] = scale * (p[j] - (j == label ? 1.0f : 0.0f));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> CpuDevice::Sum(int64_t n, const float* x) {
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i) s += x[i];
+  return s;
+}
+
+absl::Status CpuDevice::Im2Col(int batch, int height, int width, int channels, int kernel,
+                               const float* x, float* cols) {
+  const int out_h = height - kernel + 1;
+  const int out_w = width - kernel + 1;
+  if (out_h < 1 || out_w < 1) return absl::InvalidArgumentError("Im2Col: kernel larger than image");
+  const int64_t row_len = int64_t{kernel} * kernel * channels;
+  const int64_t span = int64_t{kernel} * channels;  // one kernel row of a patch is contiguous in x
+  for (int n = 0; n < batch; ++n) {
+    const float* image = x + int64_t{n} * height * width * channels;
+    for (int oh = 0; oh < out_h; ++oh) {
+      for (int ow = 0; ow < out_w; ++ow) {
+        float* row = cols + ((int64_t{n} * out_h + oh) * out_w + ow) * row_len;
+        for (int kh = 0; kh < kernel; ++kh) {
+          const float* src = image + ((int64_t{oh} + kh) * width + ow) * channels;
+          std::copy(src, src + span, row + kh * span);
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::Col2Im(int batch, int height, int width, int channels, int kernel,
+                               const float* dcols, float* dx) {
+  const int out_h = height - kernel + 1;
+  const int out_w = width - kernel + 1;
+  if (out_h < 1 || out_w < 1) return absl::InvalidArgumentError("Col2Im: kernel larger than image");
+  const int64_t row_len = int64_t{kernel} * kernel * channels;
+  const int64_t span = int64_t{kernel} * channels;
+  std::fill(dx, dx + int64_t{batch} * height * width * channels, 0.0f);
+  for (int n = 0; n < batch; ++n) {
+    float* image = dx + int64_t{n} * height * width * channels;
+    for (int oh = 0; oh < out_h; ++oh) {
+      for (int ow = 0; ow < out_w; ++ow) {
+        const float* row = dcols + ((int64_t{n} * out_h + oh) * out_w + ow) * row_len;
+        for (int kh = 0; kh < kernel; ++kh) {
+          float* dst = image + ((int64_t{oh} + kh) * width + ow) * channels;
+          const float* src = row + kh * span;
+          for (int64_t i = 0; i < span; ++i) dst[i] += src[i];
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::MaxPoolForward(int batch, int height, int width, int channels, int pool,
+                                       const float* x, float* y, int32_t* argmax) {
+  if (pool < 1 || height % pool != 0 || width % pool != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MaxPool: ", height, "x", width, " does not divide by pool ", pool));
+  }
+  const int out_h = height / pool;
+  const int out_w = width / pool;
+  for (int n = 0; n < batch; ++n) {
+    for (int oh = 0; oh < out_h; ++oh) {
+      for (int ow = 0; ow < out_w; ++ow) {
+        for (int c = 0; c < channels; ++c) {
+          int64_t best = ((int64_t{n} * height + oh * pool) * width + ow * pool) * channels + c;
+          for (int ph = 0; ph < pool; ++ph) {
+            for (int pw = 0; pw < pool; ++pw) {
+              const int64_t i =
+                  ((int64_t{n} * height + oh * pool + ph) * width + ow * pool + pw) * channels + c;
+              if (x[i] > x[best]) best = i;
+            }
+          }
+          const int64_t o = ((int64_t{n} * out_h + oh) * out_w + ow) * channels + c;
+          y[o] = x[best];
+          argmax[o] = static_cast<int32_t>(best);
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::MaxPoolBackward(int64_t y_size, const float* dy, const int32_t* argmax,
+                                        int64_t x_size, float* dx) {
+  std::fill(dx, dx + x_size, 0.0f);
+  for (int64_t i = 0; i < y_size; ++i) dx[argmax[i]] = dy[i];
+  return absl::OkStatus();
+}
+
+}  // namespace ps

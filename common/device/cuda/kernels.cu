@@ -1,0 +1,281 @@
+#include <cfloat>
+
+#include "common/device/cuda/kernels.cuh"
+
+namespace ps::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+int BlocksFor(int64_t n) {
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<int>(blocks < 65535 ? (blocks < 1 ? 1 : blocks) : 65535);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernels. Every elementwise kernel uses a grid-stride loop, so any grid covers any n.
+
+__global__ void FillKernel(float value, int64_t n, float* x) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    x[i] = value;
+  }
+}
+
+// x is (rows, cols)
+__global__ void AddBiasKernel(int rows, int cols, const float* bias, float* x) {
+  const int64_t n = int64_t{rows} * cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    x[i] += bias[i % cols];
+  }
+}
+
+// One thread per column; x is (rows, cols).
+__global__ void SumRowsKernel(int rows, int cols, const float* x, float beta, float* out) {
+  for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < cols; j += blockDim.x * gridDim.x) {
+    float sum = 0.0f;
+    for (int r = 0; r < rows; ++r) sum += x[int64_t{r} * cols + j];
+    out[j] = beta == 0.0f ? sum : beta * out[j] + sum;  // beta 0: `out` is not read (BLAS)
+  }
+}
+
+__global__ void ReluForwardKernel(int64_t n, const float* x, float* y) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  }
+}
+
+__global__ void ReluBackwardKernel(int64_t n, const float* y, const float* dy, float* dx) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+  }
+}
+
+// logits, probs (rows, classes); one thread per row, log-sum-exp in double like the CPU.
+__global__ void SoftmaxCrossEntropyKernel(int rows, int classes, const float* logits,
+                                          const int32_t* labels, float* probs, float* loss,
+                                          float* correct, int* bad_label) {
+  for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += blockDim.x * gridDim.x) {
+    const int label = labels[r];
+    if (label < 0 || label >= classes) {
+      *bad_label = 1;
+      continue;
+    }
+    const float* z = logits + int64_t{r} * classes;
+    float* p = probs + int64_t{r} * classes;
+    int argmax = 0;
+    for (int j = 1; j < classes; ++j) {
+      if (z[j] > z[argmax]) argmax = j;
+    }
+    const float zmax = z[argmax];
+    double denom = 0.0;
+    for (int j = 0; j < classes; ++j) denom += exp(static_cast<double>(z[j] - zmax));
+    const double log_denom = log(denom);
+    for (int j = 0; j < classes; ++j) {
+      p[j] = static_cast<float>(exp(static_cast<double>(z[j] - zmax) - log_denom));
+    }
+    loss[r] = static_cast<float>(log_denom - static_cast<double>(z[label] - zmax));
+    correct[r] = argmax == label ? 1.0f : 0.0f;
+  }
+}
+
+__global__ void SoftmaxCrossEntropyBackwardKernel(int rows, int classes, const float* probs,
+                                                  const int32_t* labels, float scale,
+                                                  float* dlogits, int* bad_label) {
+  const int64_t n = int64_t{rows} * classes;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    const int r = static_cast<int>(i / classes);
+    const int j = static_cast<int>(i % classes);
+    const int label = labels[r];
+    if (label < 0 || label >= classes) {
+      *bad_label = 1;
+      continue;
+    }
+    dlogits[i] = scale * (probs[i] - (j == label ? 1.0f : 0.0f));
+  }
+}
+
+// One block of kThreads: strided partial sums in double, then a tree in shared memory.
+__global__ void SumKernel(int64_t n, const float* x, double* out) {
+  __shared__ double partial[kThreads];
+  double s = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += x[i];
+  partial[threadIdx.x] = s;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *out = partial[0];
+}
+
+// One thread per element of cols (rows, patch), patch = kernel * kernel * channels.
+__global__ void Im2ColKernel(int batch, int height, int width, int channels, int kernel,
+                             const float* x, float* cols) {
+  const int out_h = height - kernel + 1;
+  const int out_w = width - kernel + 1;
+  const int64_t patch = int64_t{kernel} * kernel * channels;
+  const int64_t n = int64_t{batch} * out_h * out_w * patch;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    const int64_t row = i / patch;
+    const int p = static_cast<int>(i % patch);
+    const int ow = static_cast<int>(row % out_w);
+    const int oh = static_cast<int>((row / out_w) % out_h);
+    const int64_t img = row / (int64_t{out_w} * out_h);
+    const int c = p % channels;
+    const int kw = (p / channels) % kernel;
+    const int kh = p / (channels * kernel);
+    cols[i] = x[((img * height + oh + kh) * width + ow + kw) * channels + c];
+  }
+}
+
+// One thread per element of dx (batch, height, width, channels).
+__global__ void Col2ImKernel(int batch, int height, int width, int channels, int kernel,
+                             const float* dcols, float* dx) {
+  const int out_h = height - kernel + 1;
+  const int out_w = width - kernel + 1;
+  const int64_t patch = int64_t{kernel} * kernel * channels;
+  const int64_t n = int64_t{batch} * height * width * channels;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    const int c = static_cast<int>(i % channels);
+    const int xw = static_cast<int>((i / channels) % width);
+    const int xh = static_cast<int>((i / (int64_t{channels} * width)) % height);
+    const int64_t img = i / (int64_t{channels} * width * height);
+    float sum = 0.0f;
+    for (int kh = 0; kh < kernel; ++kh) {
+      const int oh = xh - kh;
+      if (oh < 0 || oh >= out_h) continue;
+      for (int kw = 0; kw < kernel; ++kw) {
+        const int ow = xw - kw;
+        if (ow < 0 || ow >= out_w) continue;
+        const int64_t row = (img * out_h + oh) * out_w + ow;
+        sum += dcols[row * patch + (int64_t{kh} * kernel + kw) * channels + c];
+      }
+    }
+    dx[i] = sum;
+  }
+}
+
+// One thread per element of y (batch, height/pool, width/pool, channels).
+__global__ void MaxPoolForwardKernel(int batch, int height, int width, int channels, int pool,
+                                     const float* x, float* y, int32_t* argmax) {
+  const int out_h = height / pool;
+  const int out_w = width / pool;
+  const int64_t n = int64_t{batch} * out_h * out_w * channels;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    const int c = static_cast<int>(i % channels);
+    const int ow = static_cast<int>((i / channels) % out_w);
+    const int oh = static_cast<int>((i / (int64_t{channels} * out_w)) % out_h);
+    const int64_t img = i / (int64_t{channels} * out_w * out_h);
+    int64_t best = ((img * height + oh * pool) * width + ow * pool) * channels + c;
+    for (int ph = 0; ph < pool; ++ph) {
+      for (int pw = 0; pw < pool; ++pw) {
+        const int64_t j = ((img * height + oh * pool + ph) * width + ow * pool + pw) * channels + c;
+        if (x[j] > x[best]) best = j;
+      }
+    }
+    y[i] = x[best];
+    argmax[i] = static_cast<int32_t>(best);
+  }
+}
+
+__global__ void MaxPoolScatterKernel(int64_t n, const float* dy, const int32_t* argmax, float* dx) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    dx[argmax[i]] = dy[i];
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Launchers.
+
+cudaError_t LaunchFill(float value, int64_t n, float* x, cudaStream_t stream) {
+  FillKernel<<<BlocksFor(n), kThreads, 0, stream>>>(value, n, x);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAddBias(int rows, int cols, const float* bias, float* x, cudaStream_t stream) {
+  AddBiasKernel<<<BlocksFor(int64_t{rows} * cols), kThreads, 0, stream>>>(rows, cols, bias, x);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSumRows(int rows, int cols, const float* x, float beta, float* out,
+                          cudaStream_t stream) {
+  SumRowsKernel<<<BlocksFor(cols), kThreads, 0, stream>>>(rows, cols, x, beta, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchReluForward(int64_t n, const float* x, float* y, cudaStream_t stream) {
+  ReluForwardKernel<<<BlocksFor(n), kThreads, 0, stream>>>(n, x, y);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchReluBackward(int64_t n, const float* y, const float* dy, float* dx,
+                               cudaStream_t stream) {
+  ReluBackwardKernel<<<BlocksFor(n), kThreads, 0, stream>>>(n, y, dy, dx);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSoftmaxCrossEntropy(int rows, int classes, const float* logits,
+                                      const int32_t* labels, float* probs, float* loss_per_row,
+                                      float* correct_per_row, int* bad_label, cudaStream_t stream) {
+  SoftmaxCrossEntropyKernel<<<BlocksFor(rows), kThreads, 0, stream>>>(
+      rows, classes, logits, labels, probs, loss_per_row, correct_per_row, bad_label);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSoftmaxCrossEntropyBackward(int rows, int classes, const float* probs,
+                                              const int32_t* labels, float scale, float* dlogits,
+                                              int* bad_label, cudaStream_t stream) {
+  SoftmaxCrossEntropyBackwardKernel<<<BlocksFor(int64_t{rows} * classes), kThreads, 0, stream>>>(
+      rows, classes, probs, labels, scale, dlogits, bad_label);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSum(int64_t n, const float* x, double* out, cudaStream_t stream) {
+  SumKernel<<<1, kThreads, 0, stream>>>(n, x, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchIm2Col(int batch, int height, int width, int channels, int kernel, const float* x,
+                         float* cols, cudaStream_t stream) {
+  const int64_t n =
+      int64_t{batch} * (height - kernel + 1) * (width - kernel + 1) * kernel * kernel * channels;
+  Im2ColKernel<<<BlocksFor(n), kThreads, 0, stream>>>(batch, height, width, channels, kernel, x,
+                                                      cols);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchCol2Im(int batch, int height, int width, int channels, int kernel,
+                         const float* dcols, float* dx, cudaStream_t stream) {
+  const int64_t n = int64_t{batch} * height * width * channels;
+  Col2ImKernel<<<BlocksFor(n), kThreads, 0, stream>>>(batch, height, width, channels, kernel, dcols,
+                                                      dx);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMaxPoolForward(int batch, int height, int width, int channels, int pool,
+                                 const float* x, float* y, int32_t* argmax, cudaStream_t stream) {
+  const int64_t n = int64_t{batch} * (height / pool) * (width / pool) * channels;
+  MaxPoolForwardKernel<<<BlocksFor(n), kThreads, 0, stream>>>(batch, height, width, channels, pool,
+                                                              x, y, argmax);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMaxPoolScatter(int64_t y_size, const float* dy, const int32_t* argmax, float* dx,
+                                 cudaStream_t stream) {
+  MaxPoolScatterKernel<<<BlocksFor(y_size), kThreads, 0, stream>>>(y_size, dy, argmax, dx);
+  return cudaGetLastError();
+}
+
+}  // namespace ps::cuda

@@ -1,0 +1,47 @@
+#ifndef PS_COMMON_CUDA_KERNELS_CUH_
+#define PS_COMMON_CUDA_KERNELS_CUH_
+
+// Launchers of the CUDA kernels behind CudaDevice, one per op. Each launcher chooses the grid,
+// enqueues on `stream` and returns the launch's error (cudaSuccess when it was enqueued). Shapes
+// and semantics are those of the matching Device method (common/device/device.h); CpuDevice is the
+// reference every kernel is tested against.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ps::cuda {
+
+cudaError_t LaunchFill(float value, int64_t n, float* x, cudaStream_t stream);
+// x (rows, cols) += bias (cols)
+cudaError_t LaunchAddBias(int rows, int cols, const float* bias, float* x, cudaStream_t stream);
+// out (cols) = beta * out + column sums of x (rows, cols)
+cudaError_t LaunchSumRows(int rows, int cols, const float* x, float beta, float* out,
+                          cudaStream_t stream);
+cudaError_t LaunchReluForward(int64_t n, const float* x, float* y, cudaStream_t stream);
+cudaError_t LaunchReluBackward(int64_t n, const float* y, const float* dy, float* dx,
+                               cudaStream_t stream);
+// One thread per row. Sets *bad_label to 1 when a label is outside [0, classes).
+cudaError_t LaunchSoftmaxCrossEntropy(int rows, int classes, const float* logits,
+                                      const int32_t* labels, float* probs, float* loss_per_row,
+                                      float* correct_per_row, int* bad_label, cudaStream_t stream);
+cudaError_t LaunchSoftmaxCrossEntropyBackward(int rows, int classes, const float* probs,
+                                              const int32_t* labels, float scale, float* dlogits,
+                                              int* bad_label, cudaStream_t stream);
+// *out = sum of x[0..n), accumulated in double by one block.
+cudaError_t LaunchSum(int64_t n, const float* x, double* out, cudaStream_t stream);
+// x NHWC (batch, height, width, channels) -> cols (batch*out_h*out_w, kernel*kernel*channels)
+cudaError_t LaunchIm2Col(int batch, int height, int width, int channels, int kernel, const float* x,
+                         float* cols, cudaStream_t stream);
+// One thread per pixel of dx: gathers every patch entry that was taken from it (no atomics).
+cudaError_t LaunchCol2Im(int batch, int height, int width, int channels, int kernel,
+                         const float* dcols, float* dx, cudaStream_t stream);
+cudaError_t LaunchMaxPoolForward(int batch, int height, int width, int channels, int pool,
+                                 const float* x, float* y, int32_t* argmax, cudaStream_t stream);
+// dx must already be zero; windows do not overlap, so the scatter has no conflicts.
+cudaError_t LaunchMaxPoolScatter(int64_t y_size, const float* dy, const int32_t* argmax, float* dx,
+                                 cudaStream_t stream);
+
+}  // namespace ps::cuda
+
+#endif  // PS_COMMON_CUDA_KERNELS_CUH_

@@ -1,5 +1,0 @@
-#include "common/log_flags.h"
-
-#include "absl/flags/flag.h"
-
-ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn or error.");

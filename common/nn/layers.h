@@ -1,0 +1,132 @@
+#ifndef PS_COMMON_NN_LAYERS_H_
+#define PS_COMMON_NN_LAYERS_H_
+
+// Layers of a sequential network. A layer owns no parameters: it reads them from, and adds its
+// gradients to, its own range of the model's flat parameter and gradient buffers (device memory).
+// Activations are (batch, features), row-major.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/base/param_layout.h"
+#include "common/base/random.h"
+#include "common/device/device.h"
+
+namespace ps {
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+  virtual int64_t input_size() const = 0;
+  virtual int64_t output_size() const = 0;
+  // The layer's tensors, in the order they sit in the flat buffer; empty when it has none.
+  virtual std::vector<TensorSpec> ParamSpecs() const = 0;
+  // Writes initial values of the layer's parameters into host memory at `params`.
+  virtual void InitParams(Rng& rng, float* params) const = 0;
+  // Allocates the layer's scratch memory for batches of up to `max_batch` rows. Model::Create
+  // calls it once, before any Forward.
+  virtual absl::Status Prepare(Device& /*dev*/, int /*max_batch*/) { return absl::OkStatus(); }
+  // x (batch, input_size) -> y (batch, output_size).
+  virtual absl::Status Forward(Device& dev, const float* params, const float* x, int batch,
+                               float* y) = 0;
+  // Given x, y of the forward pass and dy, sets grads = grads_beta * grads + the parameter
+  // gradients (grads_beta 0: `grads` is only written, whatever it held) and writes dx
+  // (batch, input_size) unless dx is null (the first layer needs no input gradient).
+  virtual absl::Status Backward(Device& dev, const float* params, const float* x, const float* y,
+                                const float* dy, int batch, float* dx, float* grads,
+                                float grads_beta) = 0;
+};
+
+// y = x W + b with W (in, out) and b (out). Initialised like PyTorch's nn.Linear:
+// W and b uniform in [-1/sqrt(in), 1/sqrt(in)).
+class Linear final : public Layer {
+ public:
+  Linear(std::string name, int64_t in, int64_t out) : name_(std::move(name)), in_(in), out_(out) {}
+  int64_t input_size() const override { return in_; }
+  int64_t output_size() const override { return out_; }
+  std::vector<TensorSpec> ParamSpecs() const override;
+  void InitParams(Rng& rng, float* params) const override;
+  absl::Status Forward(Device& dev, const float* params, const float* x, int batch,
+                       float* y) override;
+  absl::Status Backward(Device& dev, const float* params, const float* x, const float* y,
+                        const float* dy, int batch, float* dx, float* grads,
+                        float grads_beta) override;
+
+ private:
+  std::string name_;
+  int64_t in_;
+  int64_t out_;
+};
+
+// y = max(x, 0).
+class Relu final : public Layer {
+ public:
+  explicit Relu(int64_t size) : size_(size) {}
+  int64_t input_size() const override { return size_; }
+  int64_t output_size() const override { return size_; }
+  std::vector<TensorSpec> ParamSpecs() const override { return {}; }
+  void InitParams(Rng&, float*) const override {}
+  absl::Status Forward(Device& dev, const float* params, const float* x, int batch,
+                       float* y) override;
+  absl::Status Backward(Device& dev, const float* params, const float* x, const float* y,
+                        const float* dy, int batch, float* dx, float* grads,
+                        float grads_beta) override;
+
+ private:
+  int64_t size_;
+};
+
+// A 2-D convolution over NHWC images (height, width, in_channels) with a square `kernel`,
+// stride 1 and no padding, computed as im2col + GEMM on every device:
+// y (batch, height-kernel+1, width-kernel+1, out_channels). W is (kernel, kernel, in_channels,
+// out_channels), b (out_channels); initialised like PyTorch's nn.Conv2d: uniform in
+// [-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in = kernel * kernel * in_channels.
+class Conv2d final : public Layer {
+ public:
+  Conv2d(std::string name, int height, int width, int in_channels, int out_channels, int kernel);
+  int64_t input_size() const override { return int64_t{height_} * width_ * in_; }
+  int64_t output_size() const override { return int64_t{out_h_} * out_w_ * out_; }
+  std::vector<TensorSpec> ParamSpecs() const override;
+  void InitParams(Rng& rng, float* params) const override;
+  absl::Status Prepare(Device& dev, int max_batch) override;
+  absl::Status Forward(Device& dev, const float* params, const float* x, int batch,
+                       float* y) override;
+  absl::Status Backward(Device& dev, const float* params, const float* x, const float* y,
+                        const float* dy, int batch, float* dx, float* grads,
+                        float grads_beta) override;
+
+ private:
+  std::string name_;
+  int height_, width_, in_, out_, kernel_, out_h_, out_w_;
+  int64_t patch_;      // kernel * kernel * in_channels
+  DeviceBuffer cols_;  // the forward pass's im2col rows, reused for their gradient in backward
+};
+
+// Max pooling over NHWC images with a pool x pool window and stride pool.
+class MaxPool2d final : public Layer {
+ public:
+  MaxPool2d(int height, int width, int channels, int pool)
+      : height_(height), width_(width), channels_(channels), pool_(pool) {}
+  int64_t input_size() const override { return int64_t{height_} * width_ * channels_; }
+  int64_t output_size() const override {
+    return int64_t{height_ / pool_} * (width_ / pool_) * channels_;
+  }
+  std::vector<TensorSpec> ParamSpecs() const override { return {}; }
+  void InitParams(Rng&, float*) const override {}
+  absl::Status Prepare(Device& dev, int max_batch) override;
+  absl::Status Forward(Device& dev, const float* params, const float* x, int batch,
+                       float* y) override;
+  absl::Status Backward(Device& dev, const float* params, const float* x, const float* y,
+                        const float* dy, int batch, float* dx, float* grads,
+                        float grads_beta) override;
+
+ private:
+  int height_, width_, channels_, pool_;
+  DeviceBuffer argmax_;  // (max_batch, output_size) indices into the batch's input
+};
+
+}  // namespace ps
+
+#endif  // PS_COMMON_NN_LAYERS_H_

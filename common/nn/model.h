@@ -1,0 +1,99 @@
+#ifndef PS_COMMON_NN_MODEL_H_
+#define PS_COMMON_NN_MODEL_H_
+
+// A sequential classifier: layers, then softmax cross-entropy. The model owns its activation
+// buffers (device memory, sized for `max_batch` rows) but not its parameters or gradients, which
+// live in the caller's flat buffers laid out by layout().
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/base/param_layout.h"
+#include "common/device/device.h"
+#include "common/nn/layers.h"
+
+namespace ps {
+
+// Sums over the rows of one batch.
+struct BatchStats {
+  double loss_sum = 0.0;  // sum of per-sample cross-entropy (nats)
+  double correct = 0.0;   // samples whose arg-max equals the label
+  int64_t count = 0;
+};
+
+// Called around the layers that have parameters, with the layer's key range in the layout: for
+// priority scheduling, the trainer waits in before_forward until that layer's weights have
+// arrived, and sends a layer's gradient from after_backward, while backward goes on with the
+// layers below. An error stops the pass and is returned. Either may be empty.
+struct LayerHooks {
+  std::function<absl::Status(KeyRange params)> before_forward;
+  std::function<absl::Status(KeyRange params)> after_backward;
+};
+
+class Model {
+ public:
+  // Takes ownership of the layers; their sizes must chain (INVALID_ARGUMENT otherwise).
+  static absl::StatusOr<std::unique_ptr<Model>> Create(std::string name,
+                                                       std::vector<std::unique_ptr<Layer>> layers,
+                                                       Device& device, int max_batch);
+
+  const std::string& name() const { return name_; }
+  // The dense parameters' layout, and the whole description (dense layout and sparse tables).
+  const ParamLayout& layout() const { return params_.dense(); }
+  const ParamDescription& description() const { return params_; }
+  int64_t input_size() const { return layers_.front()->input_size(); }
+  int64_t num_classes() const { return layers_.back()->output_size(); }
+  int max_batch() const { return max_batch_; }
+  // The parameters of each layer that has any, in forward order; they tile the layout.
+  std::vector<KeyRange> LayerParamRanges() const;
+
+  // Fills host memory `params` (layout().total() floats) with the initial weights of `seed`.
+  void InitParams(uint64_t seed, float* params) const;
+
+  // Forward and backward over `batch` <= max_batch() samples x (batch, input_size) and labels
+  // (batch), all device memory. Adds grad_scale * d(mean loss over the batch)/d(params) to
+  // `grads`; a caller accumulating K micro-batches passes 1/K. With `overwrite_grads`, `grads`
+  // is set to that instead, whatever it held (the first micro-batch needs no zeroed buffer).
+  // With `sums_on_device` (device memory, 2 doubles), the batch's loss and correct sums are
+  // written there and not waited for, so the host can issue the next batch at once; the
+  // returned stats then carry only the count.
+  absl::StatusOr<BatchStats> ForwardBackward(const float* params, const float* x,
+                                             const int32_t* labels, int batch, float grad_scale,
+                                             float* grads, const LayerHooks& hooks = {},
+                                             bool overwrite_grads = false,
+                                             double* sums_on_device = nullptr);
+  // Forward only: the loss and accuracy sums of the batch.
+  absl::StatusOr<BatchStats> Evaluate(const float* params, const float* x, const int32_t* labels,
+                                      int batch);
+
+ private:
+  Model(std::string name, std::vector<std::unique_ptr<Layer>> layers, ParamDescription params,
+        Device& device, int max_batch);
+  absl::StatusOr<BatchStats> Forward(const float* params, const float* x, const int32_t* labels,
+                                     int batch, const LayerHooks& hooks, double* sums_on_device);
+  KeyRange LayerParams(size_t layer) const;  // may be empty
+
+  std::string name_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  ParamDescription params_;
+  std::vector<int64_t> param_offsets_;  // offset of each layer's first parameter
+  Device& device_;
+  int max_batch_;
+  std::vector<DeviceBuffer> activations_;  // output of layer i, (max_batch, output_size)
+  std::vector<DeviceBuffer> gradients_;    // d loss / d output of layer i
+  DeviceBuffer probs_;
+  DeviceBuffer loss_rows_;
+  DeviceBuffer correct_rows_;
+};
+
+// Appends the classifier every model ends with: [Linear -> ReLU] per hidden width, then
+// Linear -> classes, named fc1, fc2, ... INVALID_ARGUMENT for a width <= 0.
+absl::Status AppendClassifierHead(int64_t input_width, const std::vector<int64_t>& hidden,
+                                  int64_t classes, std::vector<std::unique_ptr<Layer>>* layers);
+
+}  // namespace ps
+
+#endif  // PS_COMMON_NN_MODEL_H_

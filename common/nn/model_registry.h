@@ -1,0 +1,55 @@
+#ifndef PS_COMMON_NN_MODEL_REGISTRY_H_
+#define PS_COMMON_NN_MODEL_REGISTRY_H_
+
+// Models by name, as the binaries' --model and --hidden flags give them. A new model is one file
+// (its builder) plus one line in model_registry.cc's table; docs/architecture.md walks through
+// the CNN's.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/data/dataset.h"
+#include "common/device/device.h"
+#include "common/nn/model.h"
+
+namespace ps {
+
+struct ModelSpec {
+  std::string name = "mlp";     // a registered name (ModelNames())
+  std::vector<int64_t> hidden;  // hidden fully connected widths; empty: the model's default
+};
+
+// The model `spec` names, built for samples of `sample`'s shape. INVALID_ARGUMENT for an unknown
+// name (naming the known ones) or sizes the model cannot take.
+absl::StatusOr<std::unique_ptr<Model>> MakeModel(const ModelSpec& spec, const SampleShape& sample,
+                                                 Device& device, int max_batch);
+
+// The registered names, "a|b|...".
+std::string ModelNames();
+
+// The builders, one file each.
+
+// The MLP (mlp_model.cc): input -> [Linear -> ReLU] per hidden size -> Linear -> classes.
+// Tensors are named fc1.weight, fc1.bias, fc2.weight, ...; default hidden widths 256,128.
+absl::StatusOr<std::unique_ptr<Model>> MakeMlp(int64_t input_size,
+                                               const std::vector<int64_t>& hidden, int64_t classes,
+                                               Device& device, int max_batch);
+absl::StatusOr<std::unique_ptr<Model>> BuildMlp(const ModelSpec& spec, const SampleShape& sample,
+                                                Device& device, int max_batch);
+
+// The CNN (cnn_model.cc): [5x5 convolution (32 channels) -> ReLU -> 2x2 max pool] -> [5x5
+// convolution (64 channels) -> ReLU -> 2x2 max pool] -> [Linear -> ReLU] per hidden size ->
+// Linear -> classes. On 28x28 images: 24x24x32 -> 12x12x32 -> 8x8x64 -> 4x4x64 = 1024 features.
+// Tensors are named conv1.*, conv2.*, fc1.*, ...; default hidden width 128.
+absl::StatusOr<std::unique_ptr<Model>> MakeCnn(const ImageShape& input,
+                                               const std::vector<int64_t>& hidden, int64_t classes,
+                                               Device& device, int max_batch);
+absl::StatusOr<std::unique_ptr<Model>> BuildCnn(const ModelSpec& spec, const SampleShape& sample,
+                                                Device& device, int max_batch);
+
+}  // namespace ps
+
+#endif  // PS_COMMON_NN_MODEL_REGISTRY_H_
