@@ -322,14 +322,8 @@ grpc::Status ParameterServerService::HandleRegister(const ps::v1::RegisterReques
       shard_.Register(req.rank(), req.layout_fingerprint(), req.incarnation(),
                       WorkPlan{req.plan().steps(), req.plan().samples_per_step()});
   if (!r.ok()) return ToGrpcStatus(r.status());
-  {
-    // A new process at this rank: the old one's region goes (once no handler uses it).
-    absl::MutexLock lock(&attach_mu_);
-    auto it = attachments_.find(req.rank());
-    if (it != attachments_.end() && it->second.incarnation != req.incarnation()) {
-      attachments_.erase(it);
-    }
-  }
+  // A new process at this rank: the old one's region goes (once no handler uses it).
+  regions_.ForgetOthersThan(req.rank(), req.incarnation());
   const ShardStatus status = shard_.GetStatus();
   resp->set_shard_id(status.shard_id);
   resp->set_num_shards(status.num_shards);
@@ -427,9 +421,9 @@ absl::StatusOr<ps::v1::PushResponse> ParameterServerService::ApplyPush(
   RETURN_IF_ERROR(CheckRange(header.begin(), header.end()));
   ASSIGN_OR_RETURN(const TensorEncoding encoding, TensorEncodingFromWire(header.encoding()));
   // A gradient in the worker's shared region is read in place, like gRPC's buffers.
-  absl::StatusOr<Attachment> shared;
+  absl::StatusOr<WorkerRegions::Region> shared;
   if (header.shared_bytes() != 0) {
-    shared = AttachmentOf(header.rank(), header.incarnation());
+    shared = regions_.Of(header.rank(), header.incarnation());
     RETURN_IF_ERROR(shared.status());
     const int64_t n = header.end() - header.begin();
     if (!split.payload.empty() || header.shared_bytes() < 0 || header.shared_bytes() > 4 * n ||
@@ -497,45 +491,18 @@ grpc::Status ParameterServerService::HandleAttachSharedMemory(
         grpc::StatusCode::INVALID_ARGUMENT,
         absl::StrCat("slots ", req.slots(), " is not in [0, ", kMaxSharedSlots, "]"));
   }
-  {
-    absl::MutexLock lock(&attach_mu_);
-    auto it = attachments_.find(req.rank());
-    if (it != attachments_.end() && it->second.incarnation == req.incarnation() &&
-        it->second.memory->pid() == req.pid() && it->second.memory->nonce() == req.nonce() &&
-        it->second.layout.total_params == req.total_params() && it->second.layout.slots == slots) {
-      return grpc::Status::OK;  // a retry
-    }
-  }
-  absl::StatusOr<std::unique_ptr<SharedMemory>> memory =
-      SharedMemory::OpenPeer(req.pid(), req.fd(), req.nonce(), layout.bytes());
-  if (!memory.ok()) return ToGrpcStatus(memory.status());
-  absl::MutexLock lock(&attach_mu_);
-  attachments_[req.rank()] = Attachment{req.incarnation(), layout, std::move(*memory)};
-  return grpc::Status::OK;
+  return ToGrpcStatus(
+      regions_.Attach(req.rank(), req.incarnation(), req.pid(), req.fd(), req.nonce(), layout));
 }
 
-absl::StatusOr<ParameterServerService::Attachment> ParameterServerService::AttachmentOf(
-    int rank, uint64_t incarnation) const {
-  absl::MutexLock lock(&attach_mu_);
-  auto it = attachments_.find(rank);
-  if (it == attachments_.end() || it->second.incarnation != incarnation) {
-    return absl::AbortedError(absl::StrCat(
-        "worker ", rank, " has no shared region attached to this shard process: register again"));
-  }
-  return it->second;
-}
-
-int ParameterServerService::shared_memory_workers() const {
-  absl::MutexLock lock(&attach_mu_);
-  return static_cast<int>(attachments_.size());
-}
+int ParameterServerService::shared_memory_workers() const { return regions_.size(); }
 
 absl::StatusOr<PullSink> ParameterServerService::SinkFor(const ParsedPull& pull) {
   PullSink sink;
   sink.encoding = pull.encoding;
   if (!pull.into_shared_memory) return sink;
-  ASSIGN_OR_RETURN(Attachment shared,
-                   AttachmentOf(pull.args.caller.rank, pull.args.caller.incarnation));
+  ASSIGN_OR_RETURN(WorkerRegions::Region shared,
+                   regions_.Of(pull.args.caller.rank, pull.args.caller.incarnation));
   if (!shared.layout.Holds(pull.shared_slot, pull.args.range.begin, pull.args.range.end)) {
     return absl::InvalidArgumentError(
         absl::StrCat("range [", pull.args.range.begin, ", ", pull.args.range.end, ") in slot ",

@@ -19,6 +19,7 @@
 #include "common/shm/shared_region_layout.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "server/shard.h"
+#include "server/worker_regions.h"
 
 namespace ps {
 
@@ -122,18 +123,6 @@ class ParameterServerService final : public ParameterServerServiceBase {
 
  private:
   class PullReactor;
-  // A worker process's shared region: which process (the rank's incarnation) and N.
-  struct Attachment {
-    uint64_t incarnation = 0;
-    SharedRegionLayout layout;
-    std::shared_ptr<SharedMemory> memory;  // handlers hold a reference while they use it
-    // Element `begin` of `area` in slot `slot`.
-    char* At(int slot, RegionArea area, int64_t begin) const {
-      return memory->data() + layout.Offset(slot, area, begin);
-    }
-  };
-  // The region of `rank` if `incarnation` attached it; ABORTED (register again) otherwise.
-  absl::StatusOr<Attachment> AttachmentOf(int rank, uint64_t incarnation) const;
   // Where `pull`'s values go: the reply, or the caller's attached region.
   absl::StatusOr<PullSink> SinkFor(const ParsedPull& pull);
   // Pull and PushPull: the token, then `prepare` (parses the request into the pull and its sink;
@@ -158,8 +147,7 @@ class ParameterServerService final : public ParameterServerServiceBase {
   std::atomic<int64_t> checkpoint_version_{-1};
   std::atomic<int64_t> pushes_seen_{0};
   std::atomic<int64_t> shared_payloads_{0};
-  mutable absl::Mutex attach_mu_;
-  std::map<int, Attachment> attachments_ ABSL_GUARDED_BY(attach_mu_);
+  WorkerRegions regions_;  // the shared regions workers on this host attached
 };
 
 }  // namespace ps
