@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/cli/cli.h"
+#include "common/cli/client_flags.h"
 #include "common/cli/optimizer_flags.h"
 #include "common/cli/workload_flags.h"
 #include "common/data/dataset.h"
@@ -21,7 +22,6 @@
 
 ABSL_FLAG(std::string, records, "", "Comma-separated update records of shard 0, 1, ... in order.");
 ABSL_FLAG(int32_t, num_workers, 1, "Workers of the recorded run.");
-ABSL_FLAG(std::string, weights_out, "", "Write the final weights as raw float32 here.");
 
 int main(int argc, char** argv) {
   ps::ParseFlags(argc, argv,

@@ -18,6 +18,7 @@
 #include "common/base/shutdown_signal.h"
 #include "common/base/status_macros.h"
 #include "common/cli/cli.h"
+#include "common/cli/client_flags.h"
 #include "common/cli/endpoint_flags.h"
 #include "common/cli/job_flags.h"
 #include "common/cli/log_flags.h"
@@ -39,8 +40,6 @@ ABSL_FLAG(int32_t, rank, -1,
           "pod), else 0.");
 ABSL_FLAG(int32_t, num_workers, 0,
           "Workers in the job; checked against the servers' --num_workers (0: take theirs).");
-ABSL_FLAG(std::string, servers, "127.0.0.1:5000",
-          "Comma-separated host:port of shard 0, 1, ... in shard order.");
 ABSL_FLAG(std::string, metrics_file, "", "Append per-step metrics as JSON lines to this file.");
 ABSL_FLAG(std::string, pause, "", "STEP:SECONDS: pause that long once, after computing STEP.");
 ABSL_FLAG(double, slowdown, 1.0,
@@ -49,7 +48,6 @@ ABSL_FLAG(bool, eval_each_epoch, true, "Rank 0 measures test accuracy at each ep
 ABSL_FLAG(bool, evaluate, false,
           "Observer mode: read the current weights, evaluate the test set, write --summary_out.");
 ABSL_FLAG(std::string, summary_out, "", "--evaluate: write the result as one JSON object here.");
-ABSL_FLAG(std::string, weights_out, "", "--evaluate: write the weights as raw float32 here.");
 ABSL_FLAG(int32_t, wait_for_job_s, 0,
           "--evaluate: first wait up to this many seconds until no worker can add to the result "
           "(each has pushed all its steps or is gone); 0: evaluate at once.");

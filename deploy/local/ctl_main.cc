@@ -11,12 +11,12 @@
 #include "absl/strings/str_split.h"
 #include "common/base/json_lines.h"
 #include "common/cli/cli.h"
+#include "common/cli/client_flags.h"
 #include "common/cli/security_flags.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "worker/grpc_parameter_client.h"
 #include "worker/work_account.h"
 
-ABSL_FLAG(std::string, servers, "127.0.0.1:5000", "Comma-separated host:port of the shards.");
 ABSL_FLAG(bool, json, false, "Print one JSON object per shard instead of tables.");
 ABSL_FLAG(int32_t, timeout_s, 5, "Deadline of each call.");
 ABSL_FLAG(bool, plaintext, false,

@@ -14,7 +14,7 @@
 #include "common/device/cpu_device.h"
 #include "common/nn/model_registry.h"
 #include "gtest/gtest.h"
-#include "tests/common/deferred_copy_device.h"
+#include "tests/common/device/deferred_copy_device.h"
 
 namespace ps {
 namespace {

@@ -13,7 +13,7 @@
 #include "common/nn/model_registry.h"
 #include "gtest/gtest.h"
 #include "server/shard_server.h"
-#include "tests/common/deferred_copy_device.h"
+#include "tests/common/device/deferred_copy_device.h"
 #include "tests/support/in_process_client.h"
 #include "worker/grpc_parameter_client.h"
 #include "worker/work_account.h"

@@ -19,7 +19,7 @@
 #include "common/nn/model_registry.h"
 #include "common/shm/shared_memory.h"
 #include "gtest/gtest.h"
-#include "tests/common/random_vector.h"
+#include "tests/common/base/random_vector.h"
 #include "worker/step_gradient.h"
 
 namespace ps {

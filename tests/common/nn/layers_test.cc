@@ -11,7 +11,7 @@
 #include "common/nn/model.h"
 #include "common/nn/model_registry.h"
 #include "gtest/gtest.h"
-#include "tests/common/random_vector.h"
+#include "tests/common/base/random_vector.h"
 
 namespace ps {
 namespace {

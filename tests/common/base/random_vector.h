@@ -1,5 +1,5 @@
-#ifndef PS_TESTS_COMMON_RANDOM_VECTOR_H_
-#define PS_TESTS_COMMON_RANDOM_VECTOR_H_
+#ifndef PS_TESTS_COMMON_BASE_RANDOM_VECTOR_H_
+#define PS_TESTS_COMMON_BASE_RANDOM_VECTOR_H_
 
 // Deterministic test inputs shared by the layer and device tests.
 
@@ -19,4 +19,4 @@ inline std::vector<float> RandomVector(size_t n, uint64_t seed, float lo = -1.0f
 
 }  // namespace ps
 
-#endif  // PS_TESTS_COMMON_RANDOM_VECTOR_H_
+#endif  // PS_TESTS_COMMON_BASE_RANDOM_VECTOR_H_

@@ -1,5 +1,5 @@
-#ifndef PS_TESTS_COMMON_DEFERRED_COPY_DEVICE_H_
-#define PS_TESTS_COMMON_DEFERRED_COPY_DEVICE_H_
+#ifndef PS_TESTS_COMMON_DEVICE_DEFERRED_COPY_DEVICE_H_
+#define PS_TESTS_COMMON_DEVICE_DEFERRED_COPY_DEVICE_H_
 
 // A device with the CUDA device's memory model, for tests on machines without a GPU: device
 // memory is apart from host memory (not host-addressable), and the async copies are as late as
@@ -194,4 +194,4 @@ class DeferredCopyDevice final : public Device {
 
 }  // namespace ps
 
-#endif  // PS_TESTS_COMMON_DEFERRED_COPY_DEVICE_H_
+#endif  // PS_TESTS_COMMON_DEVICE_DEFERRED_COPY_DEVICE_H_
