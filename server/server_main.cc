@@ -10,6 +10,7 @@
 #include "common/base/malloc_tuning.h"
 #include "common/base/shutdown_signal.h"
 #include "common/cli/cli.h"
+#include "common/cli/cluster_flags.h"
 #include "common/cli/endpoint_flags.h"
 #include "common/cli/log_flags.h"
 #include "common/cli/optimizer_flags.h"
@@ -28,7 +29,6 @@ ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on; 0.0.0.0 for all
 ABSL_FLAG(int32_t, port, 0, "TCP port; 0 picks a free one (see --port_file).");
 ABSL_FLAG(std::string, port_file, "",
           "If set, the bound port is written to this file (atomically) once serving.");
-ABSL_FLAG(int32_t, num_workers, 1, "Number of workers in the job (ranks 0..num_workers-1).");
 ABSL_FLAG(std::string, record_updates, "",
           "Append every gradient applied on its own (SSP, ASP) to this file, in apply order, "
           "for ps_replay.");
@@ -36,9 +36,6 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
           "Folder of this shard's checkpoints: the newest intact one is restored at start, new "
           "ones are written as --checkpoint_every/--checkpoint_seconds say and at SIGTERM.");
 ABSL_FLAG(int32_t, checkpoint_keep, 3, "Checkpoints kept in --checkpoint_dir.");
-ABSL_FLAG(bool, shared_memory, true,
-          "Let workers on this host move gradients and weights through shared memory instead of "
-          "the gRPC messages (the calls stay gRPC). A worker elsewhere uses gRPC.");
 ABSL_FLAG(int32_t, health_port, -1,
           "Also serve grpc.health.v1 alone, in plaintext, on this port (for probes that cannot "
           "speak TLS; -1: off).");
@@ -82,6 +79,9 @@ absl::StatusOr<ps::ShardServerOptions> OptionsFromFlags() {
   s.shard_id = ShardId();
   s.num_shards = absl::GetFlag(FLAGS_num_shards);
   s.consistency.num_workers = absl::GetFlag(FLAGS_num_workers);
+  if (s.consistency.num_workers < 1) {
+    return absl::InvalidArgumentError("--num_workers (the workers in the job) must be >= 1");
+  }
   auto mode = ps::ParseConsistencyMode(absl::GetFlag(FLAGS_mode));
   if (!mode.ok()) return mode.status();
   s.consistency.mode = *mode;

@@ -77,7 +77,7 @@ absl::Status CheckTheResultIsNew(const std::vector<ShardReport>& reports, const 
       rerun ? "this run's workers started" : "they restarted",
       ", and nothing was trained since: its result is not new. To train afresh, start fresh "
       "shards (docker-compose: `down -v` deletes their checkpoints; ps_launch: another "
-      "--checkpoint_dir)"));
+      "--checkpoint_root)"));
 }
 
 // The shards' counters and staleness statistics, summed over shards and workers.

@@ -1,6 +1,6 @@
 // ps_replay: re-runs a recorded SSP/ASP run on one machine, in the exact order the shards applied
 // its gradients, and writes the final weights. Give it the shards' update records and the run's
-// training and optimizer flags (ps_launch --record_updates writes the full command to
+// training and optimizer flags (ps_launch --replayable writes the full command to
 // <metrics_dir>/replay.cmd).
 
 #include <cstdio>
@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "common/cli/cli.h"
 #include "common/cli/client_flags.h"
+#include "common/cli/cluster_flags.h"
 #include "common/cli/optimizer_flags.h"
 #include "common/cli/workload_flags.h"
 #include "common/data/dataset.h"
@@ -21,7 +22,6 @@
 #include "worker/replay.h"
 
 ABSL_FLAG(std::string, records, "", "Comma-separated update records of shard 0, 1, ... in order.");
-ABSL_FLAG(int32_t, num_workers, 1, "Workers of the recorded run.");
 
 int main(int argc, char** argv) {
   ps::ParseFlags(argc, argv,

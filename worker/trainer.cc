@@ -127,7 +127,7 @@ void Trainer::DeclareWork(const ClusterInfo& cluster, int64_t total_steps) {
     spdlog::error(
         "rank {}: nothing to train: the shards hold step {} of this worker's {}{}. To train "
         "afresh, start fresh shards (docker-compose: `down -v`; ps_launch: another "
-        "--checkpoint_dir)",
+        "--checkpoint_root)",
         options_.rank, cluster.resume_clock, total_steps,
         cluster.job_finished ? " (a job that has finished)" : "");
   }

@@ -31,9 +31,6 @@ ABSL_FLAG(double, chunk_mib, 0,
           "flight together (0: one call per shard). 4 doubled 64 MiB pulls here. The shard stages "
           "the chunks of a push, a slice per worker that sends them.");
 ABSL_FLAG(int32_t, connections, 1, "TCP connections per shard over which the chunks spread.");
-ABSL_FLAG(bool, shared_memory, true,
-          "Move gradients and weights through shared memory with the shards on this host (the "
-          "calls stay gRPC); shards elsewhere, or that refuse it, get them in the messages.");
 ABSL_FLAG(bool, fault_duplicate_pushes, false,
           "Fault injection for tests: send every push twice and fail unless the second comes "
           "back as a duplicate from every shard.");

@@ -5,7 +5,7 @@
 // worker by ps_launch (ForwardedFlagsOf("worker/worker_flags.cc") passes every flag this file's
 // .cc defines). The schedule (--overlap, --async_push, --push_pull, --priority,
 // --priority_min_part), the transport (--push_encoding, --topk_ratio, --pull_encoding,
-// --chunk_mib, --connections, --shared_memory), the device, evaluation and time budget, jitter,
+// --chunk_mib, --connections), the device, evaluation and time budget, jitter,
 // and a fault switch for tests. For main() files only.
 
 #include <cstdint>
@@ -24,7 +24,6 @@ ABSL_DECLARE_FLAG(double, topk_ratio);
 ABSL_DECLARE_FLAG(std::string, pull_encoding);
 ABSL_DECLARE_FLAG(double, chunk_mib);
 ABSL_DECLARE_FLAG(int32_t, connections);
-ABSL_DECLARE_FLAG(bool, shared_memory);
 ABSL_DECLARE_FLAG(bool, fault_duplicate_pushes);
 ABSL_DECLARE_FLAG(int64_t, eval_every);
 ABSL_DECLARE_FLAG(double, max_seconds);

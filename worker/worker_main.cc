@@ -19,6 +19,7 @@
 #include "common/base/status_macros.h"
 #include "common/cli/cli.h"
 #include "common/cli/client_flags.h"
+#include "common/cli/cluster_flags.h"
 #include "common/cli/endpoint_flags.h"
 #include "common/cli/job_flags.h"
 #include "common/cli/log_flags.h"
@@ -38,8 +39,6 @@
 ABSL_FLAG(int32_t, rank, -1,
           "This worker's rank in [0, num_workers); -1: $JOB_COMPLETION_INDEX (an Indexed Job's "
           "pod), else 0.");
-ABSL_FLAG(int32_t, num_workers, 0,
-          "Workers in the job; checked against the servers' --num_workers (0: take theirs).");
 ABSL_FLAG(std::string, metrics_file, "", "Append per-step metrics as JSON lines to this file.");
 ABSL_FLAG(std::string, pause, "", "STEP:SECONDS: pause that long once, after computing STEP.");
 ABSL_FLAG(double, slowdown, 1.0,

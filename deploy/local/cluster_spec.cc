@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "common/base/status_macros.h"
 #include "common/cli/cli.h"
+#include "common/cli/cluster_flags.h"
 #include "common/cli/job_flags.h"
 #include "common/cli/log_flags.h"
 #include "common/cli/optimizer_flags.h"
@@ -32,7 +33,7 @@ std::string SelfDir() {
   return ec ? std::string(".") : exe.parent_path().string();
 }
 
-// --straggler RANK:FACTOR and --pause RANK:STEP:SECONDS, per rank.
+// --straggler RANK:FACTOR and --pause_worker RANK:STEP:SECONDS, per rank.
 absl::Status ParseWorkerFaults(ClusterSpec* spec) {
   spec->slowdown.assign(spec->workers, 1.0);
   for (const std::string& s : absl::GetFlag(FLAGS_straggler)) {
@@ -48,13 +49,13 @@ absl::Status ParseWorkerFaults(ClusterSpec* spec) {
     spec->slowdown[rank] = factor;
   }
   spec->pause.assign(spec->workers, "");
-  for (const std::string& p : absl::GetFlag(FLAGS_pause)) {
+  for (const std::string& p : absl::GetFlag(FLAGS_pause_worker)) {
     std::vector<std::string> parts = absl::StrSplit(p, absl::MaxSplits(':', 1));
     int rank = -1;
     if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &rank) || rank < 0 ||
         rank >= spec->workers) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--pause '", p, "' must be RANK:STEP:SECONDS with 0 <= RANK < ", spec->workers));
+          "--pause_worker '", p, "' must be RANK:STEP:SECONDS with 0 <= RANK < ", spec->workers));
     }
     spec->pause[rank] = parts[1];  // STEP:SECONDS, checked by the worker
   }
@@ -121,9 +122,13 @@ absl::StatusOr<ClusterSpec> ClusterSpecFromFlags() {
   if (spec.shards < 1 || spec.workers < 1) {
     return absl::InvalidArgumentError("--shards and --workers must be >= 1");
   }
+  if (absl::GetFlag(FLAGS_num_workers) != 0) {
+    return absl::InvalidArgumentError(
+        "ps_launch takes the number of workers as --workers (it sets their --num_workers)");
+  }
   RETURN_IF_ERROR(ParseWorkerFaults(&spec));
   RETURN_IF_ERROR(MakeRunDir(&spec));
-  spec.record_updates = absl::GetFlag(FLAGS_record_updates);
+  spec.record_updates = absl::GetFlag(FLAGS_replayable);
   ASSIGN_OR_RETURN(spec.workload, WorkloadFromFlags());
   // Samples behind one update of a shard: the whole global batch under BSP, one worker's push
   // otherwise. The linear scaling rule scales the learning rate by it. A cosine schedule's end
@@ -150,7 +155,7 @@ absl::StatusOr<ClusterSpec> ClusterSpecFromFlags() {
 
 std::vector<std::string> ShardCommand(const ClusterSpec& spec, int shard,
                                       const std::string& port_file) {
-  const std::string checkpoint_root = absl::GetFlag(FLAGS_checkpoint_dir);
+  const std::string checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
   std::vector<std::string> args = {
       spec.bin_dir + "/ps_server",
       absl::StrCat("--shard_id=", shard),
@@ -193,6 +198,7 @@ std::vector<std::string> WorkerCommand(const ClusterSpec& spec, int rank,
       absl::StrCat("--num_workers=", spec.workers),
       absl::StrCat("--slowdown=", spec.slowdown[rank]),
       absl::StrCat("--pause=", spec.pause[rank]),
+      absl::StrCat("--shared_memory=", absl::GetFlag(FLAGS_shared_memory)),
       absl::StrCat("--metrics_file=", spec.RunFile(absl::StrCat("worker-", rank, ".jsonl")))};
   Append(&args, spec.worker_flags);
   Append(&args, WorkerProcessArgs(spec, servers));

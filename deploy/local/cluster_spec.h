@@ -26,10 +26,10 @@ struct ClusterSpec {
   int64_t update_batch = 0;  // samples behind one shard update: BSP's global batch, else per_push
   bool require_all_work = true;
   std::vector<double> slowdown;    // per rank (--straggler)
-  std::vector<std::string> pause;  // per rank, STEP:SECONDS or empty (--pause)
+  std::vector<std::string> pause;  // per rank, STEP:SECONDS or empty (--pause_worker)
   std::string run_dir;             // --metrics_dir, or runs/<time>; created
   std::string bin_dir;             // where ps_server and ps_worker are
-  bool record_updates = false;     // shards record their update order (replay.cmd replays it)
+  bool record_updates = false;     // shards record their update order (--replayable)
   // Flags passed on by name: to every shard, to every worker, and both.
   std::vector<std::string> shard_flags, worker_flags, optimizer_flags, workload_flags;
 

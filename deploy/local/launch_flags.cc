@@ -7,19 +7,20 @@ ABSL_FLAG(int32_t, workers, 2, "Number of ps_worker processes.");
 ABSL_FLAG(std::vector<std::string>, straggler, {},
           "RANK:FACTOR makes every step of that worker take FACTOR times its normal time; "
           "repeatable, or comma-separated.");
-ABSL_FLAG(std::vector<std::string>, pause, {},
+ABSL_FLAG(std::vector<std::string>, pause_worker, {},
           "RANK:STEP:SECONDS pauses that worker once after STEP; repeatable.");
 ABSL_FLAG(std::string, metrics_dir, "",
           "Where summary.json and the per-worker JSON lines go (default runs/<time>).");
 ABSL_FLAG(std::string, bin_dir, "",
           "Folder of ps_server and ps_worker (default: beside ps_launch).");
-ABSL_FLAG(bool, record_updates, false,
+ABSL_FLAG(bool, replayable, false,
           "Shards record the order they apply gradients in (<metrics_dir>/ps-N.updates), and "
           "<metrics_dir>/replay.cmd holds the ps_replay command that reproduces the run.");
 ABSL_FLAG(bool, save_weights, false,
           "Also write the final weights as raw float32 to <metrics_dir>/weights.f32.");
-ABSL_FLAG(std::string, checkpoint_dir, "",
-          "Shard checkpoints go to <dir>/ps-N (restored from there at start): see ps_server.");
+ABSL_FLAG(std::string, checkpoint_root, "",
+          "Shard N's checkpoints go to <root>/ps-N, its --checkpoint_dir (restored from there at "
+          "start): see ps_server.");
 ABSL_FLAG(std::string, tls_dir, "",
           "Mutual TLS: a folder made by scripts/make_test_certs.sh (ca.pem, server.pem/.key, "
           "client.pem/.key); the shards require client certificates.");

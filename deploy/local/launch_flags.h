@@ -13,12 +13,12 @@
 ABSL_DECLARE_FLAG(int32_t, shards);
 ABSL_DECLARE_FLAG(int32_t, workers);
 ABSL_DECLARE_FLAG(std::vector<std::string>, straggler);
-ABSL_DECLARE_FLAG(std::vector<std::string>, pause);
+ABSL_DECLARE_FLAG(std::vector<std::string>, pause_worker);
 ABSL_DECLARE_FLAG(std::string, metrics_dir);
 ABSL_DECLARE_FLAG(std::string, bin_dir);
-ABSL_DECLARE_FLAG(bool, record_updates);
+ABSL_DECLARE_FLAG(bool, replayable);
 ABSL_DECLARE_FLAG(bool, save_weights);
-ABSL_DECLARE_FLAG(std::string, checkpoint_dir);
+ABSL_DECLARE_FLAG(std::string, checkpoint_root);
 ABSL_DECLARE_FLAG(std::string, tls_dir);
 ABSL_DECLARE_FLAG(bool, serve_metrics);
 

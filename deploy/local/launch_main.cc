@@ -25,7 +25,7 @@ ABSL_FLAG(bool, restart_workers, false,
           "Restart a worker that dies (after --restart_delay_s, at the same rank): it registers "
           "again and resumes from the clock the shards hold.");
 ABSL_FLAG(bool, restart_shards, false,
-          "Restart a shard that dies, on the same port; with --checkpoint_dir it restores its "
+          "Restart a shard that dies, on the same port; with --checkpoint_root it restores its "
           "newest checkpoint.");
 ABSL_FLAG(double, restart_delay_s, 2.0, "Seconds before a dead child is restarted.");
 ABSL_FLAG(int32_t, max_restarts, 5, "Restarts allowed per child before the run fails.");

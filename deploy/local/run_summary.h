@@ -26,7 +26,7 @@ absl::StatusOr<nlohmann::json> SummarizeRun(const ClusterSpec& spec, const RunOu
                                             const std::string& eval_path);
 
 // Writes <run_dir>/replay.cmd: the ps_replay command that reproduces the run from the shards'
-// update records (--record_updates).
+// update records (ps_launch --replayable).
 absl::Status WriteReplayCommand(const ClusterSpec& spec, int64_t decay_updates);
 
 }  // namespace ps

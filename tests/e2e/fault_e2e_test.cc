@@ -54,7 +54,7 @@ pid_t StartShardRestartingRun(const std::string& dir, const std::string& train_l
   return StartLaunch(
       dir,
       With(Common(train_limit),
-           {"--workers=2", "--mode=bsp", "--epochs=2", "--checkpoint_dir=" + dir + "/checkpoints",
+           {"--workers=2", "--mode=bsp", "--epochs=2", "--checkpoint_root=" + dir + "/checkpoints",
             "--checkpoint_every=" + std::to_string(checkpoint_every), "--restart_shards",
             "--restart_delay_s=" + std::to_string(restart_delay_s)}),
       /*quiet=*/false);
@@ -192,7 +192,7 @@ TEST_F(FaultE2e, KilledShardRestoresItsCheckpointAndTheJobFinishes) {
   const pid_t launch = StartLaunch(
       dir,
       {"--data=fashion-mnist:" + DataDir(), "--train_limit=12000", "--test_limit=0", "--shards=2",
-       "--workers=2", "--mode=bsp", "--epochs=2", "--checkpoint_dir=" + checkpoints,
+       "--workers=2", "--mode=bsp", "--epochs=2", "--checkpoint_root=" + checkpoints,
        "--checkpoint_every=25", "--restart_shards", "--restart_delay_s=1"},
       /*quiet=*/false);
   ASSERT_TRUE(WaitForSteps(dir + "/worker-0.jsonl", 80, 120)) << ReadAll(dir + "/launch.log");
@@ -314,7 +314,7 @@ TEST_F(FaultE2e, TlsWithATokenTrainsAndRefusesStrangers) {
   // A server of our own for the refusals (the launch's servers have stopped).
   const std::string port_file = dir + "/port";
   const pid_t server =
-      Spawn({BinDir() + "/ps_server", "--port_file=" + port_file,
+      Spawn({BinDir() + "/ps_server", "--num_workers=1", "--port_file=" + port_file,
              "--tls_cert=" + certs + "/server.pem", "--tls_key=" + certs + "/server.key",
              "--tls_ca=" + certs + "/ca.pem", "--token_file=" + certs + "/token"},
             dir + "/server.log");

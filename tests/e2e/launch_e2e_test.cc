@@ -164,8 +164,8 @@ TEST_F(LaunchE2e, ReplayOfAnAspRunReproducesTheWeightsBitForBit) {
   const std::string dir = RunDir("replay");
   ASSERT_EQ(
       RunLaunch(dir, With(Common("2560"), {"--workers=4", "--mode=asp", "--epochs=1",
-                                           "--jitter=0.2:3", "--pause=0:2:2,1:2:2,2:2:2,3:2:2",
-                                           "--record_updates", "--save_weights"})),
+                                           "--jitter=0.2:3", "--pause_worker=0:2:2,1:2:2,2:2:2,3:2:2",
+                                           "--replayable", "--save_weights"})),
       0);
   EXPECT_GT(Field(ReadAll(dir + "/summary.json"), "max_staleness"), 0)
       << "the run should be asynchronous enough for the order to matter";

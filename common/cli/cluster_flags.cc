@@ -1,0 +1,10 @@
+#include "common/cli/cluster_flags.h"
+
+#include "absl/flags/flag.h"
+
+ABSL_FLAG(int32_t, num_workers, 0,
+          "Workers in the job, ranks 0..N-1. ps_server and ps_replay: required (>= 1). "
+          "ps_worker: checked against the shards' count (0: take theirs).");
+ABSL_FLAG(bool, shared_memory, true,
+          "A worker and a shard on the same host move gradients and weights through shared "
+          "memory (the calls stay gRPC); off on either side, or hosts apart: in the messages.");
