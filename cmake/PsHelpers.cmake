@@ -4,6 +4,16 @@ function(ps_target_defaults target)
   target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR})
 endfunction()
 
+# ps_library(<name> SOURCES ... DEPS ... [PRIVATE_DEPS ...]): a static library of the project,
+# with the project's warnings and include root; DEPS are linked PUBLIC (its headers name theirs),
+# PRIVATE_DEPS only by its sources.
+function(ps_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SOURCES})
+  ps_target_defaults(${name})
+  target_link_libraries(${name} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+endfunction()
+
 # ps_test(<name> SOURCES ... LIBS ... [LABELS ...]): one gtest executable registered with ctest.
 function(ps_test name)
   cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})

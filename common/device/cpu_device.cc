@@ -52,10 +52,8 @@ absl::Status CpuDevice::Fill(float value, int64_t n, float* x) {
 
 absl::Status CpuDevice::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                              const float* a, const float* b, float beta, float* c) {
-  if (m < 0 || n < 0 || k < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("Gemm: negative size ", m, "x", n, "x", k));
-  }
-  if (m == 0 || n == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const bool has_work, GemmHasWork(m, n, k));
+  if (!has_work) return absl::OkStatus();
   const int lda = trans_a ? m : k;
   const int ldb = trans_b ? k : n;
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,

@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 
 namespace ps {
 
@@ -155,6 +156,15 @@ class Device {
   virtual absl::Status MaxPoolBackward(int64_t y_size, const float* dy, const int32_t* argmax,
                                        int64_t x_size, float* dx) = 0;
 };
+
+// Gemm's size check, the same on every device: INVALID_ARGUMENT for a negative size; false when
+// the product is empty (m or n is 0: nothing to write), true when there is work.
+inline absl::StatusOr<bool> GemmHasWork(int m, int n, int k) {
+  if (m < 0 || n < 0 || k < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Gemm: negative size ", m, "x", n, "x", k));
+  }
+  return m > 0 && n > 0;
+}
 
 }  // namespace ps
 

@@ -190,10 +190,8 @@ absl::StatusOr<DeviceBuffer> CudaDevice::RegisterHostMemory(void* host, size_t b
 
 absl::Status CudaDevice::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                               const float* a, const float* b, float beta, float* c) {
-  if (m < 0 || n < 0 || k < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("Gemm: negative size ", m, "x", n, "x", k));
-  }
-  if (m == 0 || n == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const bool has_work, GemmHasWork(m, n, k));
+  if (!has_work) return absl::OkStatus();
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands and keep
   // each one's transpose flag and leading dimension.
   const int lda = trans_a ? m : k;
