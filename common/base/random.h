@@ -29,6 +29,16 @@ class Rng {
   uint64_t state_;
 };
 
+// SplitMix64's finaliser: a bijection of 64-bit words whose every output bit depends on every
+// input bit. Chained (Mix64(Mix64(a) ^ b)) it hashes tuples; unlike Rng::FromKeys, which folds
+// its keys into one state before a single mix, so that some tuples of small keys collide.
+inline uint64_t Mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
 // A permutation of [0, n) by Fisher-Yates with `rng`.
 std::vector<int32_t> Permutation(int32_t n, Rng& rng);
 

@@ -8,7 +8,12 @@
 
 ABSL_FLAG(std::string, data, "fashion-mnist",
           "The data, KIND[:PATH]: fashion-mnist[:DIR] (default DIR: Debian's "
-          "dataset-fashion-mnist folder, /usr/share/datasets/fashion-mnist).");
+          "dataset-fashion-mnist folder, /usr/share/datasets/fashion-mnist), or criteo[:DIR] "
+          "(DIR/train.tsv[.gz] and DIR/test.tsv[.gz] in the Criteo format; default data/criteo, "
+          "which scripts/setup.sh writes with ps_datagen).");
+ABSL_FLAG(bool, skip_bad_lines, false,
+          "Text data (criteo): skip malformed lines and count them (a warning names the first) "
+          "instead of failing on the first.");
 ABSL_FLAG(int64_t, train_limit, 0, "Use only the first N training samples (0: all).");
 ABSL_FLAG(int64_t, test_limit, 0, "Use only the first N test samples (0: all).");
 ABSL_FLAG(std::string, model, "mlp", "The model: mlp or cnn.");
@@ -40,6 +45,7 @@ absl::StatusOr<Workload> WorkloadFromFlags() {
     }
     w.model.hidden.push_back(width);
   }
+  w.skip_bad_lines = absl::GetFlag(FLAGS_skip_bad_lines);
   w.train_limit = absl::GetFlag(FLAGS_train_limit);
   w.test_limit = absl::GetFlag(FLAGS_test_limit);
   w.batch_size = absl::GetFlag(FLAGS_batch_size);
@@ -53,9 +59,10 @@ absl::StatusOr<Workload> WorkloadFromFlags() {
 }
 
 absl::StatusOr<std::unique_ptr<Dataset>> OpenWorkloadData(const Workload& workload, Split split) {
-  ASSIGN_OR_RETURN(std::unique_ptr<Dataset> data, OpenDataset(workload.data, split));
-  data->Truncate(split == Split::kTrain ? workload.train_limit : workload.test_limit);
-  return data;
+  DataOptions options;
+  options.limit = split == Split::kTrain ? workload.train_limit : workload.test_limit;
+  options.skip_bad_lines = workload.skip_bad_lines;
+  return OpenDataset(workload.data, split, options);
 }
 
 }  // namespace ps

@@ -19,6 +19,7 @@ namespace ps {
 struct Workload {
   DataSpec data;
   ModelSpec model;
+  bool skip_bad_lines = false;
   int64_t train_limit = 0;  // samples; 0: all
   int64_t test_limit = 0;
   int batch_size = 32;  // per micro-batch

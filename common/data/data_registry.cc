@@ -5,27 +5,45 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
+#include "common/data/ctr_dataset.h"
+#include "spdlog/spdlog.h"
 
 namespace ps {
 
 namespace {
 
-absl::StatusOr<std::unique_ptr<Dataset>> OpenFashionMnist(const std::string& dir, Split split) {
-  ASSIGN_OR_RETURN(ImageDataset data,
-                   LoadFashionMnist(dir, split == Split::kTrain ? "train" : "test"));
+const char* SplitName(Split split) { return split == Split::kTrain ? "train" : "test"; }
+
+absl::StatusOr<std::unique_ptr<Dataset>> OpenFashionMnist(const std::string& dir, Split split,
+                                                          const DataOptions& options) {
+  ASSIGN_OR_RETURN(ImageDataset data, LoadFashionMnist(dir, SplitName(split)));
+  data.Truncate(options.limit);
   return std::make_unique<ImageDataset>(std::move(data));
+}
+
+absl::StatusOr<std::unique_ptr<Dataset>> OpenCriteo(const std::string& dir, Split split,
+                                                    const DataOptions& options) {
+  ASSIGN_OR_RETURN(CtrDataset data,
+                   LoadCriteo(dir, SplitName(split), {options.limit, options.skip_bad_lines}));
+  if (data.skipped_lines() > 0) {
+    spdlog::warn("{}: {} malformed lines skipped (--skip_bad_lines); the first: {}",
+                 SplitName(split), data.skipped_lines(), data.first_skipped());
+  }
+  return std::make_unique<CtrDataset>(std::move(data));
 }
 
 struct DataKind {
   const char* name;
   const char* default_path;  // used when the spec names none
-  absl::StatusOr<std::unique_ptr<Dataset>> (*open)(const std::string& path, Split split);
+  absl::StatusOr<std::unique_ptr<Dataset>> (*open)(const std::string& path, Split split,
+                                                   const DataOptions& options);
 };
 
 // One line per kind of data.
 const std::vector<DataKind>& Kinds() {
   static const std::vector<DataKind> kinds = {
       {"fashion-mnist", kDefaultFashionMnistDir, &OpenFashionMnist},
+      {"criteo", "data/criteo", &OpenCriteo},
   };
   return kinds;
 }
@@ -65,13 +83,14 @@ std::string DataSpecText(const DataSpec& spec) {
   return spec.path.empty() ? spec.kind : absl::StrCat(spec.kind, ":", spec.path);
 }
 
-absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(const DataSpec& spec, Split split) {
+absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(const DataSpec& spec, Split split,
+                                                     const DataOptions& options) {
   const DataKind* kind = FindKind(spec.kind);
   if (kind == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown kind of data '", spec.kind, "' (", DataKinds(), ")"));
   }
-  return kind->open(spec.path.empty() ? kind->default_path : spec.path, split);
+  return kind->open(spec.path.empty() ? kind->default_path : spec.path, split, options);
 }
 
 }  // namespace ps

@@ -24,8 +24,14 @@ std::string DataSpecText(const DataSpec& spec);  // back to "KIND[:PATH]"
 
 enum class Split { kTrain, kTest };
 
+struct DataOptions {
+  int64_t limit = 0;            // samples to keep (0: all); a streamed kind reads no further
+  bool skip_bad_lines = false;  // text kinds: skip and count malformed lines instead of failing
+};
+
 // Loads `split` of the data `spec` names; the kind's loader explains a missing or bad file.
-absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(const DataSpec& spec, Split split);
+absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(const DataSpec& spec, Split split,
+                                                     const DataOptions& options = {});
 
 // The registered kinds, "a|b|...".
 std::string DataKinds();

@@ -40,6 +40,11 @@ class Dataset {
   // Writes samples `indices` (each in [0, size())) as dense features x (n, features) and their
   // labels y (n).
   virtual void Gather(const int32_t* indices, int n, float* x, int32_t* y) const = 0;
+  // Sparse keys per sample (categorical values that a model looks up in an embedding table);
+  // 0 for data without them.
+  virtual int keys_per_sample() const { return 0; }
+  // Writes the keys of samples `indices` as keys (n, keys_per_sample()).
+  virtual void GatherKeys(const int32_t* /*indices*/, int /*n*/, uint64_t* /*keys*/) const {}
   // Keeps the first `n` samples (all when n <= 0 or n >= size()).
   virtual void Truncate(int64_t n) = 0;
 };
