@@ -1,0 +1,84 @@
+// The planted click model: its files parse as Criteo data, are fixed by the seed, and its truth
+// matches the labels written.
+
+#include "common/data/ctr_generator.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "common/data/ctr_dataset.h"
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+class CtrGenerator : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::TempDir() + "/ctrgen_" + std::to_string(getpid());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string Read(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+  std::string dir_;
+};
+
+TEST_F(CtrGenerator, WritesParsableLinesWhoseLabelsMatchTheTruth) {
+  const PlantedCtrModel model(3);
+  const std::string path = dir_ + "/train.tsv";
+  absl::StatusOr<CtrSplitTruth> truth = WriteCtrSplit(model, 3, 0, 20000, path);
+  ASSERT_TRUE(truth.ok()) << truth.status();
+  absl::StatusOr<CtrDataset> data = LoadCtrFile(path, {});
+  ASSERT_TRUE(data.ok()) << data.status();
+  ASSERT_EQ(data->size(), 20000);
+  EXPECT_EQ(truth->lines, 20000);
+  std::vector<int32_t> labels(20000), index(20000);
+  for (int32_t i = 0; i < 20000; ++i) index[i] = i;
+  std::vector<float> x(20000 * kCtrDenseFields);
+  data->Gather(index.data(), 20000, x.data(), labels.data());
+  int64_t clicks = 0;
+  for (int32_t y : labels) clicks += y;
+  EXPECT_DOUBLE_EQ(truth->click_rate, clicks / 20000.0);
+  // The planted model is built to be learnable but far from certain, as click logs are.
+  EXPECT_GT(truth->click_rate, 0.15);
+  EXPECT_LT(truth->click_rate, 0.4);
+  EXPECT_GT(truth->bayes_auc, 0.7);
+  EXPECT_LT(truth->bayes_auc, 0.9);
+  EXPECT_GT(truth->bayes_logloss, 0.3);
+}
+
+TEST_F(CtrGenerator, TheSeedFixesTheFilesAndStreamsDiffer) {
+  const PlantedCtrModel model(5);
+  ASSERT_TRUE(WriteCtrSplit(model, 5, 0, 500, dir_ + "/a.tsv").ok());
+  ASSERT_TRUE(WriteCtrSplit(PlantedCtrModel(5), 5, 0, 500, dir_ + "/b.tsv").ok());
+  ASSERT_TRUE(WriteCtrSplit(model, 5, 1, 500, dir_ + "/c.tsv").ok());
+  ASSERT_TRUE(WriteCtrSplit(PlantedCtrModel(6), 6, 0, 500, dir_ + "/d.tsv").ok());
+  EXPECT_EQ(Read(dir_ + "/a.tsv"), Read(dir_ + "/b.tsv"));
+  EXPECT_NE(Read(dir_ + "/a.tsv"), Read(dir_ + "/c.tsv"));
+  EXPECT_NE(Read(dir_ + "/a.tsv"), Read(dir_ + "/d.tsv"));
+  EXPECT_EQ(WriteCtrSplit(model, 5, 0, 0, dir_ + "/e.tsv").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(WriteCtrSplit(model, 5, 0, 10, dir_ + "/no/such/dir/f.tsv").status().code(),
+            absl::StatusCode::kPermissionDenied);
+}
+
+TEST_F(CtrGenerator, VocabulariesGrowFromFieldToField) {
+  const PlantedCtrModel model(1);
+  EXPECT_EQ(model.vocabulary(0), 4);
+  EXPECT_GT(model.vocabulary(25), 90000);
+  for (int f = 1; f < kCtrCategoricalFields; ++f) {
+    EXPECT_GE(model.vocabulary(f), model.vocabulary(f - 1));
+  }
+}
+
+}  // namespace
+}  // namespace ps
