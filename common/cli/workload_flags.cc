@@ -16,9 +16,12 @@ ABSL_FLAG(bool, skip_bad_lines, false,
           "instead of failing on the first.");
 ABSL_FLAG(int64_t, train_limit, 0, "Use only the first N training samples (0: all).");
 ABSL_FLAG(int64_t, test_limit, 0, "Use only the first N test samples (0: all).");
-ABSL_FLAG(std::string, model, "mlp", "The model: mlp or cnn.");
+ABSL_FLAG(std::string, model, "mlp", "The model: mlp, cnn, or dlrm (with --data criteo).");
+ABSL_FLAG(int64_t, embedding_dim, 16,
+          "dlrm: the width of the embedding rows and the bottom MLP's output.");
 ABSL_FLAG(std::string, hidden, "",
-          "Hidden fully connected widths, comma-separated (default: mlp 256,128; cnn 128).");
+          "Hidden fully connected widths, comma-separated (default: mlp 256,128; cnn 128; dlrm, its "
+          "top MLP: 64).");
 ABSL_FLAG(int32_t, batch_size, 32, "Samples per worker per micro-batch.");
 ABSL_FLAG(int32_t, accumulate, 1,
           "Micro-batches accumulated into one push (gradient accumulation).");
@@ -45,6 +48,8 @@ absl::StatusOr<Workload> WorkloadFromFlags() {
     }
     w.model.hidden.push_back(width);
   }
+  w.model.embedding_dim = absl::GetFlag(FLAGS_embedding_dim);
+  if (w.model.embedding_dim < 1) return absl::InvalidArgumentError("--embedding_dim must be >= 1");
   w.skip_bad_lines = absl::GetFlag(FLAGS_skip_bad_lines);
   w.train_limit = absl::GetFlag(FLAGS_train_limit);
   w.test_limit = absl::GetFlag(FLAGS_test_limit);

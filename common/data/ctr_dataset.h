@@ -43,7 +43,9 @@ struct CtrLoadOptions {
 class CtrDataset final : public Dataset {
  public:
   int64_t size() const override { return static_cast<int64_t>(labels_.size()); }
-  SampleShape shape() const override { return SampleShape{kCtrDenseFields, 2, ImageShape{}}; }
+  SampleShape shape() const override {
+    return SampleShape{kCtrDenseFields, 2, ImageShape{}, kCtrCategoricalFields};
+  }
   void Gather(const int32_t* indices, int n, float* x, int32_t* y) const override;
   int keys_per_sample() const override { return kCtrCategoricalFields; }
   void GatherKeys(const int32_t* indices, int n, uint64_t* keys) const override;

@@ -25,6 +25,7 @@ struct SampleShape {
   int64_t features = 0;  // dense float inputs per sample
   int num_classes = 0;   // labels in [0, num_classes)
   ImageShape image;      // the features as an image, for the models that convolve them
+  int keys = 0;          // sparse keys per sample (Dataset::keys_per_sample())
 };
 
 // A labelled data set that a worker draws its batches from by index (BatchPlan). Kinds of data

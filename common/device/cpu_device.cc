@@ -222,4 +222,106 @@ absl::Status CpuDevice::MaxPoolBackward(int64_t y_size, const float* dy, const i
   return absl::OkStatus();
 }
 
+absl::Status CpuDevice::EmbeddingConcatForward(int batch, int width, const float* x, int fields,
+                                               int dim, const float* rows, const int32_t* lookups,
+                                               float* y) {
+  const int64_t out_width = width + int64_t{fields} * dim;
+  for (int b = 0; b < batch; ++b) {
+    float* out = y + b * out_width;
+    std::copy(x + int64_t{b} * width, x + int64_t{b + 1} * width, out);
+    for (int f = 0; f < fields; ++f) {
+      const float* row = rows + int64_t{lookups[int64_t{b} * fields + f]} * dim;
+      std::copy(row, row + dim, out + width + int64_t{f} * dim);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::EmbeddingConcatBackward(int batch, int width, const float* dy, int fields,
+                                                int dim, int64_t unique, const int32_t* offsets,
+                                                const int32_t* positions, float* dx,
+                                                float* row_grads) {
+  const int64_t out_width = width + int64_t{fields} * dim;
+  if (dx != nullptr) {
+    for (int b = 0; b < batch; ++b) {
+      std::copy(dy + b * out_width, dy + b * out_width + width, dx + int64_t{b} * width);
+    }
+  }
+  for (int64_t u = 0; u < unique; ++u) {
+    float* grad = row_grads + u * dim;
+    std::fill(grad, grad + dim, 0.0f);
+    for (int32_t k = offsets[u]; k < offsets[u + 1]; ++k) {
+      const int64_t b = positions[k] / fields;
+      const int64_t f = positions[k] % fields;
+      const float* from = dy + b * out_width + width + f * dim;
+      for (int d = 0; d < dim; ++d) grad[d] += from[d];
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::DotInteractionForward(int batch, int n, int dim, const float* x, float* y) {
+  const int64_t out_width = dim + int64_t{n} * (n - 1) / 2;
+  for (int b = 0; b < batch; ++b) {
+    const float* v = x + int64_t{b} * n * dim;
+    float* out = y + b * out_width;
+    std::copy(v, v + dim, out);
+    int64_t k = dim;
+    for (int i = 1; i < n; ++i) {
+      for (int j = 0; j < i; ++j) {
+        float dot = 0.0f;
+        for (int d = 0; d < dim; ++d) dot += v[i * dim + d] * v[j * dim + d];
+        out[k++] = dot;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::DotInteractionBackward(int batch, int n, int dim, const float* x,
+                                               const float* dy, float* dx) {
+  const int64_t out_width = dim + int64_t{n} * (n - 1) / 2;
+  for (int b = 0; b < batch; ++b) {
+    const float* v = x + int64_t{b} * n * dim;
+    const float* g = dy + b * out_width;
+    float* dv = dx + int64_t{b} * n * dim;
+    // Vector i's gradient: the pass-through (i = 0), then its pairs in j order.
+    for (int i = 0; i < n; ++i) {
+      for (int d = 0; d < dim; ++d) {
+        float sum = i == 0 ? g[d] : 0.0f;
+        for (int j = 0; j < n; ++j) {
+          if (j == i) continue;
+          const int hi = std::max(i, j), lo = std::min(i, j);
+          sum += g[dim + int64_t{hi} * (hi - 1) / 2 + lo] * v[j * dim + d];
+        }
+        dv[i * dim + d] = sum;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::LogisticLoss(int rows, const float* logits, const int32_t* labels,
+                                     float* probs, float* loss_per_row, float* correct_per_row) {
+  for (int r = 0; r < rows; ++r) {
+    RETURN_IF_ERROR(CheckLabel(labels[r], r, 2));
+    const double z = logits[r];
+    probs[r] = static_cast<float>(1.0 / (1.0 + std::exp(-z)));
+    // -log p(label) = log(1 + e^z) - z * label, with log(1 + e^z) = max(z, 0) + log1p(e^-|z|).
+    loss_per_row[r] =
+        static_cast<float>(std::max(z, 0.0) + std::log1p(std::exp(-std::abs(z))) - z * labels[r]);
+    correct_per_row[r] = (z > 0) == (labels[r] == 1) ? 1.0f : 0.0f;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::LogisticLossBackward(int rows, const float* probs, const int32_t* labels,
+                                             float scale, float* dlogits) {
+  for (int r = 0; r < rows; ++r) {
+    RETURN_IF_ERROR(CheckLabel(labels[r], r, 2));
+    dlogits[r] = scale * (probs[r] - static_cast<float>(labels[r]));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace ps

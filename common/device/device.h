@@ -155,6 +155,37 @@ class Device {
   // not overlap, so each element of dx receives at most one value.
   virtual absl::Status MaxPoolBackward(int64_t y_size, const float* dy, const int32_t* argmax,
                                        int64_t x_size, float* dx) = 0;
+
+  // Sparse lookups (embedding tables), DLRM's interaction and the logistic loss.
+  // y (batch, width + fields * dim): row b is x's row b (width), then for f = 0..fields-1 the row
+  // rows[lookups[b * fields + f]] (dim) of the step's pulled rows.
+  virtual absl::Status EmbeddingConcatForward(int batch, int width, const float* x, int fields,
+                                              int dim, const float* rows, const int32_t* lookups,
+                                              float* y) = 0;
+  // Its adjoint. dx (batch, width) = dy's first `width` columns of each row, unless dx is null.
+  // row_grads (unique, dim) is overwritten: row u = the sum, over its lookups
+  // positions[offsets[u] .. offsets[u + 1]) (each b * fields + f), of dy's columns of lookup f of
+  // row b, added in that order, so every device gives the same sums whatever its threads.
+  virtual absl::Status EmbeddingConcatBackward(int batch, int width, const float* dy, int fields,
+                                               int dim, int64_t unique, const int32_t* offsets,
+                                               const int32_t* positions, float* dx,
+                                               float* row_grads) = 0;
+  // x (batch, n * dim) holds n vectors per row; y (batch, dim + n * (n - 1) / 2) is the first
+  // vector, then the dot products <x_i, x_j> for i = 1..n-1, j = 0..i-1 in that order.
+  virtual absl::Status DotInteractionForward(int batch, int n, int dim, const float* x,
+                                             float* y) = 0;
+  // Its gradient: dx (overwritten) = dy's first dim columns on vector 0, plus for every pair
+  // d<x_i, x_j> * x_j on x_i and * x_i on x_j.
+  virtual absl::Status DotInteractionBackward(int batch, int n, int dim, const float* x,
+                                              const float* dy, float* dx) = 0;
+  // Logistic loss of `rows` logits z with labels 0 or 1: probs = sigmoid(z), loss_per_row =
+  // -log p(label) (computed without overflow), correct_per_row = 1 when (z > 0) equals the label.
+  // Other labels: INVALID_ARGUMENT, when SoftmaxCrossEntropy would report it.
+  virtual absl::Status LogisticLoss(int rows, const float* logits, const int32_t* labels,
+                                    float* probs, float* loss_per_row, float* correct_per_row) = 0;
+  // dlogits = scale * (probs - label): the gradient of scale * the sum of row losses.
+  virtual absl::Status LogisticLossBackward(int rows, const float* probs, const int32_t* labels,
+                                            float scale, float* dlogits) = 0;
 };
 
 // Gemm's size check, the same on every device: INVALID_ARGUMENT for a negative size; false when

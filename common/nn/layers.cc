@@ -121,4 +121,38 @@ absl::Status MaxPool2d::Backward(Device& dev, const float*, const float*, const 
                              int64_t{batch} * input_size(), dx);
 }
 
+absl::Status EmbeddingConcat::Forward(Device& dev, const float* /*params*/, const float* x,
+                                      int batch, float* y) {
+  if (batch_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("table '", table_.name, "': no sparse rows bound for this pass"));
+  }
+  return dev.EmbeddingConcatForward(batch, static_cast<int>(width_), x, fields_,
+                                    static_cast<int>(table_.dim), batch_->rows, batch_->lookups, y);
+}
+
+absl::Status EmbeddingConcat::Backward(Device& dev, const float* /*params*/, const float* /*x*/,
+                                       const float* /*y*/, const float* dy, int batch, float* dx,
+                                       float* /*grads*/, float /*grads_beta*/) {
+  if (batch_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("table '", table_.name, "': no sparse rows bound for this pass"));
+  }
+  return dev.EmbeddingConcatBackward(batch, static_cast<int>(width_), dy, fields_,
+                                     static_cast<int>(table_.dim), batch_->unique, batch_->offsets,
+                                     batch_->positions, dx, batch_->row_grads);
+}
+
+absl::Status DotInteraction::Forward(Device& dev, const float* /*params*/, const float* x,
+                                     int batch, float* y) {
+  return dev.DotInteractionForward(batch, n_, dim_, x, y);
+}
+
+absl::Status DotInteraction::Backward(Device& dev, const float* /*params*/, const float* x,
+                                      const float* /*y*/, const float* dy, int batch, float* dx,
+                                      float* /*grads*/, float /*grads_beta*/) {
+  if (dx == nullptr) return absl::OkStatus();  // the first layer: nothing below to feed
+  return dev.DotInteractionBackward(batch, n_, dim_, x, dy, dx);
+}
+
 }  // namespace ps

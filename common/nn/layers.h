@@ -16,6 +16,19 @@
 
 namespace ps {
 
+// One micro-batch's view of the model's sparse table (device memory): the unique rows the step
+// pulled, which of them each lookup reads, and where their gradient goes.
+struct SparseBatch {
+  const float* rows = nullptr;  // (unique, dim)
+  int64_t unique = 0;
+  const int32_t* lookups = nullptr;  // (batch, fields): the row of each lookup, in [0, unique)
+  // The lookups grouped by row, for a deterministic sum: row u's are positions[offsets[u] ..
+  // offsets[u + 1]), each b * fields + f, increasing.
+  const int32_t* offsets = nullptr;    // unique + 1
+  const int32_t* positions = nullptr;  // batch * fields
+  float* row_grads = nullptr;          // (unique, dim), overwritten by each backward pass
+};
+
 class Layer {
  public:
   virtual ~Layer() = default;
@@ -37,6 +50,10 @@ class Layer {
   virtual absl::Status Backward(Device& dev, const float* params, const float* x, const float* y,
                                 const float* dy, int batch, float* dx, float* grads,
                                 float grads_beta) = 0;
+  // The sparse tables the layer looks rows up in (none for dense layers), and the micro-batch's
+  // rows of them, bound before each pass (null: unbound).
+  virtual std::vector<SparseTableSpec> SparseTables() const { return {}; }
+  virtual void BindSparse(const SparseBatch* /*batch*/) {}
 };
 
 // y = x W + b with W (in, out) and b (out). Initialised like PyTorch's nn.Linear:
@@ -125,6 +142,54 @@ class MaxPool2d final : public Layer {
  private:
   int height_, width_, channels_, pool_;
   DeviceBuffer argmax_;  // (max_batch, output_size) indices into the batch's input
+};
+
+// Sparse lookups: x (batch, width) -> y (batch, width + fields * dim) = [x | the rows of `table`
+// that the row's `fields` lookups name]. The rows are the micro-batch's (SparseBatch), not in the
+// dense buffer: Backward writes their gradient to SparseBatch::row_grads. A pass without a bound
+// SparseBatch fails with FAILED_PRECONDITION.
+class EmbeddingConcat final : public Layer {
+ public:
+  EmbeddingConcat(SparseTableSpec table, int64_t width, int fields)
+      : table_(std::move(table)), width_(width), fields_(fields) {}
+  int64_t input_size() const override { return width_; }
+  int64_t output_size() const override { return width_ + fields_ * table_.dim; }
+  std::vector<TensorSpec> ParamSpecs() const override { return {}; }
+  void InitParams(Rng&, float*) const override {}
+  absl::Status Forward(Device& dev, const float* params, const float* x, int batch,
+                       float* y) override;
+  absl::Status Backward(Device& dev, const float* params, const float* x, const float* y,
+                        const float* dy, int batch, float* dx, float* grads,
+                        float grads_beta) override;
+  std::vector<SparseTableSpec> SparseTables() const override { return {table_}; }
+  void BindSparse(const SparseBatch* batch) override { batch_ = batch; }
+
+ private:
+  SparseTableSpec table_;
+  int64_t width_;
+  int fields_;
+  const SparseBatch* batch_ = nullptr;
+};
+
+// DLRM's feature interaction: x (batch, n * dim), n vectors per row -> y (batch, dim +
+// n * (n - 1) / 2): the first vector (the dense features' embedding), then every pairwise dot
+// product <x_i, x_j>, i > j.
+class DotInteraction final : public Layer {
+ public:
+  DotInteraction(int vectors, int dim) : n_(vectors), dim_(dim) {}
+  int64_t input_size() const override { return int64_t{n_} * dim_; }
+  int64_t output_size() const override { return dim_ + int64_t{n_} * (n_ - 1) / 2; }
+  std::vector<TensorSpec> ParamSpecs() const override { return {}; }
+  void InitParams(Rng&, float*) const override {}
+  absl::Status Forward(Device& dev, const float* params, const float* x, int batch,
+                       float* y) override;
+  absl::Status Backward(Device& dev, const float* params, const float* x, const float* y,
+                        const float* dy, int batch, float* dx, float* grads,
+                        float grads_beta) override;
+
+ private:
+  int n_;
+  int dim_;
 };
 
 }  // namespace ps

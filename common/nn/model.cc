@@ -8,11 +8,17 @@ namespace ps {
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name,
                                                      std::vector<std::unique_ptr<Layer>> layers,
-                                                     Device& device, int max_batch) {
+                                                     Device& device, int max_batch, Loss loss) {
   if (layers.empty()) return absl::InvalidArgumentError("a model needs at least one layer");
   if (max_batch <= 0) return absl::InvalidArgumentError("max_batch must be positive");
+  if (loss == Loss::kLogistic && layers.back()->output_size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the logistic loss takes one logit; the last layer has ", layers.back()->output_size()));
+  }
   std::vector<TensorSpec> specs;
+  std::vector<SparseTableSpec> tables;
   for (size_t i = 0; i < layers.size(); ++i) {
+    for (SparseTableSpec& t : layers[i]->SparseTables()) tables.push_back(std::move(t));
     if (i > 0 && layers[i]->input_size() != layers[i - 1]->output_size()) {
       return absl::InvalidArgumentError(absl::StrCat("layer ", i, " takes ",
                                                      layers[i]->input_size(), " inputs but gets ",
@@ -21,10 +27,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name,
     for (TensorSpec& s : layers[i]->ParamSpecs()) specs.push_back(std::move(s));
   }
   ASSIGN_OR_RETURN(ParamLayout layout, ParamLayout::Create(std::move(specs)));
-  // Today's layers are all dense: the description holds no sparse tables.
-  ASSIGN_OR_RETURN(ParamDescription params, ParamDescription::Create(std::move(layout)));
+  ASSIGN_OR_RETURN(ParamDescription params,
+                   ParamDescription::Create(std::move(layout), std::move(tables)));
   std::unique_ptr<Model> model(
-      new Model(std::move(name), std::move(layers), std::move(params), device, max_batch));
+      new Model(std::move(name), std::move(layers), std::move(params), device, max_batch, loss));
   for (const auto& layer : model->layers_) {
     RETURN_IF_ERROR(layer->Prepare(device, max_batch));
     const size_t bytes = sizeof(float) * max_batch * layer->output_size();
@@ -41,12 +47,13 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name,
 }
 
 Model::Model(std::string name, std::vector<std::unique_ptr<Layer>> layers, ParamDescription params,
-             Device& device, int max_batch)
+             Device& device, int max_batch, Loss loss)
     : name_(std::move(name)),
       layers_(std::move(layers)),
       params_(std::move(params)),
       device_(device),
-      max_batch_(max_batch) {
+      max_batch_(max_batch),
+      loss_(loss) {
   int64_t offset = 0;
   for (const auto& layer : layers_) {
     param_offsets_.push_back(offset);
@@ -58,6 +65,10 @@ void Model::InitParams(uint64_t seed, float* params) const {
   Rng rng = Rng::FromKeys({seed, 0x1417});
   for (size_t i = 0; i < layers_.size(); ++i)
     layers_[i]->InitParams(rng, params + param_offsets_[i]);
+}
+
+void Model::BindSparse(const SparseBatch* batch) {
+  for (auto& layer : layers_) layer->BindSparse(batch);
 }
 
 KeyRange Model::LayerParams(size_t layer) const {
@@ -90,8 +101,14 @@ absl::StatusOr<BatchStats> Model::Forward(const float* params, const float* x,
     RETURN_IF_ERROR(layers_[i]->Forward(device_, params + param_offsets_[i], in, batch, out));
     in = out;
   }
-  RETURN_IF_ERROR(device_.SoftmaxCrossEntropy(batch, num_classes(), in, labels, probs_.as<float>(),
-                                              loss_rows_.as<float>(), correct_rows_.as<float>()));
+  if (loss_ == Loss::kLogistic) {
+    RETURN_IF_ERROR(device_.LogisticLoss(batch, in, labels, probs_.as<float>(),
+                                         loss_rows_.as<float>(), correct_rows_.as<float>()));
+  } else {
+    RETURN_IF_ERROR(device_.SoftmaxCrossEntropy(batch, num_classes(), in, labels,
+                                                probs_.as<float>(), loss_rows_.as<float>(),
+                                                correct_rows_.as<float>()));
+  }
   BatchStats stats;
   stats.count = batch;
   if (sums_on_device != nullptr) {
@@ -116,9 +133,14 @@ absl::StatusOr<BatchStats> Model::ForwardBackward(const float* params, const flo
                                                   double* sums_on_device) {
   ASSIGN_OR_RETURN(BatchStats stats, Forward(params, x, labels, batch, hooks, sums_on_device));
   const size_t last = layers_.size() - 1;
-  RETURN_IF_ERROR(device_.SoftmaxCrossEntropyBackward(batch, num_classes(), probs_.as<float>(),
-                                                      labels, grad_scale / batch,
-                                                      gradients_[last].as<float>()));
+  if (loss_ == Loss::kLogistic) {
+    RETURN_IF_ERROR(device_.LogisticLossBackward(batch, probs_.as<float>(), labels,
+                                                 grad_scale / batch, gradients_[last].as<float>()));
+  } else {
+    RETURN_IF_ERROR(device_.SoftmaxCrossEntropyBackward(batch, num_classes(), probs_.as<float>(),
+                                                        labels, grad_scale / batch,
+                                                        gradients_[last].as<float>()));
+  }
   for (size_t i = last + 1; i-- > 0;) {
     const float* in = i == 0 ? x : activations_[i - 1].as<float>();
     float* din = i == 0 ? nullptr : gradients_[i - 1].as<float>();

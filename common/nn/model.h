@@ -1,9 +1,11 @@
 #ifndef PS_COMMON_NN_MODEL_H_
 #define PS_COMMON_NN_MODEL_H_
 
-// A sequential classifier: layers, then softmax cross-entropy. The model owns its activation
-// buffers (device memory, sized for `max_batch` rows) but not its parameters or gradients, which
-// live in the caller's flat buffers laid out by layout().
+// A sequential classifier: layers, then its loss (softmax cross-entropy over classes, or the
+// logistic loss of one logit for a binary label). The model owns its activation buffers (device
+// memory, sized for `max_batch` rows) but not its parameters or gradients, which live in the
+// caller's flat buffers laid out by layout(); the rows of its sparse tables, if any, are the
+// caller's too, bound per micro-batch (BindSparse).
 
 #include <functional>
 #include <memory>
@@ -33,19 +35,34 @@ struct LayerHooks {
   std::function<absl::Status(KeyRange params)> after_backward;
 };
 
+enum class Loss {
+  kSoftmaxCrossEntropy,  // labels in [0, classes), one logit per class
+  kLogistic,             // labels 0 or 1, one logit: p(1) = sigmoid(logit)
+};
+
 class Model {
  public:
-  // Takes ownership of the layers; their sizes must chain (INVALID_ARGUMENT otherwise).
+  // Takes ownership of the layers; their sizes must chain, and a logistic loss needs one output
+  // (INVALID_ARGUMENT otherwise). The layers' sparse tables join the parameter description.
   static absl::StatusOr<std::unique_ptr<Model>> Create(std::string name,
                                                        std::vector<std::unique_ptr<Layer>> layers,
-                                                       Device& device, int max_batch);
+                                                       Device& device, int max_batch,
+                                                       Loss loss = Loss::kSoftmaxCrossEntropy);
 
   const std::string& name() const { return name_; }
   // The dense parameters' layout, and the whole description (dense layout and sparse tables).
   const ParamLayout& layout() const { return params_.dense(); }
   const ParamDescription& description() const { return params_; }
   int64_t input_size() const { return layers_.front()->input_size(); }
+  // Outputs of the last layer: the classes, or 1 under the logistic loss.
   int64_t num_classes() const { return layers_.back()->output_size(); }
+  Loss loss() const { return loss_; }
+  // The micro-batch's rows of the sparse tables, read by the next passes (it must outlive them);
+  // null unbinds. A model with sparse tables fails a pass without one (FAILED_PRECONDITION).
+  void BindSparse(const SparseBatch* batch);
+  // After a pass over `batch` rows: the probabilities it computed, device memory:
+  // (batch, num_classes()) for softmax, (batch) of p(label 1) for the logistic loss.
+  const float* probabilities() const { return probs_.as<float>(); }
   int max_batch() const { return max_batch_; }
   // The parameters of each layer that has any, in forward order; they tile the layout.
   std::vector<KeyRange> LayerParamRanges() const;
@@ -71,7 +88,7 @@ class Model {
 
  private:
   Model(std::string name, std::vector<std::unique_ptr<Layer>> layers, ParamDescription params,
-        Device& device, int max_batch);
+        Device& device, int max_batch, Loss loss);
   absl::StatusOr<BatchStats> Forward(const float* params, const float* x, const int32_t* labels,
                                      int batch, const LayerHooks& hooks, double* sums_on_device);
   KeyRange LayerParams(size_t layer) const;  // may be empty
@@ -82,6 +99,7 @@ class Model {
   std::vector<int64_t> param_offsets_;  // offset of each layer's first parameter
   Device& device_;
   int max_batch_;
+  Loss loss_;
   std::vector<DeviceBuffer> activations_;  // output of layer i, (max_batch, output_size)
   std::vector<DeviceBuffer> gradients_;    // d loss / d output of layer i
   DeviceBuffer probs_;

@@ -17,6 +17,7 @@ struct RegisteredModel {
 constexpr RegisteredModel kModels[] = {
     {"mlp", &BuildMlp},
     {"cnn", &BuildCnn},
+    {"dlrm", &BuildDlrm},
 };
 
 }  // namespace

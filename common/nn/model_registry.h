@@ -20,6 +20,7 @@ namespace ps {
 struct ModelSpec {
   std::string name = "mlp";     // a registered name (ModelNames())
   std::vector<int64_t> hidden;  // hidden fully connected widths; empty: the model's default
+  int64_t embedding_dim = 16;   // models with sparse tables: the rows' width
 };
 
 // The model `spec` names, built for samples of `sample`'s shape. INVALID_ARGUMENT for an unknown
@@ -49,6 +50,20 @@ absl::StatusOr<std::unique_ptr<Model>> MakeCnn(const ImageShape& input,
                                                Device& device, int max_batch);
 absl::StatusOr<std::unique_ptr<Model>> BuildCnn(const ModelSpec& spec, const SampleShape& sample,
                                                 Device& device, int max_batch);
+
+// DLRM (dlrm_model.cc), for samples of dense features and `fields` sparse keys each:
+// dense -> bottom MLP ([Linear -> ReLU] per width of `bottom`, then Linear -> ReLU to dim)
+// -> the dense vector joined by the `fields` rows its keys name in table "embeddings" (dim each)
+// -> the dot interaction of those fields + 1 vectors -> top MLP ([Linear -> ReLU] per width of
+// `top`) -> Linear -> one logit -> logistic loss. Tensors bottom1.*, bottom2.*, ..., fc1.*, ...
+// The table's rows start uniform in [-0.05, 0.05).
+absl::StatusOr<std::unique_ptr<Model>> MakeDlrm(int64_t dense_features, int fields, int64_t dim,
+                                                const std::vector<int64_t>& bottom,
+                                                const std::vector<int64_t>& top, Device& device,
+                                                int max_batch);
+// Bottom MLP 64 -> --embedding_dim; --hidden the top MLP's widths (default 64).
+absl::StatusOr<std::unique_ptr<Model>> BuildDlrm(const ModelSpec& spec, const SampleShape& sample,
+                                                 Device& device, int max_batch);
 
 }  // namespace ps
 

@@ -231,7 +231,7 @@ absl::Status CudaDevice::CheckLabels() {
   RETURN_IF_ERROR(
       CudaStatus(cudaMemsetAsync(bad_label_, 0, sizeof(int), stream_), "cudaMemsetAsync"));
   return absl::InvalidArgumentError(
-      absl::StrCat(op, " (or a softmax op before it): a label is outside [0, classes)"));
+      absl::StrCat(op, " (or a loss op before it): a label is outside [0, classes)"));
 }
 
 absl::Status CudaDevice::SoftmaxCrossEntropy(int rows, int classes, const float* logits,
@@ -301,6 +301,53 @@ absl::Status CudaDevice::MaxPoolBackward(int64_t y_size, const float* dy, const 
       CudaStatus(cudaMemsetAsync(dx, 0, sizeof(float) * x_size, stream_), "cudaMemsetAsync"));
   return CudaStatus(cuda::LaunchMaxPoolScatter(y_size, dy, argmax, dx, stream_),
                     "MaxPoolScatter kernel");
+}
+
+absl::Status CudaDevice::EmbeddingConcatForward(int batch, int width, const float* x, int fields,
+                                                int dim, const float* rows, const int32_t* lookups,
+                                                float* y) {
+  return CudaStatus(
+      cuda::LaunchEmbeddingConcatForward(batch, width, x, fields, dim, rows, lookups, y, stream_),
+      "EmbeddingConcatForward kernel");
+}
+
+absl::Status CudaDevice::EmbeddingConcatBackward(int batch, int width, const float* dy, int fields,
+                                                 int dim, int64_t unique, const int32_t* offsets,
+                                                 const int32_t* positions, float* dx,
+                                                 float* row_grads) {
+  return CudaStatus(cuda::LaunchEmbeddingConcatBackward(batch, width, dy, fields, dim, unique,
+                                                        offsets, positions, dx, row_grads, stream_),
+                    "EmbeddingConcatBackward kernels");
+}
+
+absl::Status CudaDevice::DotInteractionForward(int batch, int n, int dim, const float* x,
+                                               float* y) {
+  return CudaStatus(cuda::LaunchDotInteractionForward(batch, n, dim, x, y, stream_),
+                    "DotInteractionForward kernel");
+}
+
+absl::Status CudaDevice::DotInteractionBackward(int batch, int n, int dim, const float* x,
+                                                const float* dy, float* dx) {
+  return CudaStatus(cuda::LaunchDotInteractionBackward(batch, n, dim, x, dy, dx, stream_),
+                    "DotInteractionBackward kernel");
+}
+
+absl::Status CudaDevice::LogisticLoss(int rows, const float* logits, const int32_t* labels,
+                                      float* probs, float* loss_per_row, float* correct_per_row) {
+  RETURN_IF_ERROR(CudaStatus(cuda::LaunchLogisticLoss(rows, logits, labels, probs, loss_per_row,
+                                                      correct_per_row, bad_label_, stream_),
+                             "LogisticLoss kernel"));
+  unchecked_labels_op_ = "LogisticLoss";
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::LogisticLossBackward(int rows, const float* probs, const int32_t* labels,
+                                              float scale, float* dlogits) {
+  RETURN_IF_ERROR(CudaStatus(
+      cuda::LaunchLogisticLossBackward(rows, probs, labels, scale, dlogits, bad_label_, stream_),
+      "LogisticLossBackward kernel"));
+  unchecked_labels_op_ = "LogisticLossBackward";
+  return absl::OkStatus();
 }
 
 }  // namespace ps

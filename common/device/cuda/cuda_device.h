@@ -59,6 +59,19 @@ class CudaDevice final : public Device {
                               const float* x, float* y, int32_t* argmax) override;
   absl::Status MaxPoolBackward(int64_t y_size, const float* dy, const int32_t* argmax,
                                int64_t x_size, float* dx) override;
+  absl::Status EmbeddingConcatForward(int batch, int width, const float* x, int fields, int dim,
+                                      const float* rows, const int32_t* lookups, float* y) override;
+  absl::Status EmbeddingConcatBackward(int batch, int width, const float* dy, int fields, int dim,
+                                       int64_t unique, const int32_t* offsets,
+                                       const int32_t* positions, float* dx,
+                                       float* row_grads) override;
+  absl::Status DotInteractionForward(int batch, int n, int dim, const float* x, float* y) override;
+  absl::Status DotInteractionBackward(int batch, int n, int dim, const float* x, const float* dy,
+                                      float* dx) override;
+  absl::Status LogisticLoss(int rows, const float* logits, const int32_t* labels, float* probs,
+                            float* loss_per_row, float* correct_per_row) override;
+  absl::Status LogisticLossBackward(int rows, const float* probs, const int32_t* labels,
+                                    float scale, float* dlogits) override;
 
  private:
   explicit CudaDevice(int ordinal) : ordinal_(ordinal) {}

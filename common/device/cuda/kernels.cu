@@ -194,6 +194,131 @@ __global__ void MaxPoolScatterKernel(int64_t n, const float* dy, const int32_t* 
   }
 }
 
+// One thread per element of y (batch, width + fields * dim).
+__global__ void EmbeddingConcatForwardKernel(int batch, int width, const float* x, int fields,
+                                             int dim, const float* rows, const int32_t* lookups,
+                                             float* y) {
+  const int64_t out_width = width + int64_t{fields} * dim;
+  const int64_t n = int64_t{batch} * out_width;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    const int64_t b = i / out_width;
+    const int64_t c = i % out_width;
+    if (c < width) {
+      y[i] = x[b * width + c];
+    } else {
+      const int64_t f = (c - width) / dim;
+      y[i] = rows[int64_t{lookups[b * fields + f]} * dim + (c - width) % dim];
+    }
+  }
+}
+
+__global__ void CopyColumnsKernel(int batch, int width, int64_t from_width, const float* from,
+                                  float* to) {
+  const int64_t n = int64_t{batch} * width;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    to[i] = from[(i / width) * from_width + i % width];
+  }
+}
+
+// One thread per element of row_grads (unique, dim): it adds its row's lookups in their order,
+// as the CPU does (no atomics, the same sums on every run).
+__global__ void EmbeddingRowGradKernel(int width, const float* dy, int fields, int dim,
+                                       int64_t unique, const int32_t* offsets,
+                                       const int32_t* positions, float* row_grads) {
+  const int64_t out_width = width + int64_t{fields} * dim;
+  const int64_t n = unique * dim;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    const int64_t u = i / dim;
+    const int d = static_cast<int>(i % dim);
+    float sum = 0.0f;
+    for (int32_t k = offsets[u]; k < offsets[u + 1]; ++k) {
+      const int64_t b = positions[k] / fields;
+      const int64_t f = positions[k] % fields;
+      sum += dy[b * out_width + width + f * dim + d];
+    }
+    row_grads[i] = sum;
+  }
+}
+
+// Pair index of (hi, lo), hi > lo, in the order i = 1..n-1, j = 0..i-1.
+__device__ int64_t PairIndex(int hi, int lo) { return int64_t{hi} * (hi - 1) / 2 + lo; }
+
+// One thread per element of y (batch, dim + n * (n - 1) / 2).
+__global__ void DotInteractionForwardKernel(int batch, int n, int dim, const float* x, float* y) {
+  const int64_t pairs = int64_t{n} * (n - 1) / 2;
+  const int64_t out_width = dim + pairs;
+  const int64_t total = int64_t{batch} * out_width;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    const int64_t b = i / out_width;
+    const int64_t c = i % out_width;
+    const float* v = x + b * n * dim;
+    if (c < dim) {
+      y[i] = v[c];
+      continue;
+    }
+    const int64_t k = c - dim;
+    int hi = 1;
+    while (PairIndex(hi + 1, 0) <= k) ++hi;
+    const int lo = static_cast<int>(k - PairIndex(hi, 0));
+    float dot = 0.0f;
+    for (int d = 0; d < dim; ++d) dot += v[int64_t{hi} * dim + d] * v[int64_t{lo} * dim + d];
+    y[i] = dot;
+  }
+}
+
+// One thread per element of dx (batch, n * dim), summing in the CPU's order.
+__global__ void DotInteractionBackwardKernel(int batch, int n, int dim, const float* x,
+                                             const float* dy, float* dx) {
+  const int64_t out_width = dim + int64_t{n} * (n - 1) / 2;
+  const int64_t total = int64_t{batch} * n * dim;
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
+       e += int64_t{blockDim.x} * gridDim.x) {
+    const int64_t b = e / (int64_t{n} * dim);
+    const int i = static_cast<int>((e / dim) % n);
+    const int d = static_cast<int>(e % dim);
+    const float* v = x + b * n * dim;
+    const float* g = dy + b * out_width;
+    float sum = i == 0 ? g[d] : 0.0f;
+    for (int j = 0; j < n; ++j) {
+      if (j == i) continue;
+      sum += g[dim + PairIndex(max(i, j), min(i, j))] * v[int64_t{j} * dim + d];
+    }
+    dx[e] = sum;
+  }
+}
+
+// One thread per row.
+__global__ void LogisticLossKernel(int rows, const float* logits, const int32_t* labels,
+                                   float* probs, float* loss_per_row, float* correct_per_row,
+                                   int* bad_label) {
+  for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < rows;
+       r += int64_t{blockDim.x} * gridDim.x) {
+    const int32_t label = labels[r];
+    if (label != 0 && label != 1) {
+      *bad_label = 1;
+      continue;
+    }
+    const double z = logits[r];
+    probs[r] = static_cast<float>(1.0 / (1.0 + exp(-z)));
+    loss_per_row[r] = static_cast<float>(fmax(z, 0.0) + log1p(exp(-fabs(z))) - z * label);
+    correct_per_row[r] = (z > 0) == (label == 1) ? 1.0f : 0.0f;
+  }
+}
+
+__global__ void LogisticLossBackwardKernel(int rows, const float* probs, const int32_t* labels,
+                                           float scale, float* dlogits, int* bad_label) {
+  for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < rows;
+       r += int64_t{blockDim.x} * gridDim.x) {
+    const int32_t label = labels[r];
+    if (label != 0 && label != 1) *bad_label = 1;
+    dlogits[r] = scale * (probs[r] - static_cast<float>(label));
+  }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -275,6 +400,58 @@ cudaError_t LaunchMaxPoolForward(int batch, int height, int width, int channels,
 cudaError_t LaunchMaxPoolScatter(int64_t y_size, const float* dy, const int32_t* argmax, float* dx,
                                  cudaStream_t stream) {
   MaxPoolScatterKernel<<<BlocksFor(y_size), kThreads, 0, stream>>>(y_size, dy, argmax, dx);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchEmbeddingConcatForward(int batch, int width, const float* x, int fields, int dim,
+                                         const float* rows, const int32_t* lookups, float* y,
+                                         cudaStream_t stream) {
+  const int64_t n = int64_t{batch} * (width + int64_t{fields} * dim);
+  EmbeddingConcatForwardKernel<<<BlocksFor(n), kThreads, 0, stream>>>(batch, width, x, fields, dim,
+                                                                      rows, lookups, y);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchEmbeddingConcatBackward(int batch, int width, const float* dy, int fields,
+                                          int dim, int64_t unique, const int32_t* offsets,
+                                          const int32_t* positions, float* dx, float* row_grads,
+                                          cudaStream_t stream) {
+  if (dx != nullptr && width > 0) {
+    CopyColumnsKernel<<<BlocksFor(int64_t{batch} * width), kThreads, 0, stream>>>(
+        batch, width, width + int64_t{fields} * dim, dy, dx);
+  }
+  EmbeddingRowGradKernel<<<BlocksFor(unique * dim), kThreads, 0, stream>>>(
+      width, dy, fields, dim, unique, offsets, positions, row_grads);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchDotInteractionForward(int batch, int n, int dim, const float* x, float* y,
+                                        cudaStream_t stream) {
+  const int64_t total = int64_t{batch} * (dim + int64_t{n} * (n - 1) / 2);
+  DotInteractionForwardKernel<<<BlocksFor(total), kThreads, 0, stream>>>(batch, n, dim, x, y);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchDotInteractionBackward(int batch, int n, int dim, const float* x, const float* dy,
+                                         float* dx, cudaStream_t stream) {
+  const int64_t total = int64_t{batch} * n * dim;
+  DotInteractionBackwardKernel<<<BlocksFor(total), kThreads, 0, stream>>>(batch, n, dim, x, dy, dx);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchLogisticLoss(int rows, const float* logits, const int32_t* labels, float* probs,
+                               float* loss_per_row, float* correct_per_row, int* bad_label,
+                               cudaStream_t stream) {
+  LogisticLossKernel<<<BlocksFor(rows), kThreads, 0, stream>>>(
+      rows, logits, labels, probs, loss_per_row, correct_per_row, bad_label);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchLogisticLossBackward(int rows, const float* probs, const int32_t* labels,
+                                       float scale, float* dlogits, int* bad_label,
+                                       cudaStream_t stream) {
+  LogisticLossBackwardKernel<<<BlocksFor(rows), kThreads, 0, stream>>>(rows, probs, labels, scale,
+                                                                       dlogits, bad_label);
   return cudaGetLastError();
 }
 

@@ -41,6 +41,28 @@ cudaError_t LaunchMaxPoolForward(int batch, int height, int width, int channels,
 // dx must already be zero; windows do not overlap, so the scatter has no conflicts.
 cudaError_t LaunchMaxPoolScatter(int64_t y_size, const float* dy, const int32_t* argmax, float* dx,
                                  cudaStream_t stream);
+// y = [x | rows[lookups]] per row; one thread per element of y.
+cudaError_t LaunchEmbeddingConcatForward(int batch, int width, const float* x, int fields, int dim,
+                                         const float* rows, const int32_t* lookups, float* y,
+                                         cudaStream_t stream);
+// dx = dy's first width columns (unless null); row_grads: one thread per element, adding its
+// row's lookups in order (deterministic, no atomics).
+cudaError_t LaunchEmbeddingConcatBackward(int batch, int width, const float* dy, int fields,
+                                          int dim, int64_t unique, const int32_t* offsets,
+                                          const int32_t* positions, float* dx, float* row_grads,
+                                          cudaStream_t stream);
+// One thread per output element (a dot product of dim terms, or a copied element).
+cudaError_t LaunchDotInteractionForward(int batch, int n, int dim, const float* x, float* y,
+                                        cudaStream_t stream);
+cudaError_t LaunchDotInteractionBackward(int batch, int n, int dim, const float* x, const float* dy,
+                                         float* dx, cudaStream_t stream);
+// One thread per row. Sets *bad_label to 1 when a label is neither 0 nor 1.
+cudaError_t LaunchLogisticLoss(int rows, const float* logits, const int32_t* labels, float* probs,
+                               float* loss_per_row, float* correct_per_row, int* bad_label,
+                               cudaStream_t stream);
+cudaError_t LaunchLogisticLossBackward(int rows, const float* probs, const int32_t* labels,
+                                       float scale, float* dlogits, int* bad_label,
+                                       cudaStream_t stream);
 
 }  // namespace ps::cuda
 

@@ -138,6 +138,33 @@ class DeferredCopyDevice final : public Device {
                                int64_t x_size, float* dx) override {
     return cpu_.MaxPoolBackward(y_size, dy, argmax, x_size, dx);
   }
+  absl::Status EmbeddingConcatForward(int batch, int width, const float* x, int fields, int dim,
+                                      const float* rows, const int32_t* lookups,
+                                      float* y) override {
+    return cpu_.EmbeddingConcatForward(batch, width, x, fields, dim, rows, lookups, y);
+  }
+  absl::Status EmbeddingConcatBackward(int batch, int width, const float* dy, int fields, int dim,
+                                       int64_t unique, const int32_t* offsets,
+                                       const int32_t* positions, float* dx,
+                                       float* row_grads) override {
+    return cpu_.EmbeddingConcatBackward(batch, width, dy, fields, dim, unique, offsets, positions,
+                                        dx, row_grads);
+  }
+  absl::Status DotInteractionForward(int batch, int n, int dim, const float* x, float* y) override {
+    return cpu_.DotInteractionForward(batch, n, dim, x, y);
+  }
+  absl::Status DotInteractionBackward(int batch, int n, int dim, const float* x, const float* dy,
+                                      float* dx) override {
+    return cpu_.DotInteractionBackward(batch, n, dim, x, dy, dx);
+  }
+  absl::Status LogisticLoss(int rows, const float* logits, const int32_t* labels, float* probs,
+                            float* loss_per_row, float* correct_per_row) override {
+    return cpu_.LogisticLoss(rows, logits, labels, probs, loss_per_row, correct_per_row);
+  }
+  absl::Status LogisticLossBackward(int rows, const float* probs, const int32_t* labels,
+                                    float scale, float* dlogits) override {
+    return cpu_.LogisticLossBackward(rows, probs, labels, scale, dlogits);
+  }
 
  private:
   struct Copy {
