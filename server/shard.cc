@@ -53,6 +53,7 @@ Shard::Shard(const ShardOptions& options)
       round_gradients_(options.consistency.num_workers),
       round_base_versions_(options.consistency.num_workers, 0),
       round_has_gradient_(options.consistency.num_workers, false),
+      round_rows_(options.consistency.num_workers),
       staged_(options.consistency.num_workers) {
   lease_thread_ = std::thread([this] { LeaseLoop(); });
 }
@@ -168,7 +169,8 @@ absl::Status Shard::Heartbeat(const Caller& caller, const WorkPlan& plan) {
 }
 
 absl::StatusOr<Shard::InitResult> Shard::Init(uint64_t fingerprint, int64_t total_params,
-                                              KeyRange range, absl::Span<const float> values) {
+                                              KeyRange range, absl::Span<const float> values,
+                                              const std::vector<SparseTableSpec>& tables) {
   if (total_params < 0) return absl::InvalidArgumentError("total_params < 0");
   const KeyRange mine = ShardRange(total_params, options_.num_shards, options_.shard_id);
   if (!(range == mine)) {
@@ -181,6 +183,12 @@ absl::StatusOr<Shard::InitResult> Shard::Init(uint64_t fingerprint, int64_t tota
         absl::StrCat("Init carries ", values.size(), " values for a range of ", range.size()));
   }
   if (!AllFinite(values)) return absl::InvalidArgumentError("Init values contain NaN or Inf");
+  for (const SparseTableSpec& t : tables) {
+    if (t.name.empty() || t.dim < 1 || !(t.init_scale > 0) || !std::isfinite(t.init_scale)) {
+      return absl::InvalidArgumentError(absl::StrCat("sparse table '", t.name, "' of dim ", t.dim,
+                                                     " and init scale ", t.init_scale));
+    }
+  }
   absl::MutexLock lock(&mu_);
   if (shutdown_) return absl::UnavailableError("shard is shutting down");
   if (initialized_) {
@@ -197,6 +205,10 @@ absl::StatusOr<Shard::InitResult> Shard::Init(uint64_t fingerprint, int64_t tota
   optimizer_ = std::make_unique<Optimizer>(options_.optimizer, range.size());
   optimizer_->set_decay_updates(decay_updates_);
   round_sum_.assign(range.size(), 0.0f);
+  tables_.clear();
+  for (const SparseTableSpec& t : tables) {
+    tables_.push_back(std::make_unique<SparseTable>(t, options_.sparse_optimizer));
+  }
   initialized_ = true;
   return InitResult{false, version_};
 }
@@ -261,7 +273,8 @@ absl::StatusOr<PushAction> Shard::AdmitPushLocked(const PushArgs& args, bool fin
   RETURN_IF_ERROR(CheckIncarnation(args.caller));
   RETURN_IF_ERROR(ValidateAccess(args.caller.rank, args.fingerprint, args.range,
                                  static_cast<size_t>(args.gradient.size()), /*observer=*/false));
-  if (!finite) {
+  RETURN_IF_ERROR(ValidateRowsLocked(args.rows, /*with_values=*/true));
+  if (!finite || !RowsFinite(args.rows)) {
     ++rejected_nonfinite_;
     return absl::InvalidArgumentError(absl::StrCat("gradient of worker ", args.caller.rank,
                                                    " clock ", args.clock, " contains NaN or Inf"));
@@ -276,6 +289,9 @@ absl::StatusOr<PushAction> Shard::AdmitPushLocked(const PushArgs& args, bool fin
 }
 
 absl::StatusOr<Shard::PushResult> Shard::PushPieceLocked(const PushArgs& args, bool finite) {
+  if (!args.rows.empty()) {
+    return absl::InvalidArgumentError("sparse rows travel with a whole push, not with a piece");
+  }
   ASSIGN_OR_RETURN(const PushAction action, AdmitPushLocked(args, finite));
   PushResult result;
   if (action == PushAction::kDuplicate) {  // the whole clock is done already
@@ -352,7 +368,8 @@ Shard::PushResult Shard::ActOnPushLocked(const PushArgs& args, PushAction action
     case PushAction::kApply:
       controller_.RecordPush(args.caller.rank);
       result.staleness = version_ - args.base_version;
-      result.applied = ApplyStale(args.caller.rank, args.clock, args.base_version, args.gradient);
+      result.applied =
+          ApplyStale(args.caller.rank, args.clock, args.base_version, args.gradient, args.rows);
       result.dropped = !result.applied;
       break;
     case PushAction::kLate:
@@ -366,6 +383,7 @@ Shard::PushResult Shard::ActOnPushLocked(const PushArgs& args, PushAction action
       args.gradient.DecodeInto(absl::MakeSpan(round_gradients_[args.caller.rank]));
       round_base_versions_[args.caller.rank] = args.base_version;
       round_has_gradient_[args.caller.rank] = true;
+      round_rows_[args.caller.rank] = args.rows;
       const int64_t before = version_;
       MaybeApplyRound();
       result.applied = version_ != before;
@@ -399,8 +417,8 @@ void Shard::MaybeSnapshot() {
   options_.on_snapshot(version_, std::move(payload));
 }
 
-bool Shard::ApplyStale(int rank, int64_t clock, int64_t base_version,
-                       const EncodedTensor& gradient) {
+bool Shard::ApplyStale(int rank, int64_t clock, int64_t base_version, const EncodedTensor& gradient,
+                       const std::vector<SparseRows>& rows) {
   const int64_t staleness = version_ - base_version;
   if (options_.on_apply && !(options_.update_rule.rule == UpdateRule::kDropStale &&
                              staleness > options_.update_rule.drop_above)) {
@@ -412,6 +430,8 @@ bool Shard::ApplyStale(int rank, int64_t clock, int64_t base_version,
       break;
     case UpdateRule::kStalenessLr:
       staleness_[rank].Record(staleness);
+      // Rows first: a snapshot taken as the dense update completes the version holds them.
+      ApplyRowsLocked(rows, 1.0f / static_cast<float>(staleness + 1));
       ApplyGradient(gradient, 1.0f / static_cast<float>(staleness + 1));
       return true;
     case UpdateRule::kDcAsgd: {
@@ -421,6 +441,7 @@ bool Shard::ApplyStale(int rank, int64_t clock, int64_t base_version,
       gradient.DecodeInto(absl::MakeSpan(compensated_));
       DelayCompensate(rule.dc_lambda, compensated_, values_, backup, absl::MakeSpan(compensated_));
       staleness_[rank].Record(staleness);
+      ApplyRowsLocked(rows);  // rows are not compensated: no copy of them is kept per worker
       ApplyGradient(EncodedTensor::OfFloats(compensated_));
       return true;
     }
@@ -432,6 +453,7 @@ bool Shard::ApplyStale(int rank, int64_t clock, int64_t base_version,
       break;
   }
   staleness_[rank].Record(staleness);
+  ApplyRowsLocked(rows);
   ApplyGradient(gradient);
   return true;
 }
@@ -445,6 +467,9 @@ void Shard::MaybeApplyRound() {
   // is added to zeros in the same pass that writes it (0 + g, so -0 becomes +0 exactly as a
   // zero-filled sum would make it), and a mean of one gradient is not scaled (x * 1 == x):
   // two passes over the slice fewer, the same bits.
+  int round_workers = 0;
+  for (size_t r = 0; r < round_gradients_.size(); ++r) round_workers += round_has_gradient_[r];
+  ApplyRoundRowsLocked(round_workers);
   int contributors = 0;
   for (size_t r = 0; r < round_gradients_.size(); ++r) {
     if (!round_has_gradient_[r]) continue;

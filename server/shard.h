@@ -26,6 +26,7 @@
 #include "common/base/param_layout.h"
 #include "common/codec/tensor_codec.h"
 #include "common/optim/optimizer.h"
+#include "common/optim/sparse_table.h"
 #include "server/consistency.h"
 #include "server/staleness_histogram.h"
 #include "server/update_rule.h"
@@ -52,6 +53,7 @@ struct ShardOptions {
   int num_shards = 1;
   ConsistencyOptions consistency;            // mode, SSP bound, number of workers
   OptimizerOptions optimizer;                // the optimizer applied to the slice
+  SparseOptimizerOptions sparse_optimizer;   // the row-wise one of the sparse tables' rows
   UpdateRuleOptions update_rule;             // how stale gradients are applied (SSP, ASP)
   absl::Duration lease = absl::Seconds(10);  // a worker silent this long leaves the barrier set
   // This shard process's incarnation (non-zero; random per process start, see the proto).
@@ -111,6 +113,16 @@ struct ShardStatus {
   std::vector<WorkerStatusInfo> workers;
 };
 
+// Rows of one of the model's sparse tables (its index in the order Init declared them): the keys,
+// and with a push their gradients (keys.size() x dim, the mean over the step's samples).
+struct SparseRows {
+  int table = 0;
+  std::vector<uint64_t> keys;
+  std::vector<float> values;
+};
+// Whether every value of every entry is finite.
+bool RowsFinite(const std::vector<SparseRows>& rows);
+
 // The identity a worker's call carries: its rank and the incarnations it registered with. A zero
 // incarnation is not checked (observers and simple clients).
 struct Caller {
@@ -147,9 +159,11 @@ class Shard {
     bool already_initialized = false;
     int64_t version = 0;
   };
-  // Sets the slice once; see the Init rpc in parameter_server.proto for the rules.
+  // Sets the slice once, and declares the model's sparse tables (their rows start from their
+  // initial values, see SparseTable); see the Init rpc in parameter_server.proto for the rules.
   absl::StatusOr<InitResult> Init(uint64_t fingerprint, int64_t total_params, KeyRange range,
-                                  absl::Span<const float> values);
+                                  absl::Span<const float> values,
+                                  const std::vector<SparseTableSpec>& tables = {});
 
   struct PullArgs {
     Caller caller;  // the worker, its process and the shard process it registered with
@@ -158,11 +172,14 @@ class Shard {
     KeyRange range;
     int64_t clock = 0;
     bool no_wait = false;  // observer read: at once, whatever the mode; the caller is ignored
+    // Rows to read with the slice (keys only), each owned by this shard (ShardOfKey).
+    std::vector<SparseRows> rows;
   };
   struct PullResult {
     int64_t version = 0;
     int64_t min_clock = 0;
-    absl::Duration waited;  // zero when the pull did not have to wait
+    absl::Duration waited;                 // zero when the pull did not have to wait
+    std::vector<std::vector<float>> rows;  // the values of args.rows, entry by entry
   };
   // Waits until the mode allows step args.clock (or `deadline`: DEADLINE_EXCEEDED), then copies
   // args.range of the slice into `out` (range.size() floats). UNAVAILABLE after Shutdown().
@@ -194,6 +211,10 @@ class Shard {
     int64_t base_version = 0;  // pieces of one clock may differ; the smallest counts
     // range.size() elements in any encoding, as received (see common/codec/tensor_codec.h).
     EncodedTensor gradient;
+    // Gradients of rows this shard owns (distinct keys per entry); a whole push only (no piece).
+    // They follow the dense gradient's fate: applied, buffered for the BSP round (whose rows get
+    // the mean over the round's workers, summed in rank order), dropped or late with it.
+    std::vector<SparseRows> rows;
   };
   struct PushResult {
     bool applied = false;
@@ -218,6 +239,13 @@ class Shard {
   const ShardOptions& options() const { return options_; }
   // A copy of the slice (empty before Init). For tests and checkpoints.
   std::vector<float> Values() const;
+  // Rows and memory of each sparse table, in declaration order.
+  struct TableStatus {
+    std::string name;
+    int64_t rows = 0;
+    int64_t bytes = 0;
+  };
+  std::vector<TableStatus> TableStatuses() const;
 
   // The shard's whole state (slice, optimizer slots, version, BSP round and buffered gradients,
   // workers' clocks, incarnations and statistics) as a checkpoint payload, with its version.
@@ -261,9 +289,19 @@ class Shard {
   void MaybeApplyRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyGradient(const EncodedTensor& gradient, float lr_scale = 1.0f)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Applies an SSP/ASP push by the configured update rule; false if the rule dropped it.
-  bool ApplyStale(int rank, int64_t clock, int64_t base_version, const EncodedTensor& gradient)
+  // Sparse rows (shard_sparse.cc). The checks of a request's rows: known tables, keys this
+  // shard owns, and with gradients (with_values) distinct keys, dim values each, all finite.
+  absl::Status ValidateRowsLocked(const std::vector<SparseRows>& rows, bool with_values) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyRowsLocked(const std::vector<SparseRows>& rows, float lr_scale = 1.0f)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The BSP round's rows: each key's gradients summed in rank order, times 1 / contributors.
+  void ApplyRoundRowsLocked(int contributors) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<std::vector<float>> ReadRowsLocked(const std::vector<SparseRows>& rows) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies an SSP/ASP push by the configured update rule; false if the rule dropped it.
+  bool ApplyStale(int rank, int64_t clock, int64_t base_version, const EncodedTensor& gradient,
+                  const std::vector<SparseRows>& rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LeaseLoop();
   // The checks every push passes (access, incarnation, finite values, base version, clock), and
   // what the consistency controller makes of its clock; renews the lease.
@@ -335,6 +373,9 @@ class Shard {
   std::vector<int64_t> round_base_versions_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> round_has_gradient_ ABSL_GUARDED_BY(mu_);
   std::vector<float> round_sum_ ABSL_GUARDED_BY(mu_);
+  // The sparse tables, in declaration order, and each worker's rows for the open BSP round.
+  std::vector<std::unique_ptr<SparseTable>> tables_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::vector<SparseRows>> round_rows_ ABSL_GUARDED_BY(mu_);
   // Pieces of each worker's current clock received so far (priority scheduling). The buffer is
   // kept between clocks, so only workers that push in pieces cost a slice each.
   struct StagedPush {

@@ -50,6 +50,7 @@ int64_t Shard::PullAsync(const PullArgs& args, absl::Time deadline, SliceReader 
       s = ValidateAccess(args.caller.rank, args.fingerprint, args.range,
                          static_cast<size_t>(args.range.size()), observer);
     }
+    if (s.ok()) s = ValidateRowsLocked(args.rows, /*with_values=*/false);
     if (!s.ok()) {
       now_result = s;
     } else {
@@ -101,6 +102,7 @@ absl::StatusOr<Shard::PullResult> Shard::ReadSliceLocked(const PullArgs& args, a
     }  // a first pull in pieces: DC-ASGD compensates once the worker has pulled the slice whole
   }
   PullResult result;
+  result.rows = ReadRowsLocked(args.rows);
   result.version = version_;
   result.min_clock = controller_.MinClock();
   result.waited = now - start;

@@ -7,8 +7,13 @@
 //   per worker: u8 state; i64 clock; u64 incarnation; i64s histogram counts; i64 count, sum,
 //   max, dropped, late; (format 2:) i64 planned_steps, samples_per_step, skipped_steps;
 //   u8 has_round_gradient; i64 round_base_version; floats round_gradient
+//   (format 3:) u32 tables; per table: i64s name (one per byte), i64 dim, u32 init_scale (float
+//   bits), i64s keys, floats values, floats optimizer state, i64s update counts; then per worker:
+//   u32 entries of its BSP round's rows, each u32 table, i64s keys, floats gradients
 // DC-ASGD's per-worker pulled copies are not saved: after a restore, compensation starts again
 // from each worker's next pull.
+
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
@@ -19,13 +24,88 @@ namespace ps {
 
 namespace {
 
-constexpr uint32_t kSnapshotFormat = 2;
+constexpr uint32_t kSnapshotFormat = 3;
 // Format 1 lacks the work accounting: its workers restore with no plan and nothing skipped.
 constexpr uint32_t kOldestSnapshotFormat = 1;
 // Bounds for lengths read from a snapshot, so a corrupt one cannot ask for absurd allocations.
 constexpr uint64_t kMaxValues = uint64_t{1} << 34;
 
 uint8_t ModeCode(ConsistencyMode m) { return static_cast<uint8_t>(m); }
+
+std::vector<int64_t> AsI64s(const std::vector<uint64_t>& keys) {
+  return std::vector<int64_t>(keys.begin(), keys.end());
+}
+std::vector<uint64_t> AsKeys(const std::vector<int64_t>& v) {
+  return std::vector<uint64_t>(v.begin(), v.end());
+}
+
+void WriteTable(const SparseTable& table, ByteWriter& w) {
+  const std::string& name = table.spec().name;
+  w.I64s(std::vector<int64_t>(name.begin(), name.end()));
+  w.I64(table.dim());
+  uint32_t scale_bits = 0;
+  std::memcpy(&scale_bits, &table.spec().init_scale, sizeof(scale_bits));
+  w.U32(scale_bits);
+  SparseTable::Contents c = table.Export();
+  w.I64s(AsI64s(c.keys));
+  w.Floats(c.values);
+  w.Floats(c.state);
+  w.I64s(c.updates);
+}
+
+absl::StatusOr<std::unique_ptr<SparseTable>> ReadTable(ByteReader& in,
+                                                       const SparseOptimizerOptions& optimizer) {
+  SparseTableSpec spec;
+  ASSIGN_OR_RETURN(std::vector<int64_t> name, in.I64s("table name", 1024));
+  for (int64_t c : name) spec.name.push_back(static_cast<char>(c));
+  ASSIGN_OR_RETURN(spec.dim, in.I64("table dim"));
+  ASSIGN_OR_RETURN(uint32_t scale_bits, in.U32("table init scale"));
+  std::memcpy(&spec.init_scale, &scale_bits, sizeof(scale_bits));
+  SparseTable::Contents c;
+  ASSIGN_OR_RETURN(std::vector<int64_t> keys, in.I64s("table keys", kMaxValues));
+  c.keys = AsKeys(keys);
+  ASSIGN_OR_RETURN(c.values, in.Floats("table values", kMaxValues));
+  ASSIGN_OR_RETURN(c.state, in.Floats("table state", kMaxValues));
+  ASSIGN_OR_RETURN(c.updates, in.I64s("table update counts", kMaxValues));
+  if (spec.name.empty() || spec.dim < 1 || !(spec.init_scale > 0)) {
+    return absl::DataLossError("snapshot table header is inconsistent");
+  }
+  auto table = std::make_unique<SparseTable>(spec, optimizer);
+  absl::Status restored = table->Restore(std::move(c));
+  if (!restored.ok()) {
+    // A state of another width: the checkpoint was written with another sparse optimizer.
+    return absl::FailedPreconditionError(restored.message());
+  }
+  return table;
+}
+
+void WriteRows(const std::vector<SparseRows>& rows, ByteWriter& w) {
+  w.U32(static_cast<uint32_t>(rows.size()));
+  for (const SparseRows& entry : rows) {
+    w.U32(static_cast<uint32_t>(entry.table));
+    w.I64s(AsI64s(entry.keys));
+    w.Floats(entry.values);
+  }
+}
+
+absl::StatusOr<std::vector<SparseRows>> ReadRows(
+    ByteReader& in, const std::vector<std::unique_ptr<SparseTable>>& tables) {
+  ASSIGN_OR_RETURN(uint32_t n, in.U32("round row entries"));
+  if (n > tables.size()) return absl::DataLossError("more round row entries than tables");
+  std::vector<SparseRows> rows(n);
+  for (SparseRows& entry : rows) {
+    ASSIGN_OR_RETURN(uint32_t table, in.U32("round rows table"));
+    ASSIGN_OR_RETURN(std::vector<int64_t> keys, in.I64s("round rows keys", kMaxValues));
+    ASSIGN_OR_RETURN(entry.values, in.Floats("round rows gradients", kMaxValues));
+    entry.keys = AsKeys(keys);
+    if (table >= tables.size() ||
+        entry.values.size() != entry.keys.size() * static_cast<size_t>(tables[table]->dim())) {
+      return absl::DataLossError("snapshot round rows are inconsistent");
+    }
+    entry.table = static_cast<int>(table);
+  }
+  return rows;
+}
 
 }  // namespace
 
@@ -75,6 +155,11 @@ void Shard::EncodeSnapshotLocked(std::string* out) const {
     w.I64(round_base_versions_[r]);
     w.Floats(round_has_gradient_[r] ? absl::MakeConstSpan(round_gradients_[r])
                                     : absl::Span<const float>());
+  }
+  w.U32(static_cast<uint32_t>(tables_.size()));
+  for (const auto& table : tables_) WriteTable(*table, w);
+  for (int r = 0; r < workers; ++r) {
+    WriteRows(round_has_gradient_[r] ? round_rows_[r] : std::vector<SparseRows>(), w);
   }
   *out = w.Release();
 }
@@ -182,6 +267,20 @@ absl::Status Shard::RestoreSnapshot(absl::string_view payload) {
   for (int r = 0; r < workers; ++r) {
     ASSIGN_OR_RETURN(restored[r], ReadWorker(in, format, values.size(), r));
   }
+  std::vector<std::unique_ptr<SparseTable>> tables;
+  std::vector<std::vector<SparseRows>> round_rows(workers);
+  if (format >= 3) {
+    ASSIGN_OR_RETURN(uint32_t table_count, in.U32("tables"));
+    if (table_count > 1024) return absl::DataLossError("snapshot declares too many tables");
+    for (uint32_t t = 0; t < table_count; ++t) {
+      ASSIGN_OR_RETURN(std::unique_ptr<SparseTable> table,
+                       ReadTable(in, options_.sparse_optimizer));
+      tables.push_back(std::move(table));
+    }
+    for (int r = 0; r < workers; ++r) {
+      ASSIGN_OR_RETURN(round_rows[r], ReadRows(in, tables));
+    }
+  }
   if (in.remaining() != 0) {
     return absl::DataLossError(absl::StrCat("snapshot has ", in.remaining(), " trailing bytes"));
   }
@@ -195,6 +294,8 @@ absl::Status Shard::RestoreSnapshot(absl::string_view payload) {
   range_ = KeyRange{begin, end};
   values_ = std::move(values);
   optimizer_ = std::move(optimizer);
+  tables_ = std::move(tables);
+  round_rows_ = std::move(round_rows);
   round_sum_.assign(values_.size(), 0.0f);
   version_ = version;
   rejected_nonfinite_ = rejected;

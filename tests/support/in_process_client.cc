@@ -110,7 +110,7 @@ absl::StatusOr<PullStats> InProcessClient::PullRanges(
   for (size_t i = 0; i < ranges.size(); ++i) {
     const auto& [s, range] = ranges[i];
     const Caller c = caller(s);
-    const Shard::PullArgs args{c, fingerprint_, range, clock, no_wait};
+    const Shard::PullArgs args{c, fingerprint_, range, clock, no_wait, {}};
     ASSIGN_OR_RETURN(const Shard::PullResult r,
                      shards_[s]->Pull(args, absl::Now() + kPullDeadline,
                                       params.subspan(range.begin, range.size())));

@@ -1,0 +1,118 @@
+// Shard's sparse tables: the checks of a request's rows, applying pushed rows (at once, or as the
+// BSP round's mean), and reading rows for a pull.
+
+#include <cmath>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "server/shard.h"
+
+namespace ps {
+
+absl::Status Shard::ValidateRowsLocked(const std::vector<SparseRows>& rows,
+                                       bool with_values) const {
+  for (const SparseRows& entry : rows) {
+    if (entry.table < 0 || entry.table >= static_cast<int>(tables_.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sparse table ", entry.table, " is unknown (the model declared ", tables_.size(), ")"));
+    }
+    const SparseTable& table = *tables_[entry.table];
+    for (uint64_t key : entry.keys) {
+      if (ShardOfKey(key, options_.num_shards) != options_.shard_id) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("key ", key, " of table '", table.spec().name, "' belongs to shard ",
+                         ShardOfKey(key, options_.num_shards), ", not ", options_.shard_id));
+      }
+    }
+    if (!with_values) {
+      if (!entry.values.empty()) {
+        return absl::InvalidArgumentError("a pull's rows carry keys only");
+      }
+      continue;
+    }
+    const size_t expected = entry.keys.size() * static_cast<size_t>(table.dim());
+    if (entry.values.size() != expected) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table '", table.spec().name, "': ", entry.values.size(),
+                       " gradient values for ", entry.keys.size(), " rows of ", table.dim()));
+    }
+    absl::flat_hash_set<uint64_t> seen;
+    seen.reserve(entry.keys.size());
+    for (uint64_t key : entry.keys) {
+      if (!seen.insert(key).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("table '", table.spec().name, "': key ", key, " pushed twice"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool RowsFinite(const std::vector<SparseRows>& rows) {
+  for (const SparseRows& entry : rows) {
+    for (float v : entry.values) {
+      if (!std::isfinite(v)) return false;
+    }
+  }
+  return true;
+}
+
+void Shard::ApplyRowsLocked(const std::vector<SparseRows>& rows, float lr_scale) {
+  for (const SparseRows& entry : rows) {
+    tables_[entry.table]->Apply(entry.keys, entry.values, lr_scale);
+  }
+}
+
+void Shard::ApplyRoundRowsLocked(int contributors) {
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    const int64_t dim = tables_[t]->dim();
+    SparseRows merged;
+    merged.table = static_cast<int>(t);
+    absl::flat_hash_map<uint64_t, int64_t> index;
+    for (size_t r = 0; r < round_rows_.size(); ++r) {  // rank order: the sums do not depend on
+      if (!round_has_gradient_[r]) continue;           // the order the pushes arrived in
+      for (const SparseRows& entry : round_rows_[r]) {
+        if (entry.table != static_cast<int>(t)) continue;
+        for (size_t i = 0; i < entry.keys.size(); ++i) {
+          const auto [it, inserted] =
+              index.try_emplace(entry.keys[i], static_cast<int64_t>(merged.keys.size()));
+          if (inserted) {
+            merged.keys.push_back(entry.keys[i]);
+            merged.values.resize(merged.values.size() + dim, 0.0f);
+          }
+          float* sum = merged.values.data() + it->second * dim;
+          const float* g = entry.values.data() + static_cast<int64_t>(i) * dim;
+          for (int64_t d = 0; d < dim; ++d) sum[d] += g[d];
+        }
+      }
+    }
+    if (contributors > 1) {
+      const float inv = 1.0f / static_cast<float>(contributors);
+      for (float& x : merged.values) x *= inv;
+    }
+    tables_[t]->Apply(merged.keys, merged.values);
+  }
+  for (auto& rows : round_rows_) rows.clear();
+}
+
+std::vector<std::vector<float>> Shard::ReadRowsLocked(const std::vector<SparseRows>& rows) const {
+  std::vector<std::vector<float>> out(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const SparseTable& table = *tables_[rows[i].table];
+    out[i].resize(rows[i].keys.size() * static_cast<size_t>(table.dim()));
+    table.Read(rows[i].keys, absl::MakeSpan(out[i]));
+  }
+  return out;
+}
+
+std::vector<Shard::TableStatus> Shard::TableStatuses() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<TableStatus> out;
+  for (const auto& table : tables_) {
+    out.push_back(TableStatus{table->spec().name, table->rows(), table->bytes()});
+  }
+  return out;
+}
+
+}  // namespace ps

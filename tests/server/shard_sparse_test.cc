@@ -1,0 +1,178 @@
+// A shard's sparse tables: rows pulled with the slice, pushed rows applied at once (SSP/ASP) or
+// as the BSP round's mean in rank order, every bad request refused with its code and nothing
+// changed, and the rows in snapshots.
+
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/shard.h"
+
+namespace ps {
+namespace {
+
+constexpr uint64_t kFp = 0xbeef;
+const SparseTableSpec kTable{"embeddings", 2, 0.05f};
+
+std::unique_ptr<Shard> MakeShard(ConsistencyMode mode, int workers, int shard_id = 0,
+                                 int num_shards = 1) {
+  ShardOptions o;
+  o.shard_id = shard_id;
+  o.num_shards = num_shards;
+  o.consistency.mode = mode;
+  o.consistency.num_workers = workers;
+  o.optimizer.kind = OptimizerKind::kSgd;
+  o.optimizer.lr = 1.0f;
+  o.sparse_optimizer = {SparseOptimizerKind::kSgd, 1.0f};
+  o.lease = absl::Seconds(30);
+  auto s = Shard::Create(o);
+  EXPECT_TRUE(s.ok()) << s.status();
+  auto shard = std::move(*s);
+  const KeyRange range = ShardRange(2, num_shards, shard_id);
+  const std::vector<float> init(range.size(), 1.0f);
+  EXPECT_TRUE(shard->Init(kFp, 2, range, init, {kTable}).ok());
+  for (int r = 0; r < workers; ++r) EXPECT_TRUE(shard->Register(r, kFp).ok());
+  return shard;
+}
+
+Shard::PushArgs PushOf(int rank, int64_t clock, std::vector<uint64_t> keys,
+                       std::vector<float> grads, const Shard& shard) {
+  Shard::PushArgs a;
+  a.caller.rank = rank;
+  a.fingerprint = kFp;
+  a.range = shard.range();
+  a.clock = clock;
+  a.gradient = EncodedTensor::OfFloats(std::vector<float>(a.range.size(), 0.0f));
+  a.rows.push_back(SparseRows{0, std::move(keys), std::move(grads)});
+  return a;
+}
+
+// The current values of `keys` (an observer's read).
+std::vector<float> Rows(Shard& shard, std::vector<uint64_t> keys) {
+  Shard::PullArgs a;
+  a.fingerprint = kFp;
+  a.range = shard.range();
+  a.no_wait = true;
+  a.rows.push_back(SparseRows{0, std::move(keys), {}});
+  std::vector<float> slice(a.range.size());
+  auto r = shard.Pull(a, absl::Now() + absl::Seconds(5), absl::MakeSpan(slice));
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? r->rows[0] : std::vector<float>();
+}
+
+std::vector<float> Initial(uint64_t key) {
+  std::vector<float> row(2);
+  SparseTable::InitialRow(kTable, key, row.data());
+  return row;
+}
+
+TEST(ShardSparse, PullsReadRowsAndAsyncPushesApplyAtOnce) {
+  auto shard = MakeShard(ConsistencyMode::kAsp, 2);
+  const std::vector<float> w5 = Initial(5), w9 = Initial(9);
+  EXPECT_EQ(Rows(*shard, {5, 9}), (std::vector<float>{w5[0], w5[1], w9[0], w9[1]}));
+  auto pushed = shard->Push(PushOf(1, 0, {9}, {0.5f, -1.0f}, *shard));
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  EXPECT_TRUE(pushed->applied);
+  EXPECT_EQ(Rows(*shard, {9, 5}), (std::vector<float>{w9[0] - 0.5f, w9[1] + 1.0f, w5[0], w5[1]}));
+  ASSERT_EQ(shard->TableStatuses().size(), 1u);
+  EXPECT_EQ(shard->TableStatuses()[0].rows, 1);  // the pulls created no row
+}
+
+TEST(ShardSparse, BspRowsGetTheRoundsMeanWhateverTheArrivalOrder) {
+  auto shard = MakeShard(ConsistencyMode::kBsp, 3);
+  const std::vector<float> w1 = Initial(1), w2 = Initial(2);
+  ASSERT_TRUE(shard->Push(PushOf(2, 0, {1}, {3, 3}, *shard)).ok());
+  ASSERT_TRUE(shard->Push(PushOf(0, 0, {2, 1}, {6, 0, 1, 2}, *shard)).ok());
+  EXPECT_EQ(Rows(*shard, {1}), w1);  // buffered until the round is whole
+  auto last = shard->Push(PushOf(1, 0, {2}, {0, 3}, *shard));
+  ASSERT_TRUE(last.ok());
+  EXPECT_TRUE(last->applied);
+  // Row 1: (1 + 3) / 3 and (2 + 3) / 3; row 2: (6 + 0) / 3, (0 + 3) / 3; the rank order 0, 1, 2.
+  const float third = 1.0f / 3.0f;
+  EXPECT_EQ(Rows(*shard, {1, 2}),
+            (std::vector<float>{w1[0] - (1.0f + 3.0f) * third, w1[1] - (2.0f + 3.0f) * third,
+                                w2[0] - (6.0f + 0.0f) * third, w2[1] - (0.0f + 3.0f) * third}));
+}
+
+TEST(ShardSparse, BadRowsAreRefusedAndChangeNothing) {
+  auto shard = MakeShard(ConsistencyMode::kAsp, 1, /*shard_id=*/0, /*num_shards=*/2);
+  uint64_t mine = 0, theirs = 0;
+  while (ShardOfKey(mine, 2) != 0) ++mine;
+  while (ShardOfKey(theirs, 2) != 1) ++theirs;
+  const std::vector<float> before = Rows(*shard, {mine});
+  auto code = [&](const Shard::PushArgs& a) { return shard->Push(a).status().code(); };
+  Shard::PushArgs unknown = PushOf(0, 0, {mine}, {1, 1}, *shard);
+  unknown.rows[0].table = 1;
+  EXPECT_EQ(code(unknown), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(PushOf(0, 0, {theirs}, {1, 1}, *shard)), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(PushOf(0, 0, {mine, mine}, {1, 1, 1, 1}, *shard)),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(PushOf(0, 0, {mine}, {1, 1, 1}, *shard)), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(PushOf(0, 0, {mine}, {1, std::nanf("")}, *shard)),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(shard->GetStatus().rejected_nonfinite, 1);
+  EXPECT_EQ(shard->GetStatus().version, 0);
+  EXPECT_EQ(shard->GetStatus().workers[0].clock, 0);
+  EXPECT_EQ(Rows(*shard, {mine}), before);
+  Shard::PullArgs pull;
+  pull.fingerprint = kFp;
+  pull.range = shard->range();
+  pull.no_wait = true;
+  pull.rows.push_back(SparseRows{0, {theirs}, {}});
+  std::vector<float> slice(pull.range.size());
+  EXPECT_EQ(
+      shard->Pull(pull, absl::Now() + absl::Seconds(1), absl::MakeSpan(slice)).status().code(),
+      absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ShardSparse, RowsTravelWithWholePushesOnly) {
+  ShardOptions o;
+  o.consistency.mode = ConsistencyMode::kAsp;
+  o.consistency.num_workers = 1;
+  auto created = Shard::Create(o);
+  ASSERT_TRUE(created.ok());
+  Shard& shard = **created;
+  ASSERT_TRUE(shard.Init(kFp, 4, KeyRange{0, 4}, std::vector<float>(4, 0.0f), {kTable}).ok());
+  ASSERT_TRUE(shard.Register(0, kFp).ok());
+  Shard::PushArgs piece;
+  piece.fingerprint = kFp;
+  piece.range = KeyRange{0, 2};
+  piece.gradient = EncodedTensor::OfFloats(std::vector<float>(2, 0.0f));
+  piece.rows.push_back(SparseRows{0, {1}, {1, 1}});
+  EXPECT_EQ(shard.Push(piece).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(shard
+                .Init(kFp, 4, KeyRange{0, 4}, std::vector<float>(4, 0.0f),
+                      {SparseTableSpec{"bad", 0, 0.1f}})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ShardSparse, SnapshotsHoldTheRowsAndTheOpenRoundsRows) {
+  auto shard = MakeShard(ConsistencyMode::kBsp, 2);
+  ASSERT_TRUE(shard->Push(PushOf(0, 0, {4, 7}, {1, 2, 3, 4}, *shard)).ok());
+  ASSERT_TRUE(shard->Push(PushOf(1, 0, {4}, {1, 0}, *shard)).ok());    // round 0 applied
+  ASSERT_TRUE(shard->Push(PushOf(0, 1, {7}, {-2, -2}, *shard)).ok());  // round 1 open
+  const Shard::Snapshot snapshot = shard->EncodeSnapshot();
+  ShardOptions o = shard->options();
+  auto created = Shard::Create(o);
+  ASSERT_TRUE(created.ok());
+  Shard& restored = **created;
+  ASSERT_TRUE(restored.RestoreSnapshot(snapshot.payload).ok());
+  EXPECT_EQ(Rows(restored, {4, 7, 8}), Rows(*shard, {4, 7, 8}));
+  // Both finish round 1 the same way: the buffered rows of worker 0 came through.
+  ASSERT_TRUE(restored.Register(0, kFp).ok());
+  ASSERT_TRUE(restored.Register(1, kFp).ok());
+  ASSERT_TRUE(shard->Push(PushOf(1, 1, {8}, {1, 1}, *shard)).ok());
+  ASSERT_TRUE(restored.Push(PushOf(1, 1, {8}, {1, 1}, restored)).ok());
+  EXPECT_EQ(restored.GetStatus().version, 2);
+  EXPECT_EQ(Rows(restored, {4, 7, 8}), Rows(*shard, {4, 7, 8}));
+  // Another sparse optimizer cannot take these rows' state.
+  o.sparse_optimizer.kind = SparseOptimizerKind::kAdagrad;
+  auto other = Shard::Create(o);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ((*other)->RestoreSnapshot(snapshot.payload).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace ps
