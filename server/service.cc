@@ -65,6 +65,7 @@ struct PullSink {
   char* at = nullptr;
   std::atomic<int64_t>* shared_payloads = nullptr;  // counts the values written at `at`
   std::vector<grpc::Slice> payload;
+  std::vector<SparseRows> rows;  // asked for: the reply names their tables and keys
 
   void Fill(absl::Span<const float> values) {
     if (memory != nullptr) {
@@ -83,6 +84,13 @@ struct PullSink {
     header.set_wait_us(absl::ToInt64Microseconds(r.waited));
     header.set_encoding(static_cast<ps::v1::TensorEncoding>(encoding));
     header.set_in_shared_memory(memory != nullptr);
+    for (size_t i = 0; i < r.rows.size(); ++i) {
+      ps::v1::SparseRows* entry = header.add_rows();
+      entry->set_table(rows[i].table);
+      *entry->mutable_keys() = {rows[i].keys.begin(), rows[i].keys.end()};
+      entry->set_values(reinterpret_cast<const char*>(r.rows[i].data()),
+                        r.rows[i].size() * sizeof(float));
+    }
     if (pushed == nullptr) return JoinPayloadMessage(header, kPullValuesField, std::move(payload));
     ps::v1::PushPullResponse both;
     *both.mutable_push() = *pushed;
@@ -90,6 +98,30 @@ struct PullSink {
     return JoinPayloadMessage(both, kPushPullValuesField, std::move(payload));
   }
 };
+
+namespace {
+
+// The rows of a request, as the shard takes them: keys only (a pull), or with their gradients.
+absl::StatusOr<std::vector<SparseRows>> RowsOf(
+    const google::protobuf::RepeatedPtrField<ps::v1::SparseRows>& wire, bool with_values) {
+  std::vector<SparseRows> rows;
+  rows.reserve(wire.size());
+  for (const ps::v1::SparseRows& entry : wire) {
+    SparseRows r;
+    r.table = entry.table();
+    r.keys.assign(entry.keys().begin(), entry.keys().end());
+    if (with_values) {
+      ASSIGN_OR_RETURN(absl::Span<const float> values, FloatView(entry.values(), "row values"));
+      r.values.assign(values.begin(), values.end());
+    } else if (!entry.values().empty()) {
+      return absl::InvalidArgumentError("a pull's rows carry keys only");
+    }
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+}  // namespace
 
 struct ParsedPull {
   Shard::PullArgs args;
@@ -114,6 +146,7 @@ absl::StatusOr<ParsedPull> ParsePull(const ps::v1::PullRequest& req) {
   p.args.no_wait = req.no_wait();
   p.into_shared_memory = req.into_shared_memory();
   p.shared_slot = req.shared_slot();
+  ASSIGN_OR_RETURN(p.args.rows, RowsOf(req.rows(), /*with_values=*/false));
   return p;
 }
 
@@ -352,8 +385,13 @@ grpc::Status ParameterServerService::HandleInit(const ps::v1::InitRequest& req,
   if (!s.ok()) return ToGrpcStatus(s);
   absl::StatusOr<absl::Span<const float>> values = FloatView(req.values(), "values");
   if (!values.ok()) return ToGrpcStatus(values.status());
-  absl::StatusOr<Shard::InitResult> r = shard_.Init(req.layout_fingerprint(), req.total_params(),
-                                                    RangeOf(req.begin(), req.end()), *values);
+  std::vector<SparseTableSpec> tables;
+  for (const ps::v1::SparseTable& t : req.tables()) {
+    tables.push_back(SparseTableSpec{t.name(), t.dim(), t.init_scale()});
+  }
+  absl::StatusOr<Shard::InitResult> r =
+      shard_.Init(req.layout_fingerprint(), req.total_params(), RangeOf(req.begin(), req.end()),
+                  *values, tables);
   if (!r.ok()) return ToGrpcStatus(r.status());
   resp->set_already_initialized(r->already_initialized);
   resp->set_version(r->version);
@@ -450,6 +488,7 @@ absl::StatusOr<ps::v1::PushResponse> ParameterServerService::ApplyPush(
   args.clock = header.clock();
   args.base_version = header.base_version();
   args.gradient = std::move(gradient);
+  ASSIGN_OR_RETURN(args.rows, RowsOf(header.rows(), /*with_values=*/true));
   ASSIGN_OR_RETURN(const Shard::PushResult r, shard_.Push(args));
   const int every = options_.drop_push_reply_every;
   if (every > 0 && (pushes_seen_.fetch_add(1) + 1) % every == 0) {
@@ -500,6 +539,7 @@ int ParameterServerService::shared_memory_workers() const { return regions_.size
 absl::StatusOr<PullSink> ParameterServerService::SinkFor(const ParsedPull& pull) {
   PullSink sink;
   sink.encoding = pull.encoding;
+  sink.rows = pull.args.rows;
   if (!pull.into_shared_memory) return sink;
   ASSIGN_OR_RETURN(WorkerRegions::Region shared,
                    regions_.Of(pull.args.caller.rank, pull.args.caller.incarnation));

@@ -329,6 +329,12 @@ absl::Status GrpcParameterClient::Init(absl::Span<const float> params) {
     const KeyRange r = range(static_cast<int>(s));
     requests[s].set_total_params(options_.total_params);
     requests[s].set_values(params.data() + r.begin, r.size() * sizeof(float));
+    for (const SparseTableSpec& t : options_.tables) {
+      ps::v1::SparseTable* table = requests[s].add_tables();
+      table->set_name(t.name);
+      table->set_dim(t.dim);
+      table->set_init_scale(t.init_scale);
+    }
   }
   std::vector<ps::v1::InitResponse> responses;
   return CallAll("Init", &Stub::PrepareAsyncInit, requests, &responses, options_.call_timeout,

@@ -37,8 +37,9 @@ namespace ps {
 
 struct GrpcClientOptions {
   std::vector<std::string> servers;                 // host:port of shard 0, 1, ... in order
-  uint64_t fingerprint = 0;                         // of the model's ParamLayout
-  int64_t total_params = 0;                         // N of the layout
+  uint64_t fingerprint = 0;                         // of the model's ParamDescription
+  int64_t total_params = 0;                         // N of the dense layout
+  std::vector<SparseTableSpec> tables;              // the model's sparse tables, declared at Init
   int rank = 0;                                     // this worker; ignored by observers
   absl::Duration call_timeout = absl::Seconds(30);  // Register, Init, Push, GetStatus
   absl::Duration pull_timeout = absl::Minutes(10);  // a pull may wait for slow workers
@@ -100,6 +101,19 @@ class GrpcParameterClient final : public ParameterClient {
   absl::StatusOr<PushPullStats> PushPull(int64_t clock, const std::vector<int64_t>& base_versions,
                                          int num_samples, absl::Span<const float> gradient,
                                          int64_t pull_clock, absl::Span<float> params) override;
+  // Rows go with the first call to each shard. A push of rows needs whole pushes (chunk_bytes
+  // 0): FAILED_PRECONDITION otherwise.
+  absl::StatusOr<PullStats> PullWithRows(int64_t clock, bool no_wait, absl::Span<float> params,
+                                         absl::Span<const RowsToPull> rows) override;
+  absl::StatusOr<PushStats> PushWithRows(int64_t clock, const std::vector<int64_t>& base_versions,
+                                         int num_samples, absl::Span<const float> gradient,
+                                         absl::Span<const RowsToPush> rows) override;
+  absl::StatusOr<PushPullStats> PushPullWithRows(int64_t clock,
+                                                 const std::vector<int64_t>& base_versions,
+                                                 int num_samples, absl::Span<const float> gradient,
+                                                 absl::Span<const RowsToPush> push_rows,
+                                                 int64_t pull_clock, absl::Span<float> params,
+                                                 absl::Span<const RowsToPull> pull_rows) override;
   absl::StatusOr<std::vector<ShardReport>> Status() override;
   void Cancel() override;
   // The region's areas (common/shm/shared_memory.h), float32 transfers only: `weights` when weights
@@ -155,7 +169,15 @@ class GrpcParameterClient final : public ParameterClient {
   // arrives, and on_part(i) runs once part i's pieces have all arrived.
   absl::StatusOr<PullStats> PullPieces(int64_t clock, bool no_wait,
                                        absl::Span<const KeyRange> parts, absl::Span<float> params,
-                                       const std::function<void(size_t)>& on_part);
+                                       const std::function<void(size_t)>& on_part,
+                                       absl::Span<const RowsToPull> rows = {});
+  // Push and PushParts; `rows` go with each shard's first piece.
+  absl::StatusOr<PushStats> PushPieces(int64_t clock, const std::vector<int64_t>& base_versions,
+                                       int num_samples, absl::Span<const float> gradient,
+                                       absl::Span<const KeyRange> parts,
+                                       absl::Span<const RowsToPush> rows);
+  // The index of each shard's first piece (-1: none).
+  std::vector<int> FirstPieceOfShard(const std::vector<Piece>& pieces) const;
   // One request per shard with the layout fingerprint and the shard's key range filled in.
   template <typename Request>
   std::vector<Request> RequestsPerShard() const;

@@ -10,6 +10,7 @@
 #include "common/base/status_macros.h"
 #include "common/transport/tensor_wire.h"
 #include "worker/grpc_parameter_client.h"
+#include "worker/sparse_routing.h"
 
 namespace ps {
 
@@ -19,10 +20,22 @@ absl::StatusOr<std::vector<Piece>> GrpcParameterClient::SplitAtShards(
                                             options_.chunk_bytes, options_.connections});
 }
 
+std::vector<int> GrpcParameterClient::FirstPieceOfShard(const std::vector<Piece>& pieces) const {
+  std::vector<int> first(stubs_.size(), -1);
+  for (size_t i = pieces.size(); i-- > 0;) first[pieces[i].shard] = static_cast<int>(i);
+  return first;
+}
+
 absl::StatusOr<PullStats> GrpcParameterClient::Pull(int64_t clock, bool no_wait,
                                                     absl::Span<float> params) {
+  return PullWithRows(clock, no_wait, params, {});
+}
+
+absl::StatusOr<PullStats> GrpcParameterClient::PullWithRows(int64_t clock, bool no_wait,
+                                                            absl::Span<float> params,
+                                                            absl::Span<const RowsToPull> rows) {
   const KeyRange whole{0, options_.total_params};
-  return PullPieces(clock, no_wait, absl::MakeConstSpan(&whole, 1), params, nullptr);
+  return PullPieces(clock, no_wait, absl::MakeConstSpan(&whole, 1), params, nullptr, rows);
 }
 
 absl::StatusOr<PullStats> GrpcParameterClient::PullParts(
@@ -33,11 +46,14 @@ absl::StatusOr<PullStats> GrpcParameterClient::PullParts(
 
 absl::StatusOr<PullStats> GrpcParameterClient::PullPieces(
     int64_t clock, bool no_wait, absl::Span<const KeyRange> parts, absl::Span<float> params,
-    const std::function<void(size_t)>& on_part) {
+    const std::function<void(size_t)>& on_part, absl::Span<const RowsToPull> rows) {
   if (static_cast<int64_t>(params.size()) != options_.total_params) {
     return absl::InvalidArgumentError("Pull: buffer size differs from the layout");
   }
+  RETURN_IF_ERROR(CheckRows(rows, options_.tables));
   ASSIGN_OR_RETURN(const std::vector<Piece> pieces, SplitAtShards(parts));
+  const RowsByShard routed = RoutePull(rows, static_cast<int>(stubs_.size()));
+  const std::vector<int> first_piece = FirstPieceOfShard(pieces);
   const std::vector<uint64_t> shard_incarnation = shard_incarnations();
   std::vector<grpc::ByteBuffer> requests(pieces.size());
   std::vector<size_t> missing(parts.size(), 0);  // pieces of each part not yet arrived
@@ -49,8 +65,12 @@ absl::StatusOr<PullStats> GrpcParameterClient::PullPieces(
     const Piece& piece = pieces[i];
     // Observer reads (no_wait) carry no worker identity, so they cannot use the region.
     if (!no_wait) leases.Lend(i, piece.shard, piece.range, direct_slot);
-    requests[i] = SerializeToByteBuffer(
-        PullHeader(piece, clock, no_wait, leases.slot(i), shard_incarnation[piece.shard]));
+    ps::v1::PullRequest header =
+        PullHeader(piece, clock, no_wait, leases.slot(i), shard_incarnation[piece.shard]);
+    if (first_piece[piece.shard] == static_cast<int>(i)) {
+      AddPullRows(routed[piece.shard], header.mutable_rows());
+    }
+    requests[i] = SerializeToByteBuffer(header);
     ++missing[piece.part];
   }
   PullStats stats;
@@ -64,6 +84,9 @@ absl::StatusOr<PullStats> GrpcParameterClient::PullPieces(
         SplitPayloadMessage(reply, ps::v1::PullResponse::kValuesFieldNumber, &header, &split);
     if (ok.ok()) {
       ok = DecodePulled(pieces[i], header, split, leases.slot(i), direct_slot >= 0, params, &stats);
+    }
+    if (ok.ok() && first_piece[pieces[i].shard] == static_cast<int>(i)) {
+      ok = ScatterPulledRows(routed[pieces[i].shard], header.rows(), rows, options_.tables);
     }
     if (!ok.ok()) {
       if (decoded.ok()) decoded = ReplyDoesNotFit("Pull", pieces[i].shard, ok);
@@ -86,8 +109,15 @@ absl::StatusOr<PushStats> GrpcParameterClient::Push(int64_t clock,
                                                     const std::vector<int64_t>& base_versions,
                                                     int num_samples,
                                                     absl::Span<const float> gradient) {
+  return PushWithRows(clock, base_versions, num_samples, gradient, {});
+}
+
+absl::StatusOr<PushStats> GrpcParameterClient::PushWithRows(
+    int64_t clock, const std::vector<int64_t>& base_versions, int num_samples,
+    absl::Span<const float> gradient, absl::Span<const RowsToPush> rows) {
   const KeyRange whole{0, options_.total_params};
-  return PushParts(clock, base_versions, num_samples, gradient, absl::MakeConstSpan(&whole, 1));
+  return PushPieces(clock, base_versions, num_samples, gradient, absl::MakeConstSpan(&whole, 1),
+                    rows);
 }
 
 absl::StatusOr<PushStats> GrpcParameterClient::PushParts(int64_t clock,
@@ -95,11 +125,27 @@ absl::StatusOr<PushStats> GrpcParameterClient::PushParts(int64_t clock,
                                                          int num_samples,
                                                          absl::Span<const float> gradient,
                                                          absl::Span<const KeyRange> parts) {
+  return PushPieces(clock, base_versions, num_samples, gradient, parts, {});
+}
+
+absl::StatusOr<PushStats> GrpcParameterClient::PushPieces(int64_t clock,
+                                                          const std::vector<int64_t>& base_versions,
+                                                          int num_samples,
+                                                          absl::Span<const float> gradient,
+                                                          absl::Span<const KeyRange> parts,
+                                                          absl::Span<const RowsToPush> rows) {
   if (static_cast<int64_t>(gradient.size()) != options_.total_params ||
       base_versions.size() != stubs_.size()) {
     return absl::InvalidArgumentError("Push: gradient or base versions do not fit the layout");
   }
+  RETURN_IF_ERROR(CheckRows(rows, options_.tables));
   ASSIGN_OR_RETURN(const std::vector<Piece> pieces, SplitAtShards(parts));
+  if (!rows.empty() && pieces.size() != stubs_.size()) {
+    return absl::FailedPreconditionError(
+        "sparse rows travel with whole pushes: chunked or partial pushes cannot carry them "
+        "(--chunk_mib 0, no --priority)");
+  }
+  const RowsByShard routed = RoutePush(rows, static_cast<int>(stubs_.size()));
   // Declared first, destroyed last: waits until gRPC has released every borrowed slice, so the
   // caller may reuse `gradient` (and this client its encode buffers) once Push returns.
   BorrowedPayload borrowed;
@@ -116,6 +162,7 @@ absl::StatusOr<PushStats> GrpcParameterClient::PushParts(int64_t clock,
         PreparePush(i, pieces[i], clock, base_versions[pieces[i].shard], num_samples, gradient,
                     direct_slot, shard_incarnation[pieces[i].shard], borrowed, leases);
     stats.payload_bytes += push.payload_bytes;
+    AddPushRows(routed[pieces[i].shard], rows, options_.tables, push.header.mutable_rows());
     requests[i] = JoinPayloadMessage(push.header, ps::v1::PushRequest::kGradientFieldNumber,
                                      std::move(push.payload));
   }
@@ -146,10 +193,17 @@ absl::StatusOr<PushStats> GrpcParameterClient::PushParts(int64_t clock,
 absl::StatusOr<PushPullStats> GrpcParameterClient::PushPull(
     int64_t clock, const std::vector<int64_t>& base_versions, int num_samples,
     absl::Span<const float> gradient, int64_t pull_clock, absl::Span<float> params) {
+  return PushPullWithRows(clock, base_versions, num_samples, gradient, {}, pull_clock, params, {});
+}
+
+absl::StatusOr<PushPullStats> GrpcParameterClient::PushPullWithRows(
+    int64_t clock, const std::vector<int64_t>& base_versions, int num_samples,
+    absl::Span<const float> gradient, absl::Span<const RowsToPush> push_rows, int64_t pull_clock,
+    absl::Span<float> params, absl::Span<const RowsToPull> pull_rows) {
   // Sending every push twice checks exactly-once on Push; the two-call path does that.
   if (options_.duplicate_pushes) {
-    return ParameterClient::PushPull(clock, base_versions, num_samples, gradient, pull_clock,
-                                     params);
+    return ParameterClient::PushPullWithRows(clock, base_versions, num_samples, gradient, push_rows,
+                                             pull_clock, params, pull_rows);
   }
   if (static_cast<int64_t>(gradient.size()) != options_.total_params ||
       static_cast<int64_t>(params.size()) != options_.total_params ||
@@ -162,9 +216,13 @@ absl::StatusOr<PushPullStats> GrpcParameterClient::PushPull(
   // A shard applies a step cut into chunks only once all its chunks are in, so a chunk's pull
   // must wait for the other chunks' pushes: two rounds, as Push then Pull.
   if (pieces.size() != stubs_.size()) {
-    return ParameterClient::PushPull(clock, base_versions, num_samples, gradient, pull_clock,
-                                     params);
+    return ParameterClient::PushPullWithRows(clock, base_versions, num_samples, gradient, push_rows,
+                                             pull_clock, params, pull_rows);
   }
+  RETURN_IF_ERROR(CheckRows(push_rows, options_.tables));
+  RETURN_IF_ERROR(CheckRows(pull_rows, options_.tables));
+  const RowsByShard routed_push = RoutePush(push_rows, static_cast<int>(stubs_.size()));
+  const RowsByShard routed_pull = RoutePull(pull_rows, static_cast<int>(stubs_.size()));
   BorrowedPayload borrowed;  // destroyed last: Push's contract on `gradient`
   const std::vector<uint64_t> shard_incarnation = shard_incarnations();
   std::vector<grpc::ByteBuffer> requests(pieces.size());
@@ -188,6 +246,9 @@ absl::StatusOr<PushPullStats> GrpcParameterClient::PushPull(
     *header.mutable_push() = std::move(push.header);
     *header.mutable_pull() =
         PullHeader(piece, pull_clock, /*no_wait=*/false, weights_slot, incarnation);
+    AddPushRows(routed_push[piece.shard], push_rows, options_.tables,
+                header.mutable_push()->mutable_rows());
+    AddPullRows(routed_pull[piece.shard], header.mutable_pull()->mutable_rows());
     requests[i] = JoinPayloadMessage(header, ps::v1::PushPullRequest::kGradientFieldNumber,
                                      std::move(push.payload));
   }
@@ -203,6 +264,10 @@ absl::StatusOr<PushPullStats> GrpcParameterClient::PushPull(
                 if (ok.ok()) {
                   ok = DecodePulled(pieces[i], header.pull(), split, weights_leases.slot(i),
                                     direct_weights >= 0, params, &stats.pulled);
+                }
+                if (ok.ok()) {
+                  ok = ScatterPulledRows(routed_pull[pieces[i].shard], header.pull().rows(),
+                                         pull_rows, options_.tables);
                 }
                 if (!ok.ok()) {
                   if (decoded.ok()) decoded = ReplyDoesNotFit("PushPull", pieces[i].shard, ok);

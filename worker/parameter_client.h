@@ -100,6 +100,20 @@ struct TransportBuffers {
   absl::Span<float> gradient;
 };
 
+// Rows of one of the model's sparse tables (its place in the model's ParamDescription) that
+// travel with a data call: distinct keys, and keys.size() x dim values in key order, which a pull
+// writes and a push reads (the gradients). The client sends each key to the shard that owns it.
+struct RowsToPull {
+  int table = 0;
+  absl::Span<const uint64_t> keys;
+  absl::Span<float> values;
+};
+struct RowsToPush {
+  int table = 0;
+  absl::Span<const uint64_t> keys;
+  absl::Span<const float> gradients;
+};
+
 class ParameterClient {
  public:
   virtual ~ParameterClient() = default;
@@ -158,6 +172,33 @@ class ParameterClient {
                                               const std::vector<int64_t>& base_versions,
                                               int num_samples, absl::Span<const float> gradient,
                                               absl::Span<const KeyRange> parts) = 0;
+  // Sparse rows with the whole buffer's calls (models with sparse tables): Pull, Push and
+  // PushPull that also read `pull_rows` and send the gradients of `push_rows`, in the same round
+  // trips. A client without sparse support answers UNIMPLEMENTED when rows are given.
+  virtual absl::StatusOr<PullStats> PullWithRows(int64_t clock, bool no_wait,
+                                                 absl::Span<float> params,
+                                                 absl::Span<const RowsToPull> rows) {
+    if (!rows.empty()) return absl::UnimplementedError("this client carries no sparse rows");
+    return Pull(clock, no_wait, params);
+  }
+  virtual absl::StatusOr<PushStats> PushWithRows(int64_t clock,
+                                                 const std::vector<int64_t>& base_versions,
+                                                 int num_samples, absl::Span<const float> gradient,
+                                                 absl::Span<const RowsToPush> rows) {
+    if (!rows.empty()) return absl::UnimplementedError("this client carries no sparse rows");
+    return Push(clock, base_versions, num_samples, gradient);
+  }
+  virtual absl::StatusOr<PushPullStats> PushPullWithRows(
+      int64_t clock, const std::vector<int64_t>& base_versions, int num_samples,
+      absl::Span<const float> gradient, absl::Span<const RowsToPush> push_rows, int64_t pull_clock,
+      absl::Span<float> params, absl::Span<const RowsToPull> pull_rows) {
+    PushPullStats stats;
+    ASSIGN_OR_RETURN(stats.pushed,
+                     PushWithRows(clock, base_versions, num_samples, gradient, push_rows));
+    ASSIGN_OR_RETURN(stats.pulled, PullWithRows(pull_clock, /*no_wait=*/false, params, pull_rows));
+    return stats;
+  }
+
   virtual absl::StatusOr<std::vector<ShardReport>> Status() = 0;
   // Cancels calls in flight and fails later ones with CANCELLED; thread-safe.
   virtual void Cancel() = 0;

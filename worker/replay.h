@@ -2,8 +2,8 @@
 #define PS_WORKER_REPLAY_H_
 
 // Deterministic replay of an SSP or ASP run on one machine. The shards' update records
-// (ps_server --record_updates) give, per shard, the order in which it applied gradients and the version
-// each was computed from; the replay recomputes every gradient with StepGradient at exactly
+// (ps_server --record_updates) give, per shard, the order in which it applied gradients and the
+// version each was computed from; the replay recomputes every gradient with StepGradient at exactly
 // those weights and applies them in exactly that order, so it reproduces the run's final weights
 // bit for bit. Supports the plain update rule (what the records describe completely).
 

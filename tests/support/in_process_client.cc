@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "worker/sparse_routing.h"
 
 namespace ps {
 
@@ -93,10 +94,10 @@ void InProcessClient::SetWorkPlan(int64_t steps, int64_t samples_per_step) {
 
 absl::Status InProcessClient::Init(absl::Span<const float> params) {
   for (const auto& [s, range] : WholeRanges()) {
-    RETURN_IF_ERROR(
-        shards_[s]
-            ->Init(fingerprint_, total_params_, range, params.subspan(range.begin, range.size()))
-            .status());
+    RETURN_IF_ERROR(shards_[s]
+                        ->Init(fingerprint_, total_params_, range,
+                               params.subspan(range.begin, range.size()), tables_)
+                        .status());
   }
   return absl::OkStatus();
 }
@@ -104,16 +105,27 @@ absl::Status InProcessClient::Init(absl::Span<const float> params) {
 absl::StatusOr<PullStats> InProcessClient::PullRanges(
     int64_t clock, bool no_wait, absl::Span<float> params,
     const std::vector<std::pair<int, KeyRange>>& ranges,
-    const std::function<void(size_t)>& after_each) {
+    const std::function<void(size_t)>& after_each, absl::Span<const RowsToPull> rows) {
+  RETURN_IF_ERROR(CheckRows(rows, tables_));
+  const RowsByShard routed = RoutePull(rows, static_cast<int>(shards_.size()));
   PullStats stats;
   stats.versions.assign(shards_.size(), INT64_MAX);
   for (size_t i = 0; i < ranges.size(); ++i) {
     const auto& [s, range] = ranges[i];
     const Caller c = caller(s);
-    const Shard::PullArgs args{c, fingerprint_, range, clock, no_wait, {}};
+    Shard::PullArgs args{c, fingerprint_, range, clock, no_wait, {}};
+    for (const RoutedRows& r : routed[s]) args.rows.push_back(SparseRows{r.table, r.keys, {}});
     ASSIGN_OR_RETURN(const Shard::PullResult r,
                      shards_[s]->Pull(args, absl::Now() + kPullDeadline,
                                       params.subspan(range.begin, range.size())));
+    for (size_t e = 0; e < routed[s].size(); ++e) {
+      const RoutedRows& asked = routed[s][e];
+      const int64_t dim = tables_[asked.table].dim;
+      for (size_t k = 0; k < asked.at.size(); ++k) {
+        std::copy_n(r.rows[e].data() + k * dim, dim,
+                    rows[asked.source].values.data() + asked.at[k] * dim);
+      }
+    }
     stats.versions[s] = std::min(stats.versions[s], r.version);
     stats.server_wait = std::max(stats.server_wait, r.waited);
     stats.payload_bytes += range.size() * static_cast<int64_t>(sizeof(float));
@@ -127,7 +139,9 @@ absl::StatusOr<PullStats> InProcessClient::PullRanges(
 
 absl::StatusOr<PushStats> InProcessClient::PushRanges(
     int64_t clock, const std::vector<int64_t>& base_versions, absl::Span<const float> gradient,
-    const std::vector<std::pair<int, KeyRange>>& ranges) {
+    const std::vector<std::pair<int, KeyRange>>& ranges, absl::Span<const RowsToPush> rows) {
+  RETURN_IF_ERROR(CheckRows(rows, tables_));
+  const RowsByShard routed = RoutePush(rows, static_cast<int>(shards_.size()));
   PushStats stats;
   for (const auto& [s, range] : ranges) {
     const Caller c = caller(s);
@@ -138,6 +152,15 @@ absl::StatusOr<PushStats> InProcessClient::PushRanges(
     args.clock = clock;
     args.base_version = base_versions[s];
     args.gradient = EncodedTensor::OfFloats(gradient.subspan(range.begin, range.size()));
+    for (const RoutedRows& routed_rows : routed[s]) {
+      SparseRows entry{routed_rows.table, routed_rows.keys, {}};
+      const int64_t dim = tables_[routed_rows.table].dim;
+      for (int32_t at : routed_rows.at) {
+        const float* g = rows[routed_rows.source].gradients.data() + at * dim;
+        entry.values.insert(entry.values.end(), g, g + dim);
+      }
+      args.rows.push_back(std::move(entry));
+    }
     ASSIGN_OR_RETURN(const Shard::PushResult r, shards_[s]->Push(args));
     stats.payload_bytes += range.size() * static_cast<int64_t>(sizeof(float));
     if (r.staged) continue;  // the shard acts once the clock's other pieces are in
@@ -166,6 +189,28 @@ absl::StatusOr<PushStats> InProcessClient::Push(int64_t clock,
   ASSIGN_OR_RETURN(PushStats stats, PushRanges(clock, base_versions, gradient, WholeRanges()));
   if (faults_ != nullptr && push == faults_->drop_push_reply.load()) {
     return PushRanges(clock, base_versions, gradient, WholeRanges());  // the retry's answer
+  }
+  return stats;
+}
+
+absl::StatusOr<PullStats> InProcessClient::PullWithRows(int64_t clock, bool no_wait,
+                                                        absl::Span<float> params,
+                                                        absl::Span<const RowsToPull> rows) {
+  RETURN_IF_ERROR(BeginCall(&counts_->pulls));
+  return PullRanges(clock, no_wait, params, WholeRanges(), nullptr, rows);
+}
+
+absl::StatusOr<PushStats> InProcessClient::PushWithRows(int64_t clock,
+                                                        const std::vector<int64_t>& base_versions,
+                                                        int /*num_samples*/,
+                                                        absl::Span<const float> gradient,
+                                                        absl::Span<const RowsToPush> rows) {
+  RETURN_IF_ERROR(BeginCall(&counts_->pushes));
+  const int push = ++push_calls_;
+  ASSIGN_OR_RETURN(PushStats stats,
+                   PushRanges(clock, base_versions, gradient, WholeRanges(), rows));
+  if (faults_ != nullptr && push == faults_->drop_push_reply.load()) {
+    return PushRanges(clock, base_versions, gradient, WholeRanges(), rows);  // the retry's answer
   }
   return stats;
 }

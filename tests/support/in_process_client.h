@@ -59,25 +59,36 @@ class InProcessClient final : public ParameterClient {
   absl::StatusOr<PushStats> PushParts(int64_t clock, const std::vector<int64_t>& base_versions,
                                       int num_samples, absl::Span<const float> gradient,
                                       absl::Span<const KeyRange> parts) override;
+  absl::StatusOr<PullStats> PullWithRows(int64_t clock, bool no_wait, absl::Span<float> params,
+                                         absl::Span<const RowsToPull> rows) override;
+  absl::StatusOr<PushStats> PushWithRows(int64_t clock, const std::vector<int64_t>& base_versions,
+                                         int num_samples, absl::Span<const float> gradient,
+                                         absl::Span<const RowsToPush> rows) override;
   absl::StatusOr<std::vector<ShardReport>> Status() override;
   void Cancel() override { cancelled_.store(true); }
+  // The model's sparse tables, declared to the shards by Init (before it).
+  void set_tables(std::vector<SparseTableSpec> tables) { tables_ = std::move(tables); }
 
  private:
   // Counts a data call and applies the switches: ABORTED for the chosen call, CANCELLED after
   // Cancel(), the delay otherwise.
   absl::Status BeginCall(std::atomic<int>* counter);
   // The shards' answers to one push of `ranges` (each within one shard's range), summed.
+  // Sparse rows go with the whole ranges' calls (one per shard).
   absl::StatusOr<PushStats> PushRanges(int64_t clock, const std::vector<int64_t>& base_versions,
                                        absl::Span<const float> gradient,
-                                       const std::vector<std::pair<int, KeyRange>>& ranges);
+                                       const std::vector<std::pair<int, KeyRange>>& ranges,
+                                       absl::Span<const RowsToPush> rows = {});
   absl::StatusOr<PullStats> PullRanges(int64_t clock, bool no_wait, absl::Span<float> params,
                                        const std::vector<std::pair<int, KeyRange>>& ranges,
-                                       const std::function<void(size_t)>& after_each);
+                                       const std::function<void(size_t)>& after_each,
+                                       absl::Span<const RowsToPull> rows = {});
   Caller caller(int shard) const;
   std::vector<std::pair<int, KeyRange>> WholeRanges() const;  // (shard, its range)
 
   const std::vector<Shard*> shards_;
   const uint64_t fingerprint_;
+  std::vector<SparseTableSpec> tables_;
   const int64_t total_params_;
   const uint64_t incarnation_;
   FaultSwitches* faults_;
