@@ -12,6 +12,10 @@ ABSL_FLAG(int64_t, drop_above, 4, "--update_rule drop: the largest staleness sti
 ABSL_FLAG(int32_t, backup_workers, 0,
           "BSP: apply each round once all but this many workers have pushed; later pushes of "
           "the round are counted, not applied.");
+ABSL_FLAG(std::string, sparse_optimizer, "adagrad",
+          "Row-wise optimizer of sparse tables' rows: adagrad, adam (lazy: touched rows only) or "
+          "sgd; each row keeps its own state.");
+ABSL_FLAG(double, sparse_lr, 0.01, "Learning rate of the sparse tables' rows.");
 ABSL_FLAG(int64_t, lease_ms, 10000, "A worker silent this long leaves the barrier set.");
 ABSL_FLAG(int64_t, checkpoint_every, 0,
           "Checkpoint every this many updates (0: not by count). Under BSP every shard then "

@@ -18,6 +18,8 @@ ABSL_DECLARE_FLAG(double, dc_lambda);
 ABSL_DECLARE_FLAG(int64_t, drop_above);
 ABSL_DECLARE_FLAG(int32_t, backup_workers);
 ABSL_DECLARE_FLAG(int64_t, lease_ms);
+ABSL_DECLARE_FLAG(std::string, sparse_optimizer);
+ABSL_DECLARE_FLAG(double, sparse_lr);
 ABSL_DECLARE_FLAG(int64_t, checkpoint_every);
 ABSL_DECLARE_FLAG(double, checkpoint_seconds);
 ABSL_DECLARE_FLAG(int32_t, fault_drop_push_reply_every);

@@ -9,6 +9,7 @@
 #include "common/base/logging.h"
 #include "common/base/malloc_tuning.h"
 #include "common/base/shutdown_signal.h"
+#include "common/base/status_macros.h"
 #include "common/cli/cli.h"
 #include "common/cli/cluster_flags.h"
 #include "common/cli/endpoint_flags.h"
@@ -95,6 +96,11 @@ absl::StatusOr<ps::ShardServerOptions> OptionsFromFlags() {
   auto optimizer = ps::OptimizerOptionsFromFlags();
   if (!optimizer.ok()) return optimizer.status();
   s.optimizer = *optimizer;
+  auto sparse_kind = ps::ParseSparseOptimizerKind(absl::GetFlag(FLAGS_sparse_optimizer));
+  if (!sparse_kind.ok()) return sparse_kind.status();
+  s.sparse_optimizer.kind = *sparse_kind;
+  s.sparse_optimizer.lr = static_cast<float>(absl::GetFlag(FLAGS_sparse_lr));
+  RETURN_IF_ERROR(ps::ValidateSparseOptimizerOptions(s.sparse_optimizer));
   s.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
   return o;
 }

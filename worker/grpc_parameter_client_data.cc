@@ -202,8 +202,8 @@ absl::StatusOr<PushPullStats> GrpcParameterClient::PushPullWithRows(
     absl::Span<float> params, absl::Span<const RowsToPull> pull_rows) {
   // Sending every push twice checks exactly-once on Push; the two-call path does that.
   if (options_.duplicate_pushes) {
-    return ParameterClient::PushPullWithRows(clock, base_versions, num_samples, gradient, push_rows,
-                                             pull_clock, params, pull_rows);
+    return PushThenPull(clock, base_versions, num_samples, gradient, push_rows, pull_clock, params,
+                        pull_rows);
   }
   if (static_cast<int64_t>(gradient.size()) != options_.total_params ||
       static_cast<int64_t>(params.size()) != options_.total_params ||
@@ -216,8 +216,8 @@ absl::StatusOr<PushPullStats> GrpcParameterClient::PushPullWithRows(
   // A shard applies a step cut into chunks only once all its chunks are in, so a chunk's pull
   // must wait for the other chunks' pushes: two rounds, as Push then Pull.
   if (pieces.size() != stubs_.size()) {
-    return ParameterClient::PushPullWithRows(clock, base_versions, num_samples, gradient, push_rows,
-                                             pull_clock, params, pull_rows);
+    return PushThenPull(clock, base_versions, num_samples, gradient, push_rows, pull_clock, params,
+                        pull_rows);
   }
   RETURN_IF_ERROR(CheckRows(push_rows, options_.tables));
   RETURN_IF_ERROR(CheckRows(pull_rows, options_.tables));

@@ -142,9 +142,15 @@ void AddWork(const WorkAccount& work, bool require_all, JsonObject* out) {
 }
 
 void PrintResult(const BatchStats& stats, int64_t max_staleness, const WorkAccount& work) {
-  std::printf("test_accuracy %.4f  test_loss %.4f  max_staleness %lld\n",
-              stats.correct / stats.count, stats.loss_sum / stats.count,
-              static_cast<long long>(max_staleness));
+  if (stats.auc >= 0) {
+    std::printf("test_accuracy %.4f  test_auc %.4f  test_logloss %.4f  max_staleness %lld\n",
+                stats.correct / stats.count, stats.auc, stats.loss_sum / stats.count,
+                static_cast<long long>(max_staleness));
+  } else {
+    std::printf("test_accuracy %.4f  test_loss %.4f  max_staleness %lld\n",
+                stats.correct / stats.count, stats.loss_sum / stats.count,
+                static_cast<long long>(max_staleness));
+  }
   std::printf("work: %lld of %lld gradients applied, %lld samples skipped\n",
               static_cast<long long>(work.gradients_applied),
               static_cast<long long>(work.gradients_expected),
@@ -176,14 +182,24 @@ absl::StatusOr<bool> EvaluateJob(Model& model, Device& device, ParameterClient& 
   RETURN_IF_ERROR(client.Pull(0, /*no_wait=*/true, absl::MakeSpan(params)).status());
   ASSIGN_OR_RETURN(DeviceBuffer params_dev, device.Allocate(n * sizeof(float)));
   RETURN_IF_ERROR(device.CopyToDevice(params.data(), n * sizeof(float), params_dev.as<float>()));
+  // A sparse table's rows: observer reads of each batch's rows (the dense weights come along
+  // into a scratch copy; the evaluation uses those read above).
+  std::vector<float> scratch(n);
+  const RowSource rows = [&](absl::Span<const uint64_t> keys, absl::Span<float> values) {
+    const RowsToPull asked{0, keys, values};
+    return client.PullWithRows(0, /*no_wait=*/true, absl::MakeSpan(scratch), {&asked, 1}).status();
+  };
   ASSIGN_OR_RETURN(const BatchStats stats,
-                   EvaluateDataset(model, device, params_dev.as<float>(), test));
+                   EvaluateDataset(model, device, params_dev.as<float>(), test, rows));
 
   JsonObject out;
   out.Add("test_accuracy", stats.correct / stats.count)
       .Add("final_loss", stats.loss_sum / stats.count)
       .Add("test_samples", stats.count)
       .Add("params", n);
+  if (stats.auc >= 0) {  // a click model: its loss is the log-loss
+    out.Add("test_auc", stats.auc).Add("test_logloss", stats.loss_sum / stats.count);
+  }
   AddWork(work, require_all, &out);
   AddShardTotals(reports, &out);
   if (!options.summary_out.empty()) {

@@ -192,6 +192,23 @@ class ParameterClient {
       int64_t clock, const std::vector<int64_t>& base_versions, int num_samples,
       absl::Span<const float> gradient, absl::Span<const RowsToPush> push_rows, int64_t pull_clock,
       absl::Span<float> params, absl::Span<const RowsToPull> pull_rows) {
+    if (push_rows.empty() && pull_rows.empty()) {
+      return PushPull(clock, base_versions, num_samples, gradient, pull_clock, params);
+    }
+    return PushThenPull(clock, base_versions, num_samples, gradient, push_rows, pull_clock, params,
+                        pull_rows);
+  }
+
+  virtual absl::StatusOr<std::vector<ShardReport>> Status() = 0;
+
+ protected:
+  // PushPullWithRows as two calls: PushWithRows, then PullWithRows.
+  absl::StatusOr<PushPullStats> PushThenPull(int64_t clock,
+                                             const std::vector<int64_t>& base_versions,
+                                             int num_samples, absl::Span<const float> gradient,
+                                             absl::Span<const RowsToPush> push_rows,
+                                             int64_t pull_clock, absl::Span<float> params,
+                                             absl::Span<const RowsToPull> pull_rows) {
     PushPullStats stats;
     ASSIGN_OR_RETURN(stats.pushed,
                      PushWithRows(clock, base_versions, num_samples, gradient, push_rows));
@@ -199,7 +216,7 @@ class ParameterClient {
     return stats;
   }
 
-  virtual absl::StatusOr<std::vector<ShardReport>> Status() = 0;
+ public:
   // Cancels calls in flight and fails later ones with CANCELLED; thread-safe.
   virtual void Cancel() = 0;
 };

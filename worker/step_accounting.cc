@@ -104,8 +104,9 @@ absl::Status StepAccounting::EvaluatePeriodically(int64_t step) {
       .Add("step", step + 1)
       .Add("updates", fresh.updates)
       .Add("test_loss", fresh.test.loss_sum / fresh.test.count)
-      .Add("test_accuracy", fresh.test.correct / fresh.test.count)
-      .Add("wall_s", absl::ToDoubleSeconds(absl::Now() - start_));
+      .Add("test_accuracy", fresh.test.correct / fresh.test.count);
+  if (fresh.test.auc >= 0) line.Add("test_auc", fresh.test.auc);
+  line.Add("wall_s", absl::ToDoubleSeconds(absl::Now() - start_));
   return metrics_->Write(line);
 }
 
@@ -119,6 +120,7 @@ absl::Status StepAccounting::ReportEpoch(int64_t step) {
   report.train_loss = epoch_samples_ > 0 ? epoch_loss_ / epoch_samples_ : 0.0;
   report.test_loss = fresh.test.loss_sum / fresh.test.count;
   report.test_accuracy = fresh.test.correct / fresh.test.count;
+  report.test_auc = fresh.test.auc;
   report.samples_per_sec =
       epoch_samples_ * options_.num_workers / absl::ToDoubleSeconds(now - epoch_start_);
   report.elapsed = now - start_;
@@ -131,8 +133,9 @@ absl::Status StepAccounting::ReportEpoch(int64_t step) {
         .Add("updates", fresh.updates)
         .Add("train_loss", report.train_loss)
         .Add("test_loss", report.test_loss)
-        .Add("test_accuracy", report.test_accuracy)
-        .Add("samples_per_sec", report.samples_per_sec)
+        .Add("test_accuracy", report.test_accuracy);
+    if (report.test_auc >= 0) line.Add("test_auc", report.test_auc);
+    line.Add("samples_per_sec", report.samples_per_sec)
         .Add("wall_s", absl::ToDoubleSeconds(report.elapsed));
     RETURN_IF_ERROR(metrics_->Write(line));
   }

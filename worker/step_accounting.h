@@ -25,6 +25,7 @@ struct EpochReport {
   double train_loss = 0.0;  // mean over this worker's samples of the epoch
   double test_loss = 0.0;
   double test_accuracy = 0.0;
+  double test_auc = -1;          // logistic models (the test loss is then the log-loss); -1: none
   double samples_per_sec = 0.0;  // cluster estimate: this worker's rate x number of workers
   absl::Duration elapsed;        // since training started
 };

@@ -30,11 +30,107 @@ absl::StatusOr<std::unique_ptr<StepGradient>> StepGradient::Create(Model& model,
   ASSIGN_OR_RETURN(g->y_host_, device.AllocateHost(sizeof(int32_t) * g->batch_));
   ASSIGN_OR_RETURN(g->sums_dev_, device.Allocate(2 * sizeof(double) * g->accumulate_));
   ASSIGN_OR_RETURN(g->sums_host_, device.AllocateHost(2 * sizeof(double) * g->accumulate_));
+  const std::vector<SparseTableSpec>& tables = model.description().sparse();
+  if (tables.size() > 1) {
+    return absl::UnimplementedError("models with more than one sparse table");
+  }
+  if (!tables.empty()) {
+    if (train.keys_per_sample() < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model ", model.name(), " looks up sparse keys; the data has none"));
+    }
+    g->fields_ = train.keys_per_sample();
+    g->dim_ = tables[0].dim;
+    g->overlap_copies_ = false;  // the rows are copied whole before the step
+    const int64_t lookups = int64_t{g->batch_} * g->fields_;
+    const int64_t max_unique = lookups * g->accumulate_;
+    ASSIGN_OR_RETURN(g->rows_dev_, device.Allocate(sizeof(float) * max_unique * g->dim_));
+    ASSIGN_OR_RETURN(g->row_grads_dev_, device.Allocate(sizeof(float) * max_unique * g->dim_));
+    ASSIGN_OR_RETURN(g->lookups_dev_, device.Allocate(sizeof(int32_t) * lookups));
+    ASSIGN_OR_RETURN(g->offsets_dev_, device.Allocate(sizeof(int32_t) * (max_unique + 1)));
+    ASSIGN_OR_RETURN(g->positions_dev_, device.Allocate(sizeof(int32_t) * lookups));
+  }
   return g;
+}
+
+const StepGradient::StepLookups& StepGradient::LookupsOf(int64_t step) {
+  for (const StepLookups& l : lookups_) {
+    if (l.step == step) return l;
+  }
+  // Replace the older entry.
+  StepLookups& l = lookups_[lookups_[0].step < lookups_[1].step ? 0 : 1];
+  const int64_t per_micro = int64_t{batch_} * fields_;
+  std::vector<uint64_t> keys(per_micro * accumulate_);
+  for (int micro = 0; micro < accumulate_; ++micro) {
+    plan_.MicroBatch(step, micro, &indices_);
+    train_.GatherKeys(indices_.data(), batch_, keys.data() + micro * per_micro);
+  }
+  SparseLookups all = DeduplicateKeys(keys.data(), static_cast<int64_t>(keys.size()));
+  const size_t unique = all.unique_keys.size();
+  l.step = step;
+  l.unique_keys = std::move(all.unique_keys);
+  l.lookups.assign(accumulate_, {});
+  l.offsets.assign(accumulate_, std::vector<int32_t>(unique + 1, 0));
+  l.positions.assign(accumulate_, std::vector<int32_t>(per_micro));
+  for (int micro = 0; micro < accumulate_; ++micro) {
+    const int64_t first = micro * per_micro;
+    l.lookups[micro].assign(all.lookups.begin() + first, all.lookups.begin() + first + per_micro);
+    // The micro-batch's lookups grouped by row: a counting sort keeps each row's in order.
+    std::vector<int32_t>& offsets = l.offsets[micro];
+    for (int32_t row : l.lookups[micro]) ++offsets[row + 1];
+    for (size_t u = 0; u < unique; ++u) offsets[u + 1] += offsets[u];
+    std::vector<int32_t> next(offsets.begin(), offsets.end() - 1);
+    for (int64_t p = 0; p < per_micro; ++p) {
+      l.positions[micro][next[l.lookups[micro][p]]++] = static_cast<int32_t>(p);
+    }
+  }
+  return l;
+}
+
+const std::vector<uint64_t>& StepGradient::StepKeys(int64_t step) {
+  return LookupsOf(step).unique_keys;
+}
+
+absl::StatusOr<BatchStats> StepGradient::Compute(int64_t step, absl::Span<const float> params,
+                                                 absl::Span<float> grads,
+                                                 absl::Span<const float> rows,
+                                                 absl::Span<float> row_grads) {
+  if (fields_ == 0) return absl::FailedPreconditionError("a dense model has no rows");
+  const size_t expected = LookupsOf(step).unique_keys.size() * dim_;
+  if (rows.size() != expected || row_grads.size() != expected) {
+    return absl::InvalidArgumentError(absl::StrCat("step ", step, " has ", expected / dim_,
+                                                   " rows of ", dim_, "; got ", rows.size(),
+                                                   " and ", row_grads.size(), " values"));
+  }
+  sparse_rows_ = rows;
+  sparse_row_grads_ = row_grads;
+  absl::StatusOr<BatchStats> stats = Compute(step, params, grads);
+  sparse_rows_ = {};
+  sparse_row_grads_ = {};
+  model_.BindSparse(nullptr);
+  return stats;
+}
+
+absl::Status StepGradient::BindMicroBatch(const StepLookups& l, int micro, SparseBatch* batch) {
+  const auto copy = [&](const std::vector<int32_t>& v, DeviceBuffer& to) {
+    return device_.CopyToDevice(v.data(), v.size() * sizeof(int32_t), to.as<int32_t>());
+  };
+  RETURN_IF_ERROR(copy(l.lookups[micro], lookups_dev_));
+  RETURN_IF_ERROR(copy(l.offsets[micro], offsets_dev_));
+  RETURN_IF_ERROR(copy(l.positions[micro], positions_dev_));
+  *batch = SparseBatch{rows_dev_.as<float>(),        static_cast<int64_t>(l.unique_keys.size()),
+                       lookups_dev_.as<int32_t>(),   offsets_dev_.as<int32_t>(),
+                       positions_dev_.as<int32_t>(), row_grads_dev_.as<float>()};
+  model_.BindSparse(batch);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<BatchStats> StepGradient::Compute(int64_t step, absl::Span<const float> params,
                                                  absl::Span<float> grads) {
+  if (fields_ > 0 && sparse_rows_.data() == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model ", model_.name(), " needs the step's rows (Compute with rows)"));
+  }
   // Host memory is the device's own: forward reads `params` and backward writes `grads` in place.
   if (device_.host_addressable()) return Run(step, nullptr, params.data(), grads.data(), grads);
   if (overlap_copies_) return RunOverlapped(step, params, grads, LayerCallbacks());
@@ -165,7 +261,14 @@ absl::StatusOr<BatchStats> StepGradient::Run(int64_t step,
   // which read x_dev_) are done, and the host gathers the next batch as soon as that copy is
   // done, so it issues each batch's kernels while the previous batch computes.
   Device::CopyTicket batch_copied = -1;
+  const StepLookups* lookups = fields_ > 0 ? &LookupsOf(step) : nullptr;
+  SparseBatch sparse;
+  if (lookups != nullptr) {
+    RETURN_IF_ERROR(device_.CopyToDevice(sparse_rows_.data(), sparse_rows_.size() * sizeof(float),
+                                         rows_dev_.as<float>()));
+  }
   for (int micro = 0; micro < accumulate_; ++micro) {
+    if (lookups != nullptr) RETURN_IF_ERROR(BindMicroBatch(*lookups, micro, &sparse));
     plan_.MicroBatch(step, micro, &indices_);
     if (batch_copied >= 0) RETURN_IF_ERROR(device_.WaitForCopy(batch_copied));
     train_.Gather(indices_.data(), batch_, x, y);
@@ -188,12 +291,24 @@ absl::StatusOr<BatchStats> StepGradient::Run(int64_t step,
                                1.0f / accumulate_, grads_dev, hooks,
                                /*overwrite_grads=*/micro == 0, sums_dev_.as<double>() + 2 * micro));
     stats.count += s.count;
+    if (lookups != nullptr) RETURN_IF_ERROR(AddRowGradients(micro));
   }
   if (hooks_for == nullptr && grads_dev != grads.data()) {
     RETURN_IF_ERROR(device_.CopyToHost(grads_dev, n * sizeof(float), grads.data()));
   }
   if (read_sums) RETURN_IF_ERROR(AddSums(&stats));
   return stats;
+}
+
+absl::Status StepGradient::AddRowGradients(int micro) {
+  const size_t bytes = sparse_row_grads_.size() * sizeof(float);
+  if (micro == 0) {
+    return device_.CopyToHost(row_grads_dev_.as<float>(), bytes, sparse_row_grads_.data());
+  }
+  row_grads_micro_.resize(sparse_row_grads_.size());
+  RETURN_IF_ERROR(device_.CopyToHost(row_grads_dev_.as<float>(), bytes, row_grads_micro_.data()));
+  for (size_t i = 0; i < row_grads_micro_.size(); ++i) sparse_row_grads_[i] += row_grads_micro_[i];
+  return absl::OkStatus();
 }
 
 absl::Status StepGradient::AddSums(BatchStats* stats) {

@@ -14,6 +14,7 @@
 #include "common/data/dataset.h"
 #include "common/device/device.h"
 #include "common/nn/model.h"
+#include "common/nn/sparse_lookup.h"
 #include "worker/batch_plan.h"
 
 namespace ps {
@@ -53,6 +54,17 @@ class StepGradient {
   absl::StatusOr<BatchStats> ComputeByLayer(int64_t step, absl::Span<const float> params,
                                             absl::Span<float> grads,
                                             const LayerCallbacks& callbacks);
+
+  // Models with a sparse table: the keys step `step` looks up, deduplicated over its
+  // micro-batches (the last two steps asked are kept). The worker pulls their rows before
+  // Compute and pushes their gradients after.
+  const std::vector<uint64_t>& StepKeys(int64_t step);
+  // Compute with the step's rows: `rows` (StepKeys(step).size() x dim, host, in key order) are
+  // read; `row_grads` (the same shape) receives the mean over the micro-batches of the loss's
+  // gradient with respect to each row.
+  absl::StatusOr<BatchStats> Compute(int64_t step, absl::Span<const float> params,
+                                     absl::Span<float> grads, absl::Span<const float> rows,
+                                     absl::Span<float> row_grads);
 
   const BatchPlan& plan() const { return plan_; }
 
@@ -97,6 +109,26 @@ class StepGradient {
   // (loss, correct) of each micro-batch of the step.
   DeviceBuffer sums_dev_, sums_host_;
   std::vector<int32_t> indices_;
+  // Sparse models: one step's lookups, per micro-batch (SparseBatch's lookups and its grouping
+  // by row), over the step's unique keys.
+  struct StepLookups {
+    int64_t step = -1;
+    std::vector<uint64_t> unique_keys;
+    std::vector<std::vector<int32_t>> lookups, offsets, positions;  // per micro-batch
+  };
+  const StepLookups& LookupsOf(int64_t step);
+  StepLookups lookups_[2];  // the last two steps asked for (a step and the next one's pull)
+  int fields_ = 0;          // keys per sample; 0: a dense model
+  int64_t dim_ = 0;         // the table's row width
+  DeviceBuffer rows_dev_, row_grads_dev_, lookups_dev_, offsets_dev_, positions_dev_;
+  std::vector<float> row_grads_micro_;  // a micro-batch's row gradients, on the host
+  // Run's sparse part for micro-batch `micro`: its lookups on the device, bound to the model.
+  absl::Status BindMicroBatch(const StepLookups& lookups, int micro, SparseBatch* batch);
+  // Adds micro-batch `micro`'s row gradients (on the device) to the step's (host); the first
+  // micro-batch's are copied over whatever was there.
+  absl::Status AddRowGradients(int micro);
+  absl::Span<const float> sparse_rows_;  // the rows of the step being computed (host)
+  absl::Span<float> sparse_row_grads_;   // where its row gradients go (host)
 };
 
 }  // namespace ps

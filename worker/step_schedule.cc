@@ -38,6 +38,10 @@ Schedule ChooseSchedule(const ScheduleRequest& request, ConsistencyMode mode, in
   return request.push_pull ? Schedule::kPushPull : Schedule::kSequential;
 }
 
+bool CarriesRows(Schedule schedule) {
+  return schedule == Schedule::kSequential || schedule == Schedule::kPushPull;
+}
+
 bool NeedsSecondWeights(Schedule schedule) {
   return schedule == Schedule::kOverlap || schedule == Schedule::kOverlapAsyncPush ||
          schedule == Schedule::kPipelined;
@@ -59,11 +63,18 @@ struct Computed {
 // Computes step `step`'s gradient of `weights` into `gradient`, then sleeps the injected delay:
 // it stands for slower computation, so it comes before the push, and the gradient arrives late
 // and staler, as a slow worker's would.
+// With a sparse table, `rows` are the step's and `row_grads` receive their gradients.
 absl::StatusOr<Computed> ComputeStep(const StepEnvironment& env, int64_t step, absl::Time start,
-                                     absl::Span<const float> weights, absl::Span<float> gradient) {
+                                     absl::Span<const float> weights, absl::Span<float> gradient,
+                                     absl::Span<const float> rows = {},
+                                     absl::Span<float> row_grads = {}) {
   Computed c;
   c.computing = absl::Now();
-  ASSIGN_OR_RETURN(c.batch, env.gradient.Compute(step, weights, gradient));
+  if (env.row_dim > 0) {
+    ASSIGN_OR_RETURN(c.batch, env.gradient.Compute(step, weights, gradient, rows, row_grads));
+  } else {
+    ASSIGN_OR_RETURN(c.batch, env.gradient.Compute(step, weights, gradient));
+  }
   c.computed = absl::Now();
   const absl::Duration delay =
       env.delays.DelayFor(step, (c.computed - start) + env.accounting.last_push());
@@ -78,7 +89,13 @@ CompletedStep Complete(int64_t step, absl::Time start, PullStats pulled, const C
                        c.computing, c.computed, c.pushing, end};
 }
 
-// kSequential and kPushPull: one step after another in one weights and one gradient buffer.
+// A sparse model's rows of one step: pulled before it computes, and their gradients.
+struct StepRows {
+  std::vector<float> values, grads;
+};
+
+// kSequential and kPushPull: one step after another in one weights and one gradient buffer (and
+// with a sparse table, the step's rows: the next step's arrive with this step's PushPull).
 class SequentialSchedule final : public StepSchedule {
  public:
   SequentialSchedule(const StepEnvironment& env, bool push_pull)
@@ -92,20 +109,29 @@ class SequentialSchedule final : public StepSchedule {
     if (carried_step_ == step) {
       pulled = std::move(carried_);  // arrived with the last push
       carried_step_ = -1;
+      std::swap(rows_, next_rows_);
     } else {
-      ASSIGN_OR_RETURN(pulled, env_.client.Pull(step, /*no_wait=*/false, weights));
+      const std::vector<RowsToPull> rows = RowsOf(step, &rows_);
+      ASSIGN_OR_RETURN(pulled, env_.client.PullWithRows(step, /*no_wait=*/false, weights, rows));
     }
-    ASSIGN_OR_RETURN(const Computed c, ComputeStep(env_, step, start, weights, gradient));
+    rows_.grads.resize(rows_.values.size());
+    ASSIGN_OR_RETURN(const Computed c, ComputeStep(env_, step, start, weights, gradient,
+                                                   rows_.values, absl::MakeSpan(rows_.grads)));
     const int count = static_cast<int>(c.batch.count);
+    std::vector<RowsToPush> push_rows;
+    if (env_.row_dim > 0) push_rows.push_back({0, env_.gradient.StepKeys(step), rows_.grads});
     PushStats pushed;
     if (push_pull_ && step + 1 < env_.total_steps) {
-      ASSIGN_OR_RETURN(PushPullStats both, env_.client.PushPull(step, pulled.versions, count,
-                                                                gradient, step + 1, weights));
+      const std::vector<RowsToPull> next_rows = RowsOf(step + 1, &next_rows_);
+      ASSIGN_OR_RETURN(PushPullStats both,
+                       env_.client.PushPullWithRows(step, pulled.versions, count, gradient,
+                                                    push_rows, step + 1, weights, next_rows));
       pushed = both.pushed;
       carried_ = std::move(both.pulled);
       carried_step_ = step + 1;
     } else {
-      ASSIGN_OR_RETURN(pushed, env_.client.Push(step, pulled.versions, count, gradient));
+      ASSIGN_OR_RETURN(pushed,
+                       env_.client.PushWithRows(step, pulled.versions, count, gradient, push_rows));
     }
     return env_.accounting.Finish(Complete(step, start, std::move(pulled), c, pushed, absl::Now()));
   }
@@ -114,10 +140,19 @@ class SequentialSchedule final : public StepSchedule {
   absl::Span<const float> weights() const override { return env_.buffers.weights(); }
 
  private:
+  // The rows `step` pulls into `into` (none for a dense model).
+  std::vector<RowsToPull> RowsOf(int64_t step, StepRows* into) {
+    if (env_.row_dim == 0) return {};
+    const std::vector<uint64_t>& keys = env_.gradient.StepKeys(step);
+    into->values.resize(keys.size() * env_.row_dim);
+    return {RowsToPull{0, keys, absl::MakeSpan(into->values)}};
+  }
+
   const StepEnvironment env_;
   const bool push_pull_;
   int64_t carried_step_ = -1;  // the step whose weights the last PushPull brought; -1: none
   PullStats carried_;
+  StepRows rows_, next_rows_;  // this step's and (push-pull) the next one's
 };
 
 // kOverlap, kAsyncPush, kOverlapAsyncPush and kPipelined: two weights buffers (a prefetch or a

@@ -7,10 +7,13 @@
 #include <numeric>
 #include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/metrics/classification.h"
+#include "common/nn/sparse_lookup.h"
 #include "spdlog/spdlog.h"
 #include "worker/batch_plan.h"
 #include "worker/step_gradient.h"
@@ -52,8 +55,79 @@ class HeartbeatThread {
 
 }  // namespace
 
+namespace {
+
+// One evaluation batch's rows of the model's sparse table, fetched and bound to the model.
+class EvaluationRows {
+ public:
+  static absl::StatusOr<EvaluationRows> Create(Model& model, Device& device, const Dataset& data,
+                                               const RowSource& source) {
+    EvaluationRows r(model, device, source);
+    if (model.description().sparse().empty()) return r;
+    if (!source) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("evaluating ", model.name(), " needs its sparse table's rows"));
+    }
+    r.fields_ = data.keys_per_sample();
+    r.dim_ = model.description().sparse()[0].dim;
+    const int64_t lookups = int64_t{model.max_batch()} * r.fields_;
+    ASSIGN_OR_RETURN(r.rows_dev_, device.Allocate(sizeof(float) * lookups * r.dim_));
+    ASSIGN_OR_RETURN(r.lookups_dev_, device.Allocate(sizeof(int32_t) * lookups));
+    return r;
+  }
+
+  // Binds the rows of samples `indices` (n of them) to the model.
+  absl::Status Bind(const Dataset& data, const int32_t* indices, int n) {
+    if (fields_ == 0) return absl::OkStatus();
+    keys_.resize(static_cast<size_t>(n) * fields_);
+    data.GatherKeys(indices, n, keys_.data());
+    const SparseLookups s = DeduplicateKeys(keys_.data(), static_cast<int64_t>(keys_.size()));
+    values_.resize(s.unique_keys.size() * dim_);
+    RETURN_IF_ERROR(source_(s.unique_keys, absl::MakeSpan(values_)));
+    RETURN_IF_ERROR(device_.CopyToDevice(values_.data(), values_.size() * sizeof(float),
+                                         rows_dev_.as<float>()));
+    RETURN_IF_ERROR(device_.CopyToDevice(s.lookups.data(), s.lookups.size() * sizeof(int32_t),
+                                         lookups_dev_.as<int32_t>()));
+    // Forward passes read rows and lookups only.
+    batch_ = SparseBatch{rows_dev_.as<float>(),
+                         static_cast<int64_t>(s.unique_keys.size()),
+                         lookups_dev_.as<int32_t>(),
+                         nullptr,
+                         nullptr,
+                         nullptr};
+    model_.BindSparse(&batch_);
+    return absl::OkStatus();
+  }
+  ~EvaluationRows() {
+    if (fields_ > 0) model_.BindSparse(nullptr);
+  }
+  EvaluationRows(EvaluationRows&& other) noexcept
+      : model_(other.model_),
+        device_(other.device_),
+        source_(other.source_),
+        fields_(std::exchange(other.fields_, 0)),  // the moved-from one unbinds nothing
+        dim_(other.dim_),
+        rows_dev_(std::move(other.rows_dev_)),
+        lookups_dev_(std::move(other.lookups_dev_)) {}
+
+ private:
+  EvaluationRows(Model& model, Device& device, const RowSource& source)
+      : model_(model), device_(device), source_(source) {}
+  Model& model_;
+  Device& device_;
+  const RowSource& source_;
+  int fields_ = 0;
+  int64_t dim_ = 0;
+  std::vector<uint64_t> keys_;
+  std::vector<float> values_;
+  DeviceBuffer rows_dev_, lookups_dev_;
+  SparseBatch batch_;
+};
+
+}  // namespace
+
 absl::StatusOr<BatchStats> EvaluateDataset(Model& model, Device& device, const float* params,
-                                           const Dataset& data) {
+                                           const Dataset& data, const RowSource& rows) {
   const int batch = model.max_batch();
   const int64_t features = data.features();
   std::vector<float> x(static_cast<size_t>(batch) * features);
@@ -61,11 +135,16 @@ absl::StatusOr<BatchStats> EvaluateDataset(Model& model, Device& device, const f
   std::vector<int32_t> indices(batch);
   ASSIGN_OR_RETURN(DeviceBuffer x_dev, device.Allocate(x.size() * sizeof(float)));
   ASSIGN_OR_RETURN(DeviceBuffer y_dev, device.Allocate(y.size() * sizeof(int32_t)));
+  ASSIGN_OR_RETURN(EvaluationRows sparse, EvaluationRows::Create(model, device, data, rows));
+  const bool logistic = model.loss() == Loss::kLogistic;
+  std::vector<float> probabilities, batch_probabilities;
+  std::vector<int32_t> labels;
   BatchStats total;
   for (int64_t begin = 0; begin < data.size(); begin += batch) {
     const int n = static_cast<int>(std::min<int64_t>(batch, data.size() - begin));
     std::iota(indices.begin(), indices.begin() + n, static_cast<int32_t>(begin));
     data.Gather(indices.data(), n, x.data(), y.data());
+    RETURN_IF_ERROR(sparse.Bind(data, indices.data(), n));
     RETURN_IF_ERROR(device.CopyToDevice(x.data(), sizeof(float) * n * features, x_dev.as<float>()));
     RETURN_IF_ERROR(device.CopyToDevice(y.data(), sizeof(int32_t) * n, y_dev.as<int32_t>()));
     ASSIGN_OR_RETURN(BatchStats s,
@@ -73,7 +152,16 @@ absl::StatusOr<BatchStats> EvaluateDataset(Model& model, Device& device, const f
     total.loss_sum += s.loss_sum;
     total.correct += s.correct;
     total.count += s.count;
+    if (logistic) {
+      batch_probabilities.resize(n);
+      RETURN_IF_ERROR(
+          device.CopyToHost(model.probabilities(), sizeof(float) * n, batch_probabilities.data()));
+      probabilities.insert(probabilities.end(), batch_probabilities.begin(),
+                           batch_probabilities.end());
+      labels.insert(labels.end(), y.begin(), y.begin() + n);
+    }
   }
+  if (logistic) total.auc = RocAuc(probabilities, labels);
   return total;
 }
 
@@ -166,10 +254,6 @@ absl::StatusOr<StepAccountingOptions> Trainer::AccountingOptions(const ClusterIn
 
 absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   RETURN_IF_ERROR(ValidateTrainerOptions(options_));
-  if (!model_.description().sparse().empty()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "model ", model_.name(), " has sparse tables, which the shards do not serve yet"));
-  }
   ASSIGN_OR_RETURN(ClusterInfo cluster, client_.Register(options_.rank, options_.register_timeout));
   ASSIGN_OR_RETURN(std::unique_ptr<StepGradient> gradient,
                    StepGradient::Create(model_, device_, train_, PlanOptions(cluster.num_workers),
@@ -178,6 +262,15 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   const int64_t total_steps = plan.steps_per_epoch() * options_.epochs;
   DeclareWork(cluster, total_steps);
   const Schedule schedule = ChooseSchedule(options_.schedule, cluster.mode, cluster.staleness);
+  const std::vector<SparseTableSpec>& tables = model_.description().sparse();
+  const int64_t row_dim = tables.empty() ? 0 : tables[0].dim;
+  if (row_dim > 0 && !CarriesRows(schedule)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model ", model_.name(), " pulls and pushes sparse rows with each step, which the ",
+        ScheduleName(schedule),
+        " schedule cannot carry yet: drop --overlap, --async_push and "
+        "--priority"));
+  }
   const int64_t n = model_.layout().total();
   ASSIGN_OR_RETURN(const StepBuffers buffers,
                    StepBuffers::Create(client_, device_, n, NeedsSecondWeights(schedule),
@@ -209,9 +302,10 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   delay_options.rank = options_.rank;
   DelayInjector delays(delay_options);
   const std::unique_ptr<StepSchedule> steps = MakeStepSchedule(
-      schedule, StepEnvironment{client_, *gradient, delays, accounting, buffers, total_steps,
-                                options_.batch_size * options_.accumulate,
-                                MergeParts(model_.LayerParamRanges(), options_.priority_min_part)});
+      schedule,
+      StepEnvironment{client_, *gradient, delays, accounting, buffers, total_steps,
+                      options_.batch_size * options_.accumulate,
+                      MergeParts(model_.LayerParamRanges(), options_.priority_min_part), row_dim});
 
   // One step at a time; after the last (or at the time budget) what is in flight is flushed. An
   // ABORTED answer anywhere makes the worker register again and go on at the shards' clock.
@@ -275,7 +369,16 @@ absl::StatusOr<BatchStats> Trainer::EvaluateFresh(int64_t step, absl::Span<float
   *updates = 0;
   for (int64_t v : read.versions) *updates = std::max(*updates, v);
   RETURN_IF_ERROR(device_.CopyToDevice(params.data(), params.size() * sizeof(float), params_dev));
-  return EvaluateDataset(model_, device_, params_dev, *test_);
+  // A sparse table's rows: observer reads of each batch's rows (with the dense weights again,
+  // into a scratch copy: the rows cannot travel alone yet).
+  std::vector<float> scratch;
+  const RowSource rows = [&](absl::Span<const uint64_t> keys, absl::Span<float> values) {
+    scratch.resize(params.size());
+    const RowsToPull asked{0, keys, values};
+    return client_.PullWithRows(step + 1, /*no_wait=*/true, absl::MakeSpan(scratch), {&asked, 1})
+        .status();
+  };
+  return EvaluateDataset(model_, device_, params_dev, *test_, rows);
 }
 
 }  // namespace ps

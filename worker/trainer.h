@@ -106,9 +106,15 @@ class Trainer {
 // checked by Trainer::Run before anything else).
 absl::Status ValidateTrainerOptions(const TrainerOptions& options);
 
-// Loss and accuracy of `params` (device memory, the model's layout) over all of `data`.
+// Fetches the current values of a sparse table's rows: keys.size() x dim into `values`.
+using RowSource =
+    std::function<absl::Status(absl::Span<const uint64_t> keys, absl::Span<float> values)>;
+
+// Loss and accuracy of `params` (device memory, the model's layout) over all of `data`; for a
+// logistic model also the AUC. A model with a sparse table needs `rows` (FAILED_PRECONDITION
+// otherwise), asked once per batch of max_batch() samples.
 absl::StatusOr<BatchStats> EvaluateDataset(Model& model, Device& device, const float* params,
-                                           const Dataset& data);
+                                           const Dataset& data, const RowSource& rows = nullptr);
 
 }  // namespace ps
 

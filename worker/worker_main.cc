@@ -110,6 +110,7 @@ absl::StatusOr<ps::GrpcClientOptions> ClientOptionsFromFlags(const ps::Model& mo
   o.servers = absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipEmpty());
   o.fingerprint = model.description().fingerprint();
   o.total_params = model.layout().total();
+  o.tables = model.description().sparse();
   o.rank = rank;
   o.call_timeout = absl::Seconds(absl::GetFlag(FLAGS_call_timeout_s));
   o.pull_timeout = absl::Seconds(absl::GetFlag(FLAGS_pull_timeout_s));
@@ -219,6 +220,15 @@ absl::Status CheckWorkerCount(ps::ParameterClient& client, int rank, absl::Durat
 
 // The user-facing progress line (not a log line): ps_launch shows it.
 void PrintEpoch(const ps::EpochReport& r) {
+  if (r.test_auc >= 0) {  // a click model: its test loss is the log-loss
+    std::printf(
+        "epoch %d/%d  train_loss %.4f  test_logloss %.4f  test_auc %.4f  samples/s %.0f  time "
+        "%.1fs\n",
+        r.epoch, r.epochs, r.train_loss, r.test_loss, r.test_auc, r.samples_per_sec,
+        absl::ToDoubleSeconds(r.elapsed));
+    std::fflush(stdout);
+    return;
+  }
   std::printf(
       "epoch %d/%d  train_loss %.4f  test_loss %.4f  test_acc %.4f  samples/s %.0f  time "
       "%.1fs\n",

@@ -24,6 +24,9 @@ struct BatchStats {
   double loss_sum = 0.0;  // sum of per-sample cross-entropy (nats)
   double correct = 0.0;   // samples whose arg-max equals the label
   int64_t count = 0;
+  // Evaluations of a logistic model over a data set: the area under the ROC curve of its
+  // probabilities (loss_sum / count is then the log-loss); -1 when not computed.
+  double auc = -1;
 };
 
 // Called around the layers that have parameters, with the layer's key range in the layout: for
