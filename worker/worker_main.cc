@@ -105,6 +105,13 @@ int Fail(const absl::Status& s) {
   return 1;
 }
 
+// A data set that cannot be read (missing, malformed): the input is wrong, so exit 2 like a
+// configuration error (a launcher does not restart the worker to read it again).
+int FailInput(const absl::Status& s) {
+  spdlog::error("{}", s.ToString());
+  return 2;
+}
+
 absl::StatusOr<ps::GrpcClientOptions> ClientOptionsFromFlags(const ps::Model& model, int rank) {
   ps::GrpcClientOptions o;
   o.servers = absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipEmpty());
@@ -242,7 +249,7 @@ int Train(ps::Model& model, ps::Device& device, ps::GrpcParameterClient& client,
           const ps::Workload& workload, const ps::Dataset& test, int rank,
           const std::atomic<bool>& stop) {
   auto train = ps::OpenWorkloadData(workload, ps::Split::kTrain);
-  if (!train.ok()) return Fail(train.status());
+  if (!train.ok()) return FailInput(train.status());
   auto options = TrainerOptionsFromFlags(rank, workload);
   if (!options.ok()) return Fail(options.status());
   std::unique_ptr<ps::JsonLinesWriter> metrics;
@@ -282,7 +289,7 @@ int main(int argc, char** argv) {
   auto workload = ps::WorkloadFromFlags();
   if (!workload.ok()) return Fail(workload.status());
   auto test = ps::OpenWorkloadData(*workload, ps::Split::kTest);
-  if (!test.ok()) return Fail(test.status());
+  if (!test.ok()) return FailInput(test.status());
   auto model = ps::MakeModel(workload->model, (*test)->shape(), **device,
                              evaluate ? kEvalBatch : std::max(workload->batch_size, kEvalBatch));
   if (!model.ok()) return Fail(model.status());

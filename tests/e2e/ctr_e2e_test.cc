@@ -1,0 +1,86 @@
+// End-to-end on click logs: ps_datagen writes planted Criteo-format data, ps_launch trains DLRM
+// with its embedding table on the shards under BSP and ASP, and malformed data is refused naming
+// the line (or skipped and counted on request).
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/e2e/e2e_util.h"
+
+namespace ps::e2e {
+namespace {
+
+// Planted click data (30 000 training and 5 000 test lines), written once.
+const std::string& ClickData() {
+  static const std::string dir = [] {
+    const std::string d = RunDir("ctr_data");
+    EXPECT_EQ(RunTool({BinDir() + "/ps_datagen", "ctr", "--out=" + d, "--train=30000",
+                       "--test=5000", "--seed=4"},
+                      d + "/datagen.log"),
+              0)
+        << ReadAll(d + "/datagen.log");
+    return d;
+  }();
+  return dir;
+}
+
+nlohmann::json Summary(const std::string& dir) {
+  return nlohmann::json::parse(ReadAll(dir + "/summary.json"));
+}
+
+std::vector<std::string> Dlrm(const std::string& data) {
+  return {"--data=criteo:" + data, "--model=dlrm", "--shards=2", "--epochs=1", "--batch_size=128"};
+}
+
+TEST(CtrE2e, DlrmLearnsThePlantedClicksUnderBspAndAsp) {
+  const nlohmann::json truth = nlohmann::json::parse(ReadAll(ClickData() + "/truth.json"));
+  const double bayes_auc = truth["test"]["bayes_auc"];
+  for (const auto& [mode, workers] : {std::pair{"bsp", 2}, std::pair{"asp", 3}}) {
+    const std::string dir = RunDir(absl::StrCat("dlrm_", mode));
+    ASSERT_EQ(RunLaunch(dir, With(Dlrm(ClickData()), {absl::StrCat("--mode=", mode),
+                                                      absl::StrCat("--workers=", workers)})),
+              0);
+    const nlohmann::json s = Summary(dir);
+    const double auc = s["test_auc"];
+    std::printf("%s, %d workers: test AUC %.4f, log-loss %.4f (Bayes-optimal AUC %.4f)\n", mode,
+                workers, auc, s["test_logloss"].get<double>(), bayes_auc);
+    EXPECT_GT(auc, 0.62) << mode;
+    EXPECT_LT(auc, bayes_auc + 0.02) << mode;  // nothing beats the true probabilities
+    EXPECT_EQ(s["samples_skipped"], 0) << mode;
+    EXPECT_EQ(s["gradients_applied"], s["gradients_expected"]) << mode;
+    EXPECT_TRUE(ProcessesMentioning(dir).empty());
+  }
+}
+
+TEST(CtrE2e, AMalformedLineFailsTheRunNamingItOrIsSkippedAndCounted) {
+  const std::string data = RunDir("ctr_bad");
+  std::filesystem::copy_file(ClickData() + "/test.tsv", data + "/test.tsv");
+  {
+    std::ifstream in(ClickData() + "/train.tsv");
+    std::ofstream out(data + "/train.tsv");
+    std::string line;
+    for (int i = 0; i < 4000 && std::getline(in, line); ++i) {
+      out << (i == 2 ? "1\tnot-a-count" + line.substr(line.find('\t', 2)) : line) << "\n";
+    }
+  }
+  const std::string strict = RunDir("ctr_strict");
+  EXPECT_NE(WaitExit(StartLaunch(strict, With(Dlrm(data), {"--workers=1"}))), 0);
+  const std::string log = ReadAll(strict + "/launch.log");
+  EXPECT_TRUE(absl::StrContains(log, data + "/train.tsv:3: I1: 'not-a-count' is not an integer"))
+      << log;
+  EXPECT_TRUE(absl::StrContains(log, "worker-0 exited with code 2")) << log;
+  EXPECT_TRUE(ProcessesMentioning(strict).empty());
+  const std::string lenient = RunDir("ctr_lenient");
+  ASSERT_EQ(RunLaunch(lenient, With(Dlrm(data), {"--workers=1", "--skip_bad_lines"}), false), 0);
+  EXPECT_TRUE(absl::StrContains(ReadAll(lenient + "/launch.log"), "1 malformed lines skipped"))
+      << ReadAll(lenient + "/launch.log");
+}
+
+}  // namespace
+}  // namespace ps::e2e
