@@ -17,30 +17,37 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/base/json_lines.h"
 #include "common/base/malloc_tuning.h"
 #include "common/base/status_macros.h"
 #include "common/cli/cli.h"
+#include "common/cli/cluster_flags.h"
 #include "common/cli/workload_flags.h"
 #include "common/codec/tensor_codec.h"
 #include "common/data/dataset.h"
 #include "common/device/cpu_device.h"
 #include "common/nn/model.h"
 #include "common/optim/optimizer.h"
+#include "server/server_flags.h"
 #include "server/shard_server.h"
 #include "spdlog/spdlog.h"
 #include "worker/batch_plan.h"
 #include "worker/grpc_parameter_client.h"
 #include "worker/trainer.h"
+#include "worker/worker_flags.h"
 
 ABSL_FLAG(std::vector<std::string>, models, std::vector<std::string>({"mlp", "cnn"}),
           "Models: mlp, cnn.");
@@ -48,15 +55,6 @@ ABSL_FLAG(std::vector<std::string>, configs, std::vector<std::string>({"1x1", "2
           "WORKERSxSHARDS configurations.");
 ABSL_FLAG(std::vector<std::string>, encodings, std::vector<std::string>({"f32", "bf16"}),
           "Gradient encodings (f32, bf16, fp16, topk).");
-ABSL_FLAG(double, topk_ratio, 0.01, "Share of elements sent per step with topk.");
-ABSL_FLAG(std::string, mode, "bsp", "Consistency mode of the shards: bsp, ssp or asp.");
-ABSL_FLAG(int32_t, staleness, 1, "SSP bound.");
-ABSL_FLAG(bool, overlap, false, "SSP/ASP workers prefetch the next step's weights.");
-ABSL_FLAG(bool, async_push, false,
-          "SSP/ASP workers push each step while the next one pulls and computes.");
-ABSL_FLAG(bool, push_pull, true,
-          "Workers whose steps run one after another push a step and pull the next in one round "
-          "trip per shard; false: a Push and a Pull call.");
 ABSL_FLAG(bool, compare_push_pull, false,
           "Run each configuration with separate Push and Pull calls first, then with PushPull, "
           "back to back; the PushPull line carries ratio_vs_separate.");
@@ -64,11 +62,6 @@ ABSL_FLAG(std::vector<std::string>, schedules, std::vector<std::string>({"whole"
           "How each step's tensors travel: whole (one call per shard after backward) and/or "
           "priority (layer by layer: first layer's weights first, last layer's gradient as soon "
           "as backward produced it). With both, priority lines carry ratio_vs_whole.");
-ABSL_FLAG(int64_t, priority_min_part, 16384,
-          "Priority schedule: a layer with fewer parameters travels with the layer before it.");
-ABSL_FLAG(bool, shared_memory, true,
-          "Workers move payloads through shared memory with the shards (as ps_worker does by "
-          "default on the shards' host); false: in the gRPC messages.");
 ABSL_FLAG(int32_t, steps, 200, "MLP training steps per worker per measurement.");
 ABSL_FLAG(int32_t, cnn_steps, 40, "CNN training steps per worker per measurement.");
 ABSL_FLAG(bool, vs_pytorch, false,
@@ -239,6 +232,29 @@ int Fail(const absl::Status& s) {
 
 }  // namespace
 
+// The bench takes the workers' and shards' own flags (one definition each) but applies only
+// some: the consistency mode and bound, the schedule's, top-k's ratio and shared memory. Any other
+// of those groups set on the command line is refused, rather than silently measuring something
+// else than asked.
+absl::Status RefuseFlagsNotApplied() {
+  const std::set<std::string> applied = {"mode",       "staleness",    "overlap",
+                                         "async_push", "push_pull",    "priority_min_part",
+                                         "topk_ratio", "shared_memory"};
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    const std::string file(flag->Filename());
+    const bool shared = absl::EndsWith(file, "worker/worker_flags.cc") ||
+                        absl::EndsWith(file, "server/server_flags.cc") ||
+                        absl::EndsWith(file, "common/cli/cluster_flags.cc");
+    if (shared && applied.count(std::string(name)) == 0 &&
+        flag->CurrentValue() != flag->DefaultValue()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", name, " is a worker's or shard's flag this bench does not apply (it takes --",
+          absl::StrJoin(applied, ", --"), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 int main(int argc, char** argv) {
   ps::TuneMallocForLargeMessages();
   ps::ParseCommandLine(argc, argv,
@@ -246,6 +262,7 @@ int main(int argc, char** argv) {
                        "  ps_bench_train [--models mlp,cnn] [--configs 1x1,2x2] "
                        "[--encodings f32,bf16] [--vs_pytorch]");
   spdlog::set_level(spdlog::level::warn);
+  if (absl::Status refused = RefuseFlagsNotApplied(); !refused.ok()) return Fail(refused);
   auto workload = ps::WorkloadFromFlags();
   if (!workload.ok()) return Fail(workload.status());
   if (workload->data.kind != "fashion-mnist") {

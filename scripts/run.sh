@@ -2,7 +2,29 @@
 # The main job: set-up if needed, then a local cluster (2 shards, 2 workers, BSP) training the MLP
 # on Fashion-MNIST for 5 epochs. Extra arguments go to ps_launch and override the defaults, e.g.
 #   scripts/run.sh --mode ssp --staleness 2 --workers 3
+# With --model dlrm and no --data, the recommender: DLRM on click logs that ps_datagen writes
+# once into data/criteo (1 000 000 training and 100 000 test lines of a planted click model;
+# data/criteo/truth.json holds the best possible AUC), one epoch, 128 samples per worker.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh >/dev/null
-exec build/bin/ps_launch --shards 2 --workers 2 --mode bsp --model mlp --epochs 5 "$@"
+model=mlp
+has_data=false
+previous=
+for arg in "$@"; do
+  case "$arg" in
+    --model=*) model="${arg#--model=}" ;;
+    --data|--data=*) has_data=true ;;
+  esac
+  [[ "$previous" == --model ]] && model="$arg"
+  previous="$arg"
+done
+defaults=(--shards 2 --workers 2 --mode bsp --model mlp --epochs 5)
+if [[ "$model" == dlrm && "$has_data" == false ]]; then
+  if [[ ! -f data/criteo/truth.json ]]; then
+    echo "writing planted click logs to data/criteo (once)"
+    build/bin/ps_datagen ctr --out data/criteo --train 1000000 --test 100000 --seed 1
+  fi
+  defaults+=(--data criteo:data/criteo --epochs 1 --batch_size 128)
+fi
+exec build/bin/ps_launch "${defaults[@]}" "$@"

@@ -227,20 +227,12 @@ absl::Status CheckWorkerCount(ps::ParameterClient& client, int rank, absl::Durat
 
 // The user-facing progress line (not a log line): ps_launch shows it.
 void PrintEpoch(const ps::EpochReport& r) {
-  if (r.test_auc >= 0) {  // a click model: its test loss is the log-loss
-    std::printf(
-        "epoch %d/%d  train_loss %.4f  test_logloss %.4f  test_auc %.4f  samples/s %.0f  time "
-        "%.1fs\n",
-        r.epoch, r.epochs, r.train_loss, r.test_loss, r.test_auc, r.samples_per_sec,
-        absl::ToDoubleSeconds(r.elapsed));
-    std::fflush(stdout);
-    return;
-  }
-  std::printf(
-      "epoch %d/%d  train_loss %.4f  test_loss %.4f  test_acc %.4f  samples/s %.0f  time "
-      "%.1fs\n",
-      r.epoch, r.epochs, r.train_loss, r.test_loss, r.test_accuracy, r.samples_per_sec,
-      absl::ToDoubleSeconds(r.elapsed));
+  // A click model's test loss is the log-loss, and its quality the AUC.
+  const bool clicks = r.test_auc >= 0;
+  std::printf("epoch %d/%d  train_loss %.4f  %s %.4f  %s %.4f  samples/s %.0f  time %.1fs\n",
+              r.epoch, r.epochs, r.train_loss, clicks ? "test_logloss" : "test_loss", r.test_loss,
+              clicks ? "test_auc" : "test_acc", clicks ? r.test_auc : r.test_accuracy,
+              r.samples_per_sec, absl::ToDoubleSeconds(r.elapsed));
   std::fflush(stdout);
 }
 

@@ -56,6 +56,13 @@ class Layer {
   virtual void BindSparse(const SparseBatch* /*batch*/) {}
 };
 
+// A layer without dense parameters (its ParamSpecs are empty and it initialises nothing).
+class ParameterFreeLayer : public Layer {
+ public:
+  std::vector<TensorSpec> ParamSpecs() const override { return {}; }
+  void InitParams(Rng&, float*) const override {}
+};
+
 // y = x W + b with W (in, out) and b (out). Initialised like PyTorch's nn.Linear:
 // W and b uniform in [-1/sqrt(in), 1/sqrt(in)).
 class Linear final : public Layer {
@@ -78,13 +85,11 @@ class Linear final : public Layer {
 };
 
 // y = max(x, 0).
-class Relu final : public Layer {
+class Relu final : public ParameterFreeLayer {
  public:
   explicit Relu(int64_t size) : size_(size) {}
   int64_t input_size() const override { return size_; }
   int64_t output_size() const override { return size_; }
-  std::vector<TensorSpec> ParamSpecs() const override { return {}; }
-  void InitParams(Rng&, float*) const override {}
   absl::Status Forward(Device& dev, const float* params, const float* x, int batch,
                        float* y) override;
   absl::Status Backward(Device& dev, const float* params, const float* x, const float* y,
@@ -122,7 +127,7 @@ class Conv2d final : public Layer {
 };
 
 // Max pooling over NHWC images with a pool x pool window and stride pool.
-class MaxPool2d final : public Layer {
+class MaxPool2d final : public ParameterFreeLayer {
  public:
   MaxPool2d(int height, int width, int channels, int pool)
       : height_(height), width_(width), channels_(channels), pool_(pool) {}
@@ -130,8 +135,6 @@ class MaxPool2d final : public Layer {
   int64_t output_size() const override {
     return int64_t{height_ / pool_} * (width_ / pool_) * channels_;
   }
-  std::vector<TensorSpec> ParamSpecs() const override { return {}; }
-  void InitParams(Rng&, float*) const override {}
   absl::Status Prepare(Device& dev, int max_batch) override;
   absl::Status Forward(Device& dev, const float* params, const float* x, int batch,
                        float* y) override;
@@ -148,14 +151,12 @@ class MaxPool2d final : public Layer {
 // that the row's `fields` lookups name]. The rows are the micro-batch's (SparseBatch), not in the
 // dense buffer: Backward writes their gradient to SparseBatch::row_grads. A pass without a bound
 // SparseBatch fails with FAILED_PRECONDITION.
-class EmbeddingConcat final : public Layer {
+class EmbeddingConcat final : public ParameterFreeLayer {
  public:
   EmbeddingConcat(SparseTableSpec table, int64_t width, int fields)
       : table_(std::move(table)), width_(width), fields_(fields) {}
   int64_t input_size() const override { return width_; }
   int64_t output_size() const override { return width_ + fields_ * table_.dim; }
-  std::vector<TensorSpec> ParamSpecs() const override { return {}; }
-  void InitParams(Rng&, float*) const override {}
   absl::Status Forward(Device& dev, const float* params, const float* x, int batch,
                        float* y) override;
   absl::Status Backward(Device& dev, const float* params, const float* x, const float* y,
@@ -174,13 +175,11 @@ class EmbeddingConcat final : public Layer {
 // DLRM's feature interaction: x (batch, n * dim), n vectors per row -> y (batch, dim +
 // n * (n - 1) / 2): the first vector (the dense features' embedding), then every pairwise dot
 // product <x_i, x_j>, i > j.
-class DotInteraction final : public Layer {
+class DotInteraction final : public ParameterFreeLayer {
  public:
   DotInteraction(int vectors, int dim) : n_(vectors), dim_(dim) {}
   int64_t input_size() const override { return int64_t{n_} * dim_; }
   int64_t output_size() const override { return dim_ + int64_t{n_} * (n_ - 1) / 2; }
-  std::vector<TensorSpec> ParamSpecs() const override { return {}; }
-  void InitParams(Rng&, float*) const override {}
   absl::Status Forward(Device& dev, const float* params, const float* x, int batch,
                        float* y) override;
   absl::Status Backward(Device& dev, const float* params, const float* x, const float* y,

@@ -44,10 +44,11 @@ def defaults(binary):
 
 
 def run_sh_args(path):
-    """The --flag value pairs scripts/run.sh passes to ps_launch."""
+    """The --flag value pairs scripts/run.sh passes to ps_launch for the main job: its first
+    `defaults=(...)` line."""
     for line in open(path, encoding="utf-8"):
-        if "ps_launch" in line and line.lstrip().startswith("exec"):
-            words = shlex.split(line.split("ps_launch", 1)[1].replace('"$@"', ""))
+        if line.lstrip().startswith("defaults=("):
+            words = shlex.split(line.split("(", 1)[1].rsplit(")", 1)[0])
             args = {}
             i = 0
             while i < len(words):
@@ -60,7 +61,7 @@ def run_sh_args(path):
                     i += 2
                 args[key] = value
             return args
-    sys.exit(f"{path}: no `exec ... ps_launch ...` line")
+    sys.exit(f"{path}: no `defaults=(...)` line")
 
 
 def same(a, b):

@@ -4,13 +4,8 @@
 # library the binaries load (but glibc's) at its canonical path. Run by ctest
 # ("collect_runtime_test"); needs the built binaries.
 set -euo pipefail
-HERE="$(cd "$(dirname "$0")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
-BIN="${PS_BIN_DIR:-$ROOT/build/bin}"
-OUT="$(mktemp -d)"
-trap 'rm -rf "$OUT"' EXIT
-failures=0
-fail() { echo "FAIL  $1"; failures=$((failures + 1)); }
+source "$(cd "$(dirname "$0")" && pwd)/check_lib.sh"
+OUT="$WORK"
 
 bash "$ROOT/deploy/docker/collect-runtime.sh" "$BIN" "$OUT/root" >/dev/null
 
@@ -41,5 +36,5 @@ if bash "$ROOT/deploy/docker/collect-runtime.sh" "$BIN" "$OUT/bad" >/dev/null 2>
 elif ! grep -q "would replace the base image's /lib link" "$OUT/err"; then
   fail "collect-runtime.sh refused a real /lib without saying why: $(cat "$OUT/err")"
 fi
-if (( failures > 0 )); then echo "$failures failed"; exit 1; fi
+finish collect_runtime_test
 echo "collect_runtime_test: $checked library loads checked, no top-level link replaced"

@@ -8,18 +8,12 @@
 # Needs docker-compose (Debian), kubectl, node and npm; installs the npm packages it pins.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
-BIN="${PS_BIN_DIR:-$ROOT/build/bin}"
-WORK="$(mktemp -d)"
-trap 'rm -rf "$WORK"' EXIT
-failures=0
+source "$HERE/check_lib.sh"
 
 for tool in docker-compose kubectl node npm python3; do
   command -v "$tool" >/dev/null || { echo "deploy_test: $tool is missing (scripts/setup.sh with INSTALL_TEST_PACKAGES=1 installs docker-compose; kubectl, node and npm come with the machine)" >&2; exit 1; }
 done
 
-pass() { echo "PASS  $1"; }
-fail() { echo "FAIL  $1"; failures=$((failures + 1)); }
 # expect_ok NAME CMD...: the command must succeed.
 expect_ok() {
   local name="$1"; shift
@@ -107,8 +101,5 @@ for d in "$WORK"/tree/fixtures/*/; do
   expect_fail "fixture k8s/$(basename "$d")" "$(expected "$d/kustomization.yaml")" render_and_check "$d"
 done
 
-if ((failures > 0)); then
-  echo "deploy_test: $failures check(s) failed"
-  exit 1
-fi
+finish deploy_test
 echo "deploy_test: all checks passed"
