@@ -5,7 +5,8 @@
 // - a refused request leaves the weights and the version unchanged (but a PushPull whose pull
 //   timed out has applied its push);
 // - the version never goes backwards and the weights stay finite;
-// - a snapshot restores into a fresh shard with the same weights and version.
+// - a snapshot restores into a fresh shard with the same weights, version and sparse tables;
+// - a refused request leaves the sparse tables' rows unchanged too.
 //
 // Shared memory: an attach record gets a real region of this process (the fuzzed request names
 // its rank, incarnation, size and slots; pid, fd and nonce are the region's), so later pushes
@@ -58,6 +59,15 @@ World Make(uint8_t config) {
   if (config & 0x80) s.token = "fuzz-token";
   w.service = std::make_unique<ps::ParameterServerService>(*w.shard, s);
   return w;
+}
+
+bool SameTables(const std::vector<ps::Shard::TableStatus>& a,
+                const std::vector<ps::Shard::TableStatus>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].name != b[i].name || a[i].rows != b[i].rows || a[i].bytes != b[i].bytes) return false;
+  }
+  return true;
 }
 
 bool AllFinite(const std::vector<float>& v) {
@@ -127,6 +137,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const uint8_t* body = data + at + 2;
     at += 2 + length;
     const std::vector<float> before = w.shard->Values();
+    const std::vector<ps::Shard::TableStatus> tables_before = w.shard->TableStatuses();
     const int64_t version_before = w.shard->GetStatus().version;
     grpc::Status st;
     bool pushed_then_waited = false;  // PushPull: applied its push, then its pull timed out
@@ -167,6 +178,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (!copy.shard->RestoreSnapshot(snapshot.payload).ok()) std::abort();
         if (copy.shard->Values() != w.shard->Values()) std::abort();
         if (copy.shard->GetStatus().version != snapshot.version) std::abort();
+        if (!SameTables(copy.shard->TableStatuses(), w.shard->TableStatuses())) std::abort();
         break;
       }
       case 7:
@@ -182,7 +194,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     const int64_t version = w.shard->GetStatus().version;
     if (!st.ok() && !pushed_then_waited &&
-        (w.shard->Values() != before || version != version_before)) {
+        (w.shard->Values() != before || version != version_before ||
+         !SameTables(w.shard->TableStatuses(), tables_before))) {
       std::abort();
     }
     if (version < last_version) std::abort();
