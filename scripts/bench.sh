@@ -33,6 +33,8 @@ run train_priority build/bin/ps_bench_train --configs 1x1,2x2 --encodings f32 \
 if [[ $(id -u) -eq 0 ]]; then  # network namespaces need root
   run link bench/link_bench.sh --rate_mbit 1000
 fi
+# DLRM against the PyTorch reference, interleaved, on ps_datagen's click logs.
+run dlrm bench/dlrm_bench.sh
 # Forward+backward per device, and the trainer's step with copies overlapped and serial.
 run device build/bin/ps_bench_device
 run scale build/bin/ps_bench_scale --workers 16,64 --params 262144,1048576 --seconds 5

@@ -12,6 +12,9 @@ namespace {
 
 constexpr uint64_t kFp = 0xbeef;
 const SparseTableSpec kTable{"embeddings", 2, 0.05f};
+// The zero dense gradients of the pushes: an EncodedTensor borrows its floats, so they must
+// outlive the push.
+const std::vector<float> kZeros(4, 0.0f);
 
 std::unique_ptr<Shard> MakeShard(ConsistencyMode mode, int workers, int shard_id = 0,
                                  int num_shards = 1) {
@@ -41,7 +44,7 @@ Shard::PushArgs PushOf(int rank, int64_t clock, std::vector<uint64_t> keys,
   a.fingerprint = kFp;
   a.range = shard.range();
   a.clock = clock;
-  a.gradient = EncodedTensor::OfFloats(std::vector<float>(a.range.size(), 0.0f));
+  a.gradient = EncodedTensor::OfFloats(absl::MakeConstSpan(kZeros).subspan(0, a.range.size()));
   a.rows.push_back(SparseRows{0, std::move(keys), std::move(grads)});
   return a;
 }
@@ -136,7 +139,7 @@ TEST(ShardSparse, RowsTravelWithWholePushesOnly) {
   Shard::PushArgs piece;
   piece.fingerprint = kFp;
   piece.range = KeyRange{0, 2};
-  piece.gradient = EncodedTensor::OfFloats(std::vector<float>(2, 0.0f));
+  piece.gradient = EncodedTensor::OfFloats(absl::MakeConstSpan(kZeros).subspan(0, 2));
   piece.rows.push_back(SparseRows{0, {1}, {1, 1}});
   EXPECT_EQ(shard.Push(piece).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(shard

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# DLRM training throughput and test AUC against the PyTorch reference (bench/peers/pytorch_dlrm.py:
+# the same model, one process, one thread), interleaved round by round on the same data, with the
+# launcher's defaults and a global batch of 256: 1 worker + 1 shard (batch 256) and 2 workers +
+# 2 shards (batch 128 each), BSP, one epoch. One JSON line per measurement; the project's lines
+# carry ratio_vs_pytorch against the peer of the same round.
+#   bench/dlrm_bench.sh [--data DIR] [--rounds 2]      (default data: data/criteo, written by
+#                                                      ps_datagen when missing)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+data=data/criteo
+rounds=2
+while (($#)); do
+  case "$1" in
+    --data) data="$2"; shift 2 ;;
+    --rounds) rounds="$2"; shift 2 ;;
+    *) echo "usage: bench/dlrm_bench.sh [--data DIR] [--rounds N]" >&2; exit 2 ;;
+  esac
+done
+if [[ ! -f "$data/truth.json" && ! -f "$data/train.tsv" ]]; then
+  build/bin/ps_datagen ctr --out "$data" --train 1000000 --test 100000 --seed 1 >&2
+fi
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$@"; }
+for round in $(seq 1 "$rounds"); do
+  peer="$(/usr/bin/python3 bench/peers/pytorch_dlrm.py --data "$data" --batch 256)"
+  echo "${peer%\}}, \"round\": $round}"
+  peer_rate="$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['samples_per_sec'])" "$peer")"
+  for config in "1 256" "2 128"; do
+    set -- $config
+    dir="$work/r$round-$1"
+    build/bin/ps_launch --shards "$1" --workers "$1" --mode bsp --model dlrm \
+      --data "criteo:$data" --epochs 1 --batch_size "$2" --metrics_dir "$dir" --quiet >/dev/null
+    rate="$(field "$dir/summary.json" samples_per_sec)"
+    python3 -c "import json,sys; r=float(sys.argv[3]); print(json.dumps({'bench':'dlrm','round':int(sys.argv[1]),'workers':int(sys.argv[2]),'shards':int(sys.argv[2]),'batch_size':int(sys.argv[4]),'samples_per_sec':r,'test_auc':float(sys.argv[5]),'ratio_vs_pytorch':r/float(sys.argv[6])}))" \
+      "$round" "$1" "$rate" "$2" "$(field "$dir/summary.json" test_auc)" "$peer_rate"
+  done
+done
