@@ -54,11 +54,15 @@ absl::StatusOr<std::unique_ptr<StepGradient>> StepGradient::Create(Model& model,
 }
 
 const StepGradient::StepLookups& StepGradient::LookupsOf(int64_t step) {
-  for (const StepLookups& l : lookups_) {
-    if (l.step == step) return l;
+  ++uses_;
+  for (StepLookups& l : lookups_) {
+    if (l.step == step) {
+      l.last_use = uses_;
+      return l;
+    }
   }
-  // Replace the older entry.
-  StepLookups& l = lookups_[lookups_[0].step < lookups_[1].step ? 0 : 1];
+  StepLookups& l = lookups_[lookups_[0].last_use < lookups_[1].last_use ? 0 : 1];
+  l.last_use = uses_;
   const int64_t per_micro = int64_t{batch_} * fields_;
   std::vector<uint64_t> keys(per_micro * accumulate_);
   for (int micro = 0; micro < accumulate_; ++micro) {

@@ -113,13 +113,18 @@ class StepGradient {
   // by row), over the step's unique keys.
   struct StepLookups {
     int64_t step = -1;
+    int64_t last_use = 0;  // when it was last asked for (uses_)
     std::vector<uint64_t> unique_keys;
     std::vector<std::vector<int32_t>> lookups, offsets, positions;  // per micro-batch
   };
   const StepLookups& LookupsOf(int64_t step);
-  StepLookups lookups_[2];  // the last two steps asked for (a step and the next one's pull)
-  int fields_ = 0;          // keys per sample; 0: a dense model
-  int64_t dim_ = 0;         // the table's row width
+  // The two steps asked for last (a step and the next one's pull). The one used less recently
+  // makes room: not the lower step, since a worker that registers again goes back to an earlier
+  // step while a later one is still cached.
+  StepLookups lookups_[2];
+  int64_t uses_ = 0;
+  int fields_ = 0;   // keys per sample; 0: a dense model
+  int64_t dim_ = 0;  // the table's row width
   DeviceBuffer rows_dev_, row_grads_dev_, lookups_dev_, offsets_dev_, positions_dev_;
   std::vector<float> row_grads_micro_;  // a micro-batch's row gradients, on the host
   // Run's sparse part for micro-batch `micro`: its lookups on the device, bound to the model.

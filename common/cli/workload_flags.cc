@@ -19,9 +19,10 @@ ABSL_FLAG(int64_t, test_limit, 0, "Use only the first N test samples (0: all).")
 ABSL_FLAG(std::string, model, "mlp", "The model: mlp, cnn, or dlrm (with --data criteo).");
 ABSL_FLAG(int64_t, embedding_dim, 16,
           "dlrm: the width of the embedding rows and the bottom MLP's output.");
-ABSL_FLAG(std::string, hidden, "",
-          "Hidden fully connected widths, comma-separated (default: mlp 256,128; cnn 128; dlrm, its "
-          "top MLP: 64).");
+ABSL_FLAG(
+    std::string, hidden, "",
+    "Hidden fully connected widths, comma-separated (default: mlp 256,128; cnn 128; dlrm, its "
+    "top MLP: 64).");
 ABSL_FLAG(int32_t, batch_size, 32, "Samples per worker per micro-batch.");
 ABSL_FLAG(int32_t, accumulate, 1,
           "Micro-batches accumulated into one push (gradient accumulation).");

@@ -162,11 +162,11 @@ TEST_F(LaunchE2e, CompressedGradientsAndWeightsWithOverlapTrainThroughTheBinarie
 // worker process has started (a loaded machine), and nothing would be stale.
 TEST_F(LaunchE2e, ReplayOfAnAspRunReproducesTheWeightsBitForBit) {
   const std::string dir = RunDir("replay");
-  ASSERT_EQ(
-      RunLaunch(dir, With(Common("2560"), {"--workers=4", "--mode=asp", "--epochs=1",
-                                           "--jitter=0.2:3", "--pause_worker=0:2:2,1:2:2,2:2:2,3:2:2",
-                                           "--replayable", "--save_weights"})),
-      0);
+  ASSERT_EQ(RunLaunch(dir, With(Common("2560"),
+                                {"--workers=4", "--mode=asp", "--epochs=1", "--jitter=0.2:3",
+                                 "--pause_worker=0:2:2,1:2:2,2:2:2,3:2:2", "--replayable",
+                                 "--save_weights"})),
+            0);
   EXPECT_GT(Field(ReadAll(dir + "/summary.json"), "max_staleness"), 0)
       << "the run should be asynchronous enough for the order to matter";
   std::string cmd = ReadAll(dir + "/replay.cmd");

@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "server/shard.h"
 #include "tests/support/in_process_client.h"
+#include "worker/step_gradient.h"
 #include "worker/trainer.h"
 
 namespace ps {
@@ -200,6 +201,25 @@ TEST(SparseTrainer, LearnsThePlantedClicks) {
   EXPECT_GT(stats->auc, 0.6);
   EXPECT_LT(stats->loss_sum / stats->count, entropy - 0.01);
   EXPECT_EQ(model->description().sparse().size(), 1u);
+}
+
+// A worker that registers again may go back to an earlier step while later steps' keys are
+// cached: the keys of the step being run must stay put while the next step's are computed.
+TEST(SparseTrainer, StepKeysStayValidWhenTheWorkerGoesBack) {
+  CpuDevice dev;
+  std::unique_ptr<Model> model = Dlrm(dev, 64);
+  BatchPlanOptions plan;
+  plan.dataset_size = Clicks("train").size();
+  plan.batch_size = 16;
+  auto gradient = StepGradient::Create(*model, dev, Clicks("train"), plan);
+  ASSERT_TRUE(gradient.ok()) << gradient.status();
+  (*gradient)->StepKeys(5);
+  (*gradient)->StepKeys(6);
+  const std::vector<uint64_t>& resumed = (*gradient)->StepKeys(2);  // back, after a restart
+  const std::vector<uint64_t> copy = resumed;
+  (*gradient)->StepKeys(3);  // the next step's pull
+  EXPECT_EQ(resumed, copy);
+  EXPECT_NE((*gradient)->StepKeys(3), copy);
 }
 
 TEST(SparseTrainer, SchedulesThatCannotCarryRowsAreRefused) {
