@@ -182,15 +182,10 @@ absl::StatusOr<bool> EvaluateJob(Model& model, Device& device, ParameterClient& 
   RETURN_IF_ERROR(client.Pull(0, /*no_wait=*/true, absl::MakeSpan(params)).status());
   ASSIGN_OR_RETURN(DeviceBuffer params_dev, device.Allocate(n * sizeof(float)));
   RETURN_IF_ERROR(device.CopyToDevice(params.data(), n * sizeof(float), params_dev.as<float>()));
-  // A sparse table's rows: observer reads of each batch's rows (the dense weights come along
-  // into a scratch copy; the evaluation uses those read above).
-  std::vector<float> scratch(n);
-  const RowSource rows = [&](absl::Span<const uint64_t> keys, absl::Span<float> values) {
-    const RowsToPull asked{0, keys, values};
-    return client.PullWithRows(0, /*no_wait=*/true, absl::MakeSpan(scratch), {&asked, 1}).status();
-  };
+  std::vector<float> scratch;  // the dense weights that come with the rows (those above are used)
   ASSIGN_OR_RETURN(const BatchStats stats,
-                   EvaluateDataset(model, device, params_dev.as<float>(), test, rows));
+                   EvaluateDataset(model, device, params_dev.as<float>(), test,
+                                   ObserverRows(client, 0, n, &scratch)));
 
   JsonObject out;
   out.Add("test_accuracy", stats.correct / stats.count)

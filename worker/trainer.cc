@@ -126,6 +126,17 @@ class EvaluationRows {
 
 }  // namespace
 
+RowSource ObserverRows(ParameterClient& client, int64_t clock, int64_t dense_size,
+                       std::vector<float>* scratch) {
+  return [&client, clock, dense_size, scratch](absl::Span<const uint64_t> keys,
+                                               absl::Span<float> values) {
+    scratch->resize(dense_size);
+    const RowsToPull asked{0, keys, values};
+    return client.PullWithRows(clock, /*no_wait=*/true, absl::MakeSpan(*scratch), {&asked, 1})
+        .status();
+  };
+}
+
 absl::StatusOr<BatchStats> EvaluateDataset(Model& model, Device& device, const float* params,
                                            const Dataset& data, const RowSource& rows) {
   const int batch = model.max_batch();
@@ -369,16 +380,9 @@ absl::StatusOr<BatchStats> Trainer::EvaluateFresh(int64_t step, absl::Span<float
   *updates = 0;
   for (int64_t v : read.versions) *updates = std::max(*updates, v);
   RETURN_IF_ERROR(device_.CopyToDevice(params.data(), params.size() * sizeof(float), params_dev));
-  // A sparse table's rows: observer reads of each batch's rows (with the dense weights again,
-  // into a scratch copy: the rows cannot travel alone yet).
   std::vector<float> scratch;
-  const RowSource rows = [&](absl::Span<const uint64_t> keys, absl::Span<float> values) {
-    scratch.resize(params.size());
-    const RowsToPull asked{0, keys, values};
-    return client_.PullWithRows(step + 1, /*no_wait=*/true, absl::MakeSpan(scratch), {&asked, 1})
-        .status();
-  };
-  return EvaluateDataset(model_, device_, params_dev, *test_, rows);
+  return EvaluateDataset(model_, device_, params_dev, *test_,
+                         ObserverRows(client_, step + 1, params.size(), &scratch));
 }
 
 }  // namespace ps
