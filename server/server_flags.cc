@@ -16,6 +16,18 @@ ABSL_FLAG(std::string, sparse_optimizer, "adagrad",
           "Row-wise optimizer of sparse tables' rows: adagrad, adam (lazy: touched rows only) or "
           "sgd; each row keeps its own state.");
 ABSL_FLAG(double, sparse_lr, 0.01, "Learning rate of the sparse tables' rows.");
+ABSL_FLAG(int64_t, table_capacity, 0,
+          "Rows each sparse table may hold on this shard (0: no limit); a full table evicts "
+          "one (--eviction) for each new row.");
+ABSL_FLAG(std::string, eviction, "lfu",
+          "Which row a full table evicts: lfu (the least often updated of 8 sampled rows) or "
+          "lru (the least recently updated).");
+ABSL_FLAG(int32_t, admit_after, 0,
+          "A key gets a row of its own at its Nth gradient; before, it reads as zeros and its "
+          "gradients are dropped and counted (0 or 1: at the first).");
+ABSL_FLAG(int32_t, full_checkpoint_every, 10,
+          "With sparse tables, every Nth checkpoint is full; those between hold the rows changed "
+          "since the last full one (1: all full).");
 ABSL_FLAG(int64_t, lease_ms, 10000, "A worker silent this long leaves the barrier set.");
 ABSL_FLAG(int64_t, checkpoint_every, 0,
           "Checkpoint every this many updates (0: not by count). Under BSP every shard then "

@@ -101,6 +101,15 @@ absl::StatusOr<ps::ShardServerOptions> OptionsFromFlags() {
   s.sparse_optimizer.kind = *sparse_kind;
   s.sparse_optimizer.lr = static_cast<float>(absl::GetFlag(FLAGS_sparse_lr));
   RETURN_IF_ERROR(ps::ValidateSparseOptimizerOptions(s.sparse_optimizer));
+  ASSIGN_OR_RETURN(s.sparse_memory.eviction,
+                   ps::ParseEvictionPolicy(absl::GetFlag(FLAGS_eviction)));
+  s.sparse_memory.capacity = absl::GetFlag(FLAGS_table_capacity);
+  s.sparse_memory.admit_after = absl::GetFlag(FLAGS_admit_after);
+  RETURN_IF_ERROR(ps::ValidateSparseMemoryOptions(s.sparse_memory));
+  s.full_snapshot_every = absl::GetFlag(FLAGS_full_checkpoint_every);
+  if (s.full_snapshot_every < 1) {
+    return absl::InvalidArgumentError("--full_checkpoint_every must be >= 1");
+  }
   s.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
   return o;
 }

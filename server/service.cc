@@ -582,6 +582,21 @@ grpc::Status ParameterServerService::HandleGetStatus(ps::v1::GetStatusResponse* 
   resp->set_finished_at_restore(s.finished_at_restore);
   resp->set_decay_updates(s.decay_updates);
   resp->set_finished_job_rerun(s.finished_job_rerun);
+  for (const SparseTableStatus& t : shard_.TableStatuses()) {
+    ps::v1::TableStatus* out = resp->add_tables();
+    out->set_name(t.name);
+    out->set_rows(t.rows);
+    out->set_bytes(t.bytes);
+    out->set_capacity(t.capacity);
+    out->set_admissions(t.counters.admissions);
+    out->set_evictions(t.counters.evictions);
+    out->set_not_admitted(t.counters.not_admitted);
+  }
+  const SparseCallTiming timing = shard_.sparse_timing();
+  resp->set_sparse_pulls(timing.pulls);
+  resp->set_sparse_pull_seconds(timing.pull_seconds);
+  resp->set_sparse_pushes(timing.pushes);
+  resp->set_sparse_push_seconds(timing.push_seconds);
   for (const WorkerStatusInfo& w : s.workers) {
     ps::v1::WorkerStatus* out = resp->add_workers();
     out->set_rank(w.rank);

@@ -35,6 +35,13 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& options
   if (options.snapshot_every_updates < 0) {
     return absl::InvalidArgumentError("snapshot_every_updates must be >= 0");
   }
+  if (options.full_snapshot_every < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("full_snapshot_every must be >= 1 (1: every snapshot full), got ",
+                     options.full_snapshot_every));
+  }
+  RETURN_IF_ERROR(ValidateSparseOptimizerOptions(options.sparse_optimizer));
+  RETURN_IF_ERROR(ValidateSparseMemoryOptions(options.sparse_memory));
   return std::unique_ptr<Shard>(new Shard(options));
 }
 
@@ -207,7 +214,8 @@ absl::StatusOr<Shard::InitResult> Shard::Init(uint64_t fingerprint, int64_t tota
   round_sum_.assign(range.size(), 0.0f);
   tables_.clear();
   for (const SparseTableSpec& t : tables) {
-    tables_.push_back(std::make_unique<SparseTable>(t, options_.sparse_optimizer));
+    tables_.push_back(
+        std::make_unique<SparseTable>(t, options_.sparse_optimizer, options_.sparse_memory));
   }
   initialized_ = true;
   return InitResult{false, version_};
@@ -383,7 +391,14 @@ Shard::PushResult Shard::ActOnPushLocked(const PushArgs& args, PushAction action
       args.gradient.DecodeInto(absl::MakeSpan(round_gradients_[args.caller.rank]));
       round_base_versions_[args.caller.rank] = args.base_version;
       round_has_gradient_[args.caller.rank] = true;
-      round_rows_[args.caller.rank] = args.rows;
+      if (!args.rows.empty()) {
+        const absl::Time rows_start = absl::Now();
+        round_rows_[args.caller.rank] = args.rows;
+        ++sparse_timing_.pushes;
+        sparse_timing_.push_seconds += absl::ToDoubleSeconds(absl::Now() - rows_start);
+      } else {
+        round_rows_[args.caller.rank].clear();
+      }
       const int64_t before = version_;
       MaybeApplyRound();
       result.applied = version_ != before;
@@ -412,9 +427,7 @@ void Shard::ApplyGradient(const EncodedTensor& gradient, float lr_scale) {
 void Shard::MaybeSnapshot() {
   const int64_t every = options_.snapshot_every_updates;
   if (every <= 0 || !options_.on_snapshot || version_ % every != 0) return;
-  std::string payload;
-  EncodeSnapshotLocked(&payload);
-  options_.on_snapshot(version_, std::move(payload));
+  options_.on_snapshot(ChainSnapshotLocked());
 }
 
 bool Shard::ApplyStale(int rank, int64_t clock, int64_t base_version, const EncodedTensor& gradient,

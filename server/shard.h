@@ -48,12 +48,21 @@ struct AppliedUpdate {
 // connection and the registration itself, with room to spare on a loaded machine.
 inline constexpr absl::Duration kRestoreGrace = absl::Seconds(30);
 
+// A shard's state as a checkpoint payload (Shard::EncodeSnapshot) at `version`; an incremental
+// one (base_version >= 0) is restored over the full one of base_version.
+struct ShardSnapshot {
+  int64_t version = 0;
+  int64_t base_version = -1;
+  std::string payload;
+};
+
 struct ShardOptions {
   int shard_id = 0;  // 0 <= shard_id < num_shards
   int num_shards = 1;
   ConsistencyOptions consistency;            // mode, SSP bound, number of workers
   OptimizerOptions optimizer;                // the optimizer applied to the slice
   SparseOptimizerOptions sparse_optimizer;   // the row-wise one of the sparse tables' rows
+  SparseMemoryOptions sparse_memory;         // each table's capacity, eviction and admission
   UpdateRuleOptions update_rule;             // how stale gradients are applied (SSP, ASP)
   absl::Duration lease = absl::Seconds(10);  // a worker silent this long leaves the barrier set
   // This shard process's incarnation (non-zero; random per process start, see the proto).
@@ -62,9 +71,14 @@ struct ShardOptions {
   // version, and hands it to on_snapshot. Under BSP every shard applies one update per round, so
   // all shards snapshot at the same clock: their checkpoints form one consistent cut.
   int64_t snapshot_every_updates = 0;
+  // Snapshots of the checkpoint chain (those of snapshot_every_updates, and EncodeSnapshot's with
+  // kChain) are full every this many (1: always); those between are incremental: the sparse
+  // tables' rows changed since the last full one, with everything else whole. A model without
+  // sparse tables always gets full ones.
+  int full_snapshot_every = 10;
   // Called under the shard's lock with an encoded snapshot (see EncodeSnapshot); must be quick
   // (queue it) and must not call back into the shard.
-  std::function<void(int64_t version, std::string payload)> on_snapshot;
+  std::function<void(ShardSnapshot snapshot)> on_snapshot;
   // Called under the shard's lock for every gradient applied on its own (not for BSP rounds), in
   // apply order; must not call back into the shard. Empty: nothing is recorded.
   std::function<void(const AppliedUpdate&)> on_apply;
@@ -239,26 +253,28 @@ class Shard {
   const ShardOptions& options() const { return options_; }
   // A copy of the slice (empty before Init). For tests and checkpoints.
   std::vector<float> Values() const;
-  // Rows and memory of each sparse table, in declaration order.
-  struct TableStatus {
-    std::string name;
-    int64_t rows = 0;
-    int64_t bytes = 0;
-  };
+  // Rows, memory and counters of each sparse table, in declaration order.
+  using TableStatus = SparseTableStatus;
   std::vector<TableStatus> TableStatuses() const;
+  SparseCallTiming sparse_timing() const;
 
   // The shard's whole state (slice, optimizer slots, version, BSP round and buffered gradients,
   // workers' clocks, incarnations and statistics) as a checkpoint payload, with its version.
-  struct Snapshot {
-    int64_t version = 0;
-    std::string payload;
-  };
-  Snapshot EncodeSnapshot() const;
-  // Loads a payload of EncodeSnapshot into a fresh shard (before any Register or Init).
+  // kStandalone: always full, and the checkpoint chain is untouched. kChain: full or incremental
+  // as full_snapshot_every says (an incremental one needs the full one of base_version).
+  using Snapshot = ShardSnapshot;
+  enum class SnapshotUse { kStandalone, kChain };
+  Snapshot EncodeSnapshot(SnapshotUse use = SnapshotUse::kStandalone);
+  // The next chain snapshot is a full one (say, because writing the last full one failed).
+  void RestartSnapshotChain();
+  // Loads a payload of EncodeSnapshot into a fresh shard (before any Register or Init); an
+  // incremental one over the full one `load_base` returns for its base version.
   // FAILED_PRECONDITION when the snapshot is of another shard or configuration (id, shard
-  // count, workers, mode) or the shard is already in use; DATA_LOSS when it is malformed. On
-  // error the shard is unchanged. Workers that were live get a fresh lease.
-  absl::Status RestoreSnapshot(absl::string_view payload);
+  // count, workers, mode) or the shard is already in use; DATA_LOSS when it is malformed or its
+  // base is not its base; NOT_FOUND when its base cannot be loaded. On error the shard is
+  // unchanged. Workers that were live get a fresh lease.
+  using BaseLoader = std::function<absl::StatusOr<std::string>(int64_t version)>;
+  absl::Status RestoreSnapshot(absl::string_view payload, const BaseLoader& load_base = nullptr);
 
   // Fails every waiting and later Pull/Push with UNAVAILABLE and stops the lease thread.
   // Idempotent.
@@ -274,7 +290,12 @@ class Shard {
   // ABORTED when the call comes from a replaced worker process or was meant for an earlier
   // process of this shard.
   absl::Status CheckIncarnation(const Caller& caller) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EncodeSnapshotLocked(std::string* out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Encodes the state; an incremental snapshot (base_version >= 0) holds the tables' rows
+  // changed since the full one of that version.
+  void EncodeSnapshotLocked(int64_t base_version, std::string* out) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The chain's next snapshot: full (and the tables start recording changes) or incremental.
+  Snapshot ChainSnapshotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Snapshots when the version reached a multiple of snapshot_every_updates.
   void MaybeSnapshot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // OK for a live worker; `if_pending` for one that never registered, ABORTED for an expired one.
@@ -376,6 +397,11 @@ class Shard {
   // The sparse tables, in declaration order, and each worker's rows for the open BSP round.
   std::vector<std::unique_ptr<SparseTable>> tables_ ABSL_GUARDED_BY(mu_);
   std::vector<std::vector<SparseRows>> round_rows_ ABSL_GUARDED_BY(mu_);
+  SparseCallTiming sparse_timing_ ABSL_GUARDED_BY(mu_);
+  // The checkpoint chain: the version of its last full snapshot (-1: none yet, the next one is
+  // full) and the incremental ones encoded since.
+  int64_t chain_base_version_ ABSL_GUARDED_BY(mu_) = -1;
+  int chain_increments_ ABSL_GUARDED_BY(mu_) = 0;
   // Pieces of each worker's current clock received so far (priority scheduling). The buffer is
   // kept between clocks, so only workers that push in pieces cost a slice each.
   struct StagedPush {

@@ -35,6 +35,31 @@ std::string ShardMetricsText(ShardServer& server) {
              server.service().checkpoint_version(), shard)
       .Gauge("ps_shard_restored_version", "Version of the checkpoint restored at start (-1: none).",
              s.restored_version, shard);
+  for (const SparseTableStatus& t : server.shard().TableStatuses()) {
+    PrometheusText::Labels table = shard;
+    table["table"] = t.name;
+    out.Gauge("ps_table_rows", "Rows of the sparse table on this shard.", t.rows, table)
+        .Gauge("ps_table_bytes", "Bytes of the table's rows, their optimizer state and sketch.",
+               t.bytes, table)
+        .Gauge("ps_table_capacity", "Rows the table may hold on this shard (0: no limit).",
+               t.capacity, table)
+        .Counter("ps_table_admissions_total", "Rows created.", t.counters.admissions, table)
+        .Counter("ps_table_evictions_total", "Rows removed to make room.", t.counters.evictions,
+                 table)
+        .Counter("ps_table_gradients_not_admitted_total",
+                 "Row gradients dropped because their key was not admitted yet.",
+                 t.counters.not_admitted, table);
+  }
+  const SparseCallTiming timing = server.shard().sparse_timing();
+  if (timing.pulls + timing.pushes > 0) {
+    out.Counter("ps_shard_sparse_pulls_total", "Pulls that read sparse rows.", timing.pulls, shard)
+        .Counter("ps_shard_sparse_pull_seconds_total", "Time spent reading rows for pulls.",
+                 timing.pull_seconds, shard)
+        .Counter("ps_shard_sparse_pushes_total", "Pushes that carried sparse rows.", timing.pushes,
+                 shard)
+        .Counter("ps_shard_sparse_push_seconds_total",
+                 "Time spent applying (or buffering) pushed rows.", timing.push_seconds, shard);
+  }
   StalenessHistogram all;
   for (const WorkerStatusInfo& w : s.workers) {
     PrometheusText::Labels worker = shard;

@@ -102,7 +102,12 @@ absl::StatusOr<Shard::PullResult> Shard::ReadSliceLocked(const PullArgs& args, a
     }  // a first pull in pieces: DC-ASGD compensates once the worker has pulled the slice whole
   }
   PullResult result;
-  result.rows = ReadRowsLocked(args.rows);
+  if (!args.rows.empty()) {
+    const absl::Time rows_start = absl::Now();
+    result.rows = ReadRowsLocked(args.rows);
+    ++sparse_timing_.pulls;
+    sparse_timing_.pull_seconds += absl::ToDoubleSeconds(absl::Now() - rows_start);
+  }
   result.version = version_;
   result.min_clock = controller_.MinClock();
   result.waited = now - start;

@@ -49,26 +49,38 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
     s->checkpoints_.emplace(std::move(dir));
     shard_options.snapshot_every_updates = options.checkpoint_every_updates;
     ShardServer* raw = s.get();
-    shard_options.on_snapshot = [raw](int64_t version, std::string payload) {
+    shard_options.on_snapshot = [raw](Shard::Snapshot snapshot) {
       std::lock_guard<std::mutex> lock(raw->writer_mu_);
-      raw->queue_.push_back(Shard::Snapshot{version, std::move(payload)});
+      raw->queue_.push_back(std::move(snapshot));
       raw->writer_cv_.notify_all();
     };
   }
   ASSIGN_OR_RETURN(s->shard_, Shard::Create(shard_options));
   if (s->checkpoints_.has_value()) {
     std::vector<std::string> skipped;
-    absl::StatusOr<CheckpointDir::Loaded> loaded = s->checkpoints_->LoadNewest(&skipped);
+    const CheckpointDir& dir = *s->checkpoints_;
+    Shard& shard = *s->shard_;
+    // The newest checkpoint this shard can restore: an incremental one needs its full base.
+    int64_t base = -1;  // of the one restored, if incremental
+    absl::StatusOr<CheckpointDir::Loaded> loaded =
+        dir.LoadNewest(&skipped, [&dir, &shard, &base](const CheckpointDir::Loaded& candidate) {
+          base = -1;
+          absl::Status restored =
+              shard.RestoreSnapshot(candidate.payload, [&dir, &base](int64_t version) {
+                base = version;
+                return dir.Load(static_cast<uint64_t>(version));
+              });
+          if (restored.ok()) return restored;
+          return absl::Status(restored.code(), absl::StrCat("restoring ", candidate.info.path, ": ",
+                                                            restored.message()));
+        });
     for (const std::string& why : skipped) spdlog::warn("skipped checkpoint {}", why);
     if (loaded.ok()) {
-      absl::Status restored = s->shard_->RestoreSnapshot(loaded->payload);
-      if (!restored.ok()) {
-        return absl::Status(restored.code(), absl::StrCat("restoring ", loaded->info.path, ": ",
-                                                          restored.message()));
-      }
       s->restored_ = loaded->info;
       s->last_written_version_ = static_cast<int64_t>(loaded->info.sequence);
-      spdlog::info("restored {} (version {})", loaded->info.path, loaded->info.sequence);
+      spdlog::info(
+          "restored {} (version {}{})", loaded->info.path, loaded->info.sequence,
+          base >= 0 ? absl::StrCat(", incremental over the full one of ", base) : std::string());
     } else if (loaded.status().code() != absl::StatusCode::kNotFound) {
       return loaded.status();
     }
@@ -135,12 +147,21 @@ void ShardServer::SetParametersServing(bool serving) {
   }
 }
 
-absl::Status ShardServer::WriteCheckpoint(int64_t version, const std::string& payload) {
+absl::Status ShardServer::WriteCheckpoint(const Shard::Snapshot& snapshot) {
   absl::StatusOr<CheckpointInfo> info =
-      checkpoints_->Write(static_cast<uint64_t>(version), payload);
-  if (!info.ok()) return info.status();
-  service_->set_checkpoint_version(version);
-  spdlog::debug("checkpoint {} written", info->path);
+      checkpoints_->Write(static_cast<uint64_t>(snapshot.version), snapshot.payload,
+                          snapshot.base_version >= 0 ? static_cast<uint64_t>(snapshot.base_version)
+                                                     : CheckpointDir::kNoBase);
+  if (!info.ok()) {
+    // The incremental checkpoints to come would build on a full one that is not there.
+    if (snapshot.base_version < 0) shard_->RestartSnapshotChain();
+    return info.status();
+  }
+  service_->set_checkpoint_version(snapshot.version);
+  spdlog::debug("checkpoint {} written ({} bytes{})", info->path, snapshot.payload.size(),
+                snapshot.base_version >= 0
+                    ? absl::StrCat(", incremental over ", snapshot.base_version)
+                    : std::string());
   return absl::OkStatus();
 }
 
@@ -160,13 +181,14 @@ void ShardServer::WriterLoop() {
       queue_.pop_front();
     } else {
       // The periodic, time-based checkpoint (SSP/ASP): only when something changed.
+      // Checked before encoding: a chain snapshot that is not written would break the chain.
+      if (shard_->GetStatus().version == last_written_version_) continue;
       lock.unlock();
-      snapshot = shard_->EncodeSnapshot();
+      snapshot = shard_->EncodeSnapshot(Shard::SnapshotUse::kChain);
       lock.lock();
-      if (snapshot.version == last_written_version_) continue;
     }
     lock.unlock();
-    absl::Status s = WriteCheckpoint(snapshot.version, snapshot.payload);
+    absl::Status s = WriteCheckpoint(snapshot);
     lock.lock();
     if (s.ok()) {
       last_written_version_ = snapshot.version;
@@ -202,12 +224,17 @@ absl::Status ShardServer::Shutdown(absl::Duration grace) {
     {
       std::lock_guard<std::mutex> lock(writer_mu_);
       writer_stop_ = true;
-      queue_.clear();  // older than the final snapshot
+      // Older than the final snapshot; when a full one is among them, the final one must be
+      // full too (its increments would build on a file never written).
+      for (const Shard::Snapshot& dropped : queue_) {
+        if (dropped.base_version < 0) shard_->RestartSnapshotChain();
+      }
+      queue_.clear();
     }
     writer_cv_.notify_all();
     writer_.join();
-    const Shard::Snapshot final_snapshot = shard_->EncodeSnapshot();
-    shutdown_status_ = WriteCheckpoint(final_snapshot.version, final_snapshot.payload);
+    const Shard::Snapshot final_snapshot = shard_->EncodeSnapshot(Shard::SnapshotUse::kChain);
+    shutdown_status_ = WriteCheckpoint(final_snapshot);
     if (shutdown_status_.ok()) {
       spdlog::info("final checkpoint at version {}", final_snapshot.version);
     } else {

@@ -13,7 +13,9 @@
 // then one is written every checkpoint_every_updates updates (BSP: at that exact version on every
 // shard, one consistent cut) and, outside BSP, every checkpoint_interval if the version moved; a
 // final one is written at Shutdown() after the shard stopped accepting updates, so no update
-// acknowledged before it is lost.
+// acknowledged before it is lost. With sparse tables most of them are incremental (the rows
+// changed since the last full one; ShardOptions::full_snapshot_every); a restore takes the newest
+// that is intact and whose full base is too.
 
 #include <condition_variable>
 #include <cstdint>
@@ -87,7 +89,8 @@ class ShardServer {
  private:
   ShardServer() = default;
   void WriterLoop();
-  absl::Status WriteCheckpoint(int64_t version, const std::string& payload);
+  // Writes the snapshot (an incremental one keeps its base from the pruning).
+  absl::Status WriteCheckpoint(const Shard::Snapshot& snapshot);
   void SetParametersServing(bool serving);
 
   ShardServerOptions options_;

@@ -59,12 +59,18 @@ bool RowsFinite(const std::vector<SparseRows>& rows) {
 }
 
 void Shard::ApplyRowsLocked(const std::vector<SparseRows>& rows, float lr_scale) {
+  if (rows.empty()) return;
+  const absl::Time start = absl::Now();
   for (const SparseRows& entry : rows) {
     tables_[entry.table]->Apply(entry.keys, entry.values, lr_scale);
   }
+  ++sparse_timing_.pushes;
+  sparse_timing_.push_seconds += absl::ToDoubleSeconds(absl::Now() - start);
 }
 
 void Shard::ApplyRoundRowsLocked(int contributors) {
+  if (tables_.empty()) return;
+  const absl::Time start = absl::Now();  // the round's share of its pushes' time
   for (size_t t = 0; t < tables_.size(); ++t) {
     const int64_t dim = tables_[t]->dim();
     SparseRows merged;
@@ -94,6 +100,7 @@ void Shard::ApplyRoundRowsLocked(int contributors) {
     tables_[t]->Apply(merged.keys, merged.values);
   }
   for (auto& rows : round_rows_) rows.clear();
+  sparse_timing_.push_seconds += absl::ToDoubleSeconds(absl::Now() - start);
 }
 
 std::vector<std::vector<float>> Shard::ReadRowsLocked(const std::vector<SparseRows>& rows) const {
@@ -110,9 +117,15 @@ std::vector<Shard::TableStatus> Shard::TableStatuses() const {
   absl::MutexLock lock(&mu_);
   std::vector<TableStatus> out;
   for (const auto& table : tables_) {
-    out.push_back(TableStatus{table->spec().name, table->rows(), table->bytes()});
+    out.push_back(TableStatus{table->spec().name, table->rows(), table->bytes(),
+                              table->memory().capacity, table->counters()});
   }
   return out;
+}
+
+SparseCallTiming Shard::sparse_timing() const {
+  absl::MutexLock lock(&mu_);
+  return sparse_timing_;
 }
 
 }  // namespace ps

@@ -371,6 +371,13 @@ absl::StatusOr<std::vector<ShardReport>> GrpcParameterClient::Status() {
     rep.finished_at_restore = r.finished_at_restore();
     rep.decay_updates = r.decay_updates();
     rep.finished_job_rerun = r.finished_job_rerun();
+    for (const auto& t : r.tables()) {
+      SparseTableStatus table{t.name(), t.rows(), t.bytes(), t.capacity(), {}};
+      table.counters = {t.admissions(), t.evictions(), t.not_admitted()};
+      rep.tables.push_back(std::move(table));
+    }
+    rep.sparse_timing = {r.sparse_pulls(), r.sparse_pull_seconds(), r.sparse_pushes(),
+                         r.sparse_push_seconds()};
     for (const auto& w : r.workers()) {
       ShardReport::Worker out;
       out.rank = w.rank();

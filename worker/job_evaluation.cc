@@ -119,6 +119,38 @@ void AddShardTotals(const std::vector<ShardReport>& reports, JsonObject* out) {
       .Add("decay_updates", reports.empty() ? int64_t{0} : reports[0].decay_updates);
 }
 
+// The sparse tables' size on each shard and the shards' time on rows (mean ms per call).
+void AddSparseTotals(const std::vector<ShardReport>& reports, JsonObject* out) {
+  if (reports.empty() || reports[0].tables.empty()) return;
+  std::vector<int64_t> rows, bytes;
+  int64_t admissions = 0, evictions = 0, not_admitted = 0;
+  SparseCallTiming timing;
+  for (const ShardReport& r : reports) {
+    int64_t shard_rows = 0, shard_bytes = 0;
+    for (const SparseTableStatus& t : r.tables) {
+      shard_rows += t.rows;
+      shard_bytes += t.bytes;
+      admissions += t.counters.admissions;
+      evictions += t.counters.evictions;
+      not_admitted += t.counters.not_admitted;
+    }
+    rows.push_back(shard_rows);
+    bytes.push_back(shard_bytes);
+    timing.pulls += r.sparse_timing.pulls;
+    timing.pull_seconds += r.sparse_timing.pull_seconds;
+    timing.pushes += r.sparse_timing.pushes;
+    timing.push_seconds += r.sparse_timing.push_seconds;
+  }
+  out->Add("rows_per_shard", rows)
+      .Add("bytes_per_shard", bytes)
+      .Add("row_admissions", admissions)
+      .Add("row_evictions", evictions)
+      .Add("row_gradients_not_admitted", not_admitted)
+      .Add("sparse_pull_ms", timing.pulls > 0 ? 1000.0 * timing.pull_seconds / timing.pulls : 0.0)
+      .Add("sparse_push_ms",
+           timing.pushes > 0 ? 1000.0 * timing.push_seconds / timing.pushes : 0.0);
+}
+
 // The work account: totals, and per worker as a JSON array.
 void AddWork(const WorkAccount& work, bool require_all, JsonObject* out) {
   std::string per_worker = "[";
@@ -197,6 +229,7 @@ absl::StatusOr<bool> EvaluateJob(Model& model, Device& device, ParameterClient& 
   }
   AddWork(work, require_all, &out);
   AddShardTotals(reports, &out);
+  AddSparseTotals(reports, &out);
   if (!options.summary_out.empty()) {
     const std::string text = out.str() + "\n";
     RETURN_IF_ERROR(WriteFile(options.summary_out, text.data(), text.size()));

@@ -16,6 +16,7 @@
 #include "common/base/consistency_mode.h"
 #include "common/base/param_layout.h"
 #include "common/base/status_macros.h"
+#include "common/optim/sparse_table.h"
 
 namespace ps {
 
@@ -75,6 +76,8 @@ struct ShardReport {
   bool finished_at_restore = false;  // the restored checkpoint held a finished job
   int64_t decay_updates = 0;         // the cosine schedule's end in force; 0: none or unknown
   bool finished_job_rerun = false;   // a new worker found the job finished; nothing trained since
+  std::vector<SparseTableStatus> tables;  // the model's sparse tables' parts on this shard
+  SparseCallTiming sparse_timing;
   struct Worker {
     int rank = 0;
     int64_t clock = 0;

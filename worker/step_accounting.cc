@@ -90,8 +90,9 @@ absl::Status StepAccounting::WriteStepLine(const CompletedStep& done) {
       .Add("dropped", done.pushed.dropped)
       .Add("late", done.pushed.late)
       .Add("push_bytes", done.pushed.payload_bytes)
-      .Add("pull_bytes", done.pulled.payload_bytes)
-      .Add("wall_s", absl::ToDoubleSeconds(absl::Now() - start_));
+      .Add("pull_bytes", done.pulled.payload_bytes);
+  if (done.unique_keys >= 0) line.Add("unique_keys", done.unique_keys);
+  line.Add("wall_s", absl::ToDoubleSeconds(absl::Now() - start_));
   return metrics_->Write(line);
 }
 

@@ -68,6 +68,7 @@ struct CompletedStep {
   PushStats pushed;
   BatchStats batch;
   absl::Time start, computing, computed, pushing, end;
+  int64_t unique_keys = -1;  // a sparse model's distinct rows of the step; -1: a dense model
 };
 
 // The test set's loss and accuracy on the shards' freshest weights, and the largest shard

@@ -133,7 +133,11 @@ class SequentialSchedule final : public StepSchedule {
       ASSIGN_OR_RETURN(pushed,
                        env_.client.PushWithRows(step, pulled.versions, count, gradient, push_rows));
     }
-    return env_.accounting.Finish(Complete(step, start, std::move(pulled), c, pushed, absl::Now()));
+    CompletedStep done = Complete(step, start, std::move(pulled), c, pushed, absl::Now());
+    if (env_.row_dim > 0) {
+      done.unique_keys = static_cast<int64_t>(env_.gradient.StepKeys(step).size());
+    }
+    return env_.accounting.Finish(std::move(done));
   }
   absl::Status Flush() override { return absl::OkStatus(); }
   void Drain() override { carried_step_ = -1; }

@@ -1,5 +1,6 @@
 #include "common/optim/sparse_table.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -38,12 +39,48 @@ absl::Status ValidateSparseOptimizerOptions(const SparseOptimizerOptions& o) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<EvictionPolicy> ParseEvictionPolicy(const std::string& name) {
+  if (name == "lru") return EvictionPolicy::kLru;
+  if (name == "lfu") return EvictionPolicy::kLfu;
+  return absl::InvalidArgumentError(absl::StrCat("eviction '", name, "' is not one of lru, lfu"));
+}
+
+std::string EvictionPolicyName(EvictionPolicy policy) {
+  return policy == EvictionPolicy::kLru ? "lru" : "lfu";
+}
+
+absl::Status ValidateSparseMemoryOptions(const SparseMemoryOptions& o) {
+  if (o.capacity < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table capacity must be >= 0 rows (0: no limit), got ", o.capacity));
+  }
+  if (o.admit_after < 0 || o.admit_after > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("admit_after must be in [0, 65535] touches, got ", o.admit_after));
+  }
+  return absl::OkStatus();
+}
+
 int ShardOfKey(uint64_t key, int num_shards) {
   return static_cast<int>(Mix64(key ^ 0x726f7773ULL) % static_cast<uint64_t>(num_shards));
 }
 
-SparseTable::SparseTable(SparseTableSpec spec, const SparseOptimizerOptions& optimizer)
-    : spec_(std::move(spec)), optimizer_(optimizer) {}
+namespace {
+
+// Counter `row` of the admission sketch for `key`: independent hashes by row.
+int64_t SketchCell(uint64_t key, int row) {
+  const uint64_t h = Mix64(key ^ (0x736b6574636800ULL + static_cast<uint64_t>(row)));
+  return row * SparseTable::kSketchWidth +
+         static_cast<int64_t>(h & static_cast<uint64_t>(SparseTable::kSketchWidth - 1));
+}
+
+}  // namespace
+
+SparseTable::SparseTable(SparseTableSpec spec, const SparseOptimizerOptions& optimizer,
+                         const SparseMemoryOptions& memory)
+    : spec_(std::move(spec)), optimizer_(optimizer), memory_(memory) {
+  if (memory_.admit_after > 1) sketch_.assign(kSketchDepth * kSketchWidth, 0);
+}
 
 int64_t SparseTable::StateWidth() const {
   switch (optimizer_.kind) {
@@ -59,7 +96,8 @@ int64_t SparseTable::StateWidth() const {
 
 int64_t SparseTable::bytes() const {
   return rows() * (static_cast<int64_t>(sizeof(float)) * (dim() + StateWidth()) +
-                   static_cast<int64_t>(sizeof(uint64_t) + sizeof(int64_t)));
+                   static_cast<int64_t>(sizeof(uint64_t) + 2 * sizeof(int64_t))) +
+         static_cast<int64_t>(sketch_.size() * sizeof(uint16_t));
 }
 
 void SparseTable::InitialRow(const SparseTableSpec& spec, uint64_t key, float* out) {
@@ -75,29 +113,96 @@ void SparseTable::Read(absl::Span<const uint64_t> keys, absl::Span<float> out) c
     float* row = out.data() + static_cast<int64_t>(i) * dim;
     const auto it = slot_of_.find(keys[i]);
     if (it == slot_of_.end()) {
-      InitialRow(spec_, keys[i], row);
+      if (sketch_.empty()) {
+        InitialRow(spec_, keys[i], row);
+      } else {
+        std::fill_n(row, dim, 0.0f);
+      }
     } else {
       std::copy_n(values_.data() + it->second * dim, dim, row);
     }
   }
 }
 
-int64_t SparseTable::SlotOf(uint64_t key) {
-  const auto [it, inserted] = slot_of_.try_emplace(key, rows());
-  if (inserted) {
-    keys_.push_back(key);
-    values_.resize(values_.size() + spec_.dim);
-    InitialRow(spec_, key, values_.data() + it->second * spec_.dim);
-    state_.resize(state_.size() + StateWidth(), 0.0f);
-    updates_.push_back(0);
+bool SparseTable::Admit(uint64_t key) {
+  uint16_t touches = UINT16_MAX;
+  for (int r = 0; r < kSketchDepth; ++r) {
+    uint16_t& cell = sketch_[SketchCell(key, r)];
+    if (cell < UINT16_MAX) ++cell;
+    touches = std::min(touches, cell);
   }
-  return it->second;
+  return touches >= memory_.admit_after;
+}
+
+int64_t SparseTable::SlotFor(uint64_t key) {
+  const auto found = slot_of_.find(key);
+  if (found != slot_of_.end()) return found->second;
+  if (!sketch_.empty() && !Admit(key)) return -1;
+  if (memory_.capacity > 0 && rows() >= memory_.capacity) EvictOne();
+  const int64_t slot = rows();
+  slot_of_.emplace(key, slot);
+  keys_.push_back(key);
+  values_.resize(values_.size() + spec_.dim);
+  InitialRow(spec_, key, values_.data() + slot * spec_.dim);
+  state_.resize(state_.size() + StateWidth(), 0.0f);
+  updates_.push_back(0);
+  last_update_.push_back(0);
+  ++counters_.admissions;
+  return slot;
+}
+
+void SparseTable::EvictOne() {
+  // The sample is a function of the eviction count alone: a restored table evicts as the
+  // original would have.
+  // A table of at most kEvictionSample rows looks at all of them.
+  const bool all = rows() <= kEvictionSample;
+  int64_t victim = -1;
+  for (int j = 0; j < (all ? rows() : kEvictionSample); ++j) {
+    const uint64_t draw = Mix64(static_cast<uint64_t>(counters_.evictions) * kEvictionSample + j);
+    const int64_t slot = all ? j : static_cast<int64_t>(draw % static_cast<uint64_t>(rows()));
+    if (victim < 0) {
+      victim = slot;
+      continue;
+    }
+    const bool older = last_update_[slot] < last_update_[victim];
+    const bool rarer =
+        updates_[slot] < updates_[victim] || (updates_[slot] == updates_[victim] && older);
+    if (memory_.eviction == EvictionPolicy::kLru ? older : rarer) victim = slot;
+  }
+  NoteChanged(keys_[victim]);
+  RemoveSlot(victim);
+  ++counters_.evictions;
+}
+
+void SparseTable::RemoveSlot(int64_t slot) {
+  const int64_t last = rows() - 1;
+  const int64_t dim = spec_.dim, width = StateWidth();
+  slot_of_.erase(keys_[slot]);
+  if (slot != last) {
+    keys_[slot] = keys_[last];
+    slot_of_[keys_[slot]] = slot;
+    std::copy_n(values_.data() + last * dim, dim, values_.data() + slot * dim);
+    std::copy_n(state_.data() + last * width, width, state_.data() + slot * width);
+    updates_[slot] = updates_[last];
+    last_update_[slot] = last_update_[last];
+  }
+  keys_.pop_back();
+  values_.resize(last * dim);
+  state_.resize(last * width);
+  updates_.pop_back();
+  last_update_.pop_back();
 }
 
 void SparseTable::Apply(absl::Span<const uint64_t> keys, absl::Span<const float> grads,
                         float lr_scale) {
   for (size_t i = 0; i < keys.size(); ++i) {
-    Step(SlotOf(keys[i]), grads.data() + static_cast<int64_t>(i) * spec_.dim, lr_scale);
+    const int64_t slot = SlotFor(keys[i]);
+    if (slot < 0) {
+      ++counters_.not_admitted;
+      continue;
+    }
+    Step(slot, grads.data() + static_cast<int64_t>(i) * spec_.dim, lr_scale);
+    NoteChanged(keys[i]);
   }
 }
 
@@ -107,6 +212,7 @@ void SparseTable::Step(int64_t slot, const float* g, float lr_scale) {
   float* s = state_.data() + slot * StateWidth();
   const float lr = optimizer_.lr * lr_scale;
   const int64_t t = ++updates_[slot];
+  last_update_[slot] = ++tick_;
   switch (optimizer_.kind) {
     case SparseOptimizerKind::kAdagrad:
       for (int64_t d = 0; d < dim; ++d) {
@@ -133,16 +239,86 @@ void SparseTable::Step(int64_t slot, const float* g, float lr_scale) {
   }
 }
 
-SparseTable::Contents SparseTable::Export() const { return {keys_, values_, state_, updates_}; }
+SparseTable::Contents SparseTable::Export() const {
+  Contents c{keys_, values_, state_, updates_, last_update_, tick_, counters_, sketch_, {}};
+  return c;
+}
+
+void SparseTable::RowInto(int64_t slot, Contents* out) const {
+  const int64_t dim = spec_.dim, width = StateWidth();
+  out->keys.push_back(keys_[slot]);
+  out->values.insert(out->values.end(), values_.begin() + slot * dim,
+                     values_.begin() + (slot + 1) * dim);
+  out->state.insert(out->state.end(), state_.begin() + slot * width,
+                    state_.begin() + (slot + 1) * width);
+  out->updates.push_back(updates_[slot]);
+  out->last_update.push_back(last_update_[slot]);
+}
+
+void SparseTable::MarkUnchanged() {
+  tracking_changes_ = true;
+  changed_.clear();
+}
+
+SparseTable::Contents SparseTable::ExportChanges() const {
+  Contents c;
+  c.tick = tick_;
+  c.counters = counters_;
+  c.sketch = sketch_;
+  std::vector<uint64_t> changed(changed_.begin(), changed_.end());
+  std::sort(changed.begin(), changed.end());  // the same delta for the same changes
+  for (uint64_t key : changed) {
+    const auto it = slot_of_.find(key);
+    if (it == slot_of_.end()) {
+      c.removed.push_back(key);
+    } else {
+      RowInto(it->second, &c);
+    }
+  }
+  return c;
+}
+
+absl::Status SparseTable::ApplyChanges(Contents delta) {
+  Contents merged;
+  absl::flat_hash_set<uint64_t> replaced(delta.removed.begin(), delta.removed.end());
+  replaced.insert(delta.keys.begin(), delta.keys.end());
+  for (int64_t slot = 0; slot < rows(); ++slot) {
+    if (!replaced.contains(keys_[slot])) RowInto(slot, &merged);
+  }
+  const int64_t kept = static_cast<int64_t>(merged.keys.size());
+  merged.keys.insert(merged.keys.end(), delta.keys.begin(), delta.keys.end());
+  merged.values.insert(merged.values.end(), delta.values.begin(), delta.values.end());
+  merged.state.insert(merged.state.end(), delta.state.begin(), delta.state.end());
+  merged.updates.insert(merged.updates.end(), delta.updates.begin(), delta.updates.end());
+  merged.last_update.insert(merged.last_update.end(), delta.last_update.begin(),
+                            delta.last_update.end());
+  if (static_cast<int64_t>(merged.keys.size()) - kept != static_cast<int64_t>(delta.keys.size())) {
+    return absl::InvalidArgumentError("delta is inconsistent");
+  }
+  merged.tick = delta.tick;
+  merged.counters = delta.counters;
+  merged.sketch = std::move(delta.sketch);
+  return Restore(std::move(merged));
+}
 
 absl::Status SparseTable::Restore(Contents c) {
   const int64_t n = static_cast<int64_t>(c.keys.size());
   if (static_cast<int64_t>(c.values.size()) != n * dim() ||
       static_cast<int64_t>(c.state.size()) != n * StateWidth() ||
-      static_cast<int64_t>(c.updates.size()) != n) {
+      static_cast<int64_t>(c.updates.size()) != n ||
+      static_cast<int64_t>(c.last_update.size()) != n) {
     return absl::InvalidArgumentError(absl::StrCat("table '", spec_.name, "': ", n,
                                                    " rows with values, state or counts of "
                                                    "another length"));
+  }
+  if (memory_.capacity > 0 && n > memory_.capacity) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table '", spec_.name, "': ", n, " rows, more than its capacity ", memory_.capacity));
+  }
+  if (!c.sketch.empty() && c.sketch.size() != sketch_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("table '", spec_.name,
+                                                   "': an admission sketch of ", c.sketch.size(),
+                                                   " counters, not ", sketch_.size()));
   }
   absl::flat_hash_map<uint64_t, int64_t> slot_of;
   slot_of.reserve(n);
@@ -157,6 +333,16 @@ absl::Status SparseTable::Restore(Contents c) {
   values_ = std::move(c.values);
   state_ = std::move(c.state);
   updates_ = std::move(c.updates);
+  last_update_ = std::move(c.last_update);
+  tick_ = c.tick;
+  counters_ = c.counters;
+  // Without a sketch (admission was off when it was written) the touches count from zero.
+  if (!c.sketch.empty()) {
+    sketch_ = std::move(c.sketch);
+  } else {
+    std::fill(sketch_.begin(), sketch_.end(), 0);
+  }
+  if (tracking_changes_) changed_.clear();
   return absl::OkStatus();
 }
 

@@ -5,12 +5,21 @@
 // its optimizer state. A row exists once a gradient has touched it; until then it reads as its
 // initial values, which depend on the table and the key alone (so a run's results do not depend
 // on the number of shards). The optimizers are row-wise: a step updates only the rows it names.
+//
+// Memory (SparseMemoryOptions): a capacity of rows with eviction, and admission: a key gets a
+// row of its own only at its admit_after-th gradient; before that it reads as the table's shared
+// default row (zeros) and its gradients are counted and dropped. Touches are counted in a
+// count-min sketch of fixed size (kSketchDepth x kSketchWidth 16-bit counters, 8 MiB), which
+// may count a key high (never low), so a rare key may be admitted early. Its collisions are
+// between keys of the same shard: with admission on, which keys are admitted when can depend on
+// the number of shards.
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/base/param_layout.h"
@@ -37,55 +46,134 @@ struct SparseOptimizerOptions {
 // INVALID_ARGUMENT naming the field when an option is out of range.
 absl::Status ValidateSparseOptimizerOptions(const SparseOptimizerOptions& options);
 
+// Which row leaves a full table. Both sample kEvictionSample rows (deterministically, from the
+// table's counters and its rows' order; all rows when there are no more) and evict the one that
+// was updated least recently (kLru) or least often (kLfu; ties: least recently), as Redis does:
+// exact orders would cost 16 bytes a row. A table rebuilt from an incremental checkpoint holds
+// the same rows in another order, so its later victims may differ from the original's.
+enum class EvictionPolicy { kLru, kLfu };
+absl::StatusOr<EvictionPolicy> ParseEvictionPolicy(const std::string& name);
+std::string EvictionPolicyName(EvictionPolicy policy);
+
+struct SparseMemoryOptions {
+  int64_t capacity = 0;  // rows per table on this shard; 0: no limit
+  EvictionPolicy eviction = EvictionPolicy::kLru;
+  int32_t admit_after = 0;  // 0 or 1: every key gets its row at its first gradient
+};
+absl::Status ValidateSparseMemoryOptions(const SparseMemoryOptions& options);
+
 // The shard (0..num_shards-1) that owns `key`: by a hash of the key, so that popular ids spread
 // over the shards whatever their values.
 int ShardOfKey(uint64_t key, int num_shards);
 
 class SparseTable {
  public:
-  SparseTable(SparseTableSpec spec, const SparseOptimizerOptions& optimizer);
+  static constexpr int kEvictionSample = 8;
+  static constexpr int kSketchDepth = 4;
+  static constexpr int64_t kSketchWidth = int64_t{1} << 20;
+
+  SparseTable(SparseTableSpec spec, const SparseOptimizerOptions& optimizer,
+              const SparseMemoryOptions& memory = {});
 
   const SparseTableSpec& spec() const { return spec_; }
+  const SparseMemoryOptions& memory() const { return memory_; }
   int64_t dim() const { return spec_.dim; }
   int64_t rows() const { return static_cast<int64_t>(keys_.size()); }
-  // Memory held by the rows and their state (not counting the index's overhead).
+  // Memory held by the rows, their state and the admission sketch (not the index's overhead).
   int64_t bytes() const;
+
+  // What the table did since it was created (or restored: the counts are in checkpoints).
+  struct Counters {
+    int64_t admissions = 0;    // rows created
+    int64_t evictions = 0;     // rows removed to make room
+    int64_t not_admitted = 0;  // row gradients dropped: their key was not yet admitted
+  };
+  const Counters& counters() const { return counters_; }
 
   // The initial values of `key`'s row in `spec`'s table: uniform in [-init_scale, init_scale).
   static void InitialRow(const SparseTableSpec& spec, uint64_t key, float* out);
 
-  // Writes the rows of `keys` into out (keys.size() * dim()): their values, or the initial
-  // values of rows that do not exist (none is created).
+  // Writes the rows of `keys` into out (keys.size() * dim()): their values, or for keys without
+  // a row their initial values (zeros, the shared default, when admission is on). Creates none.
   void Read(absl::Span<const uint64_t> keys, absl::Span<float> out) const;
   // One optimizer step on the rows of `keys` (distinct) with gradients `grads` (keys.size() *
-  // dim()), creating the rows that do not exist from their initial values first. `lr_scale`
-  // multiplies this step's learning rate.
+  // dim()), creating the rows of admitted keys that do not exist from their initial values first
+  // (evicting others when the table is full). `lr_scale` multiplies this step's learning rate.
   void Apply(absl::Span<const uint64_t> keys, absl::Span<const float> grads, float lr_scale = 1.0f);
 
-  // Every row, for checkpoints: keys, values (rows * dim), state (rows * StateWidth()) and each
-  // row's update count, in one order. Restore replaces the table's contents; INVALID_ARGUMENT
-  // when the lengths do not fit.
+  // Rows for checkpoints: keys, values (rows * dim), state (rows * StateWidth()), each row's
+  // update count and last update (the table's tick), in one order; and the table's clocks and
+  // admission sketch (empty when admission is off).
   struct Contents {
     std::vector<uint64_t> keys;
     std::vector<float> values;
     std::vector<float> state;
     std::vector<int64_t> updates;
+    std::vector<int64_t> last_update;
+    int64_t tick = 0;
+    Counters counters;
+    std::vector<uint16_t> sketch;
+    // A delta (ExportChanges): the keys whose rows were removed since the mark.
+    std::vector<uint64_t> removed;
   };
+  // Every row. Restore replaces the table's contents with them; INVALID_ARGUMENT when the
+  // lengths do not fit, a key repeats or there are more rows than the capacity.
   Contents Export() const;
   absl::Status Restore(Contents contents);
+  // Incremental checkpoints. MarkUnchanged starts (or restarts) recording which keys change;
+  // ExportChanges returns the rows created or updated since the mark, the keys removed since,
+  // and the clocks and sketch; ApplyChanges lays such a delta over the contents of the mark.
+  void MarkUnchanged();
+  Contents ExportChanges() const;
+  absl::Status ApplyChanges(Contents delta);
+  bool tracking_changes() const { return tracking_changes_; }
   int64_t StateWidth() const;  // floats of optimizer state per row
 
  private:
-  int64_t SlotOf(uint64_t key);  // creating the row if needed
+  // The slot of `key`'s row, creating it if the key is admitted (evicting one when full); -1
+  // when it is not admitted yet (its touch is counted).
+  int64_t SlotFor(uint64_t key);
+  bool Admit(uint64_t key);  // counts a touch; whether the key has reached admit_after
+  void EvictOne();
+  void RemoveSlot(int64_t slot);  // moves the last slot into its place
   void Step(int64_t slot, const float* grad, float lr_scale);
+  void NoteChanged(uint64_t key) {
+    if (tracking_changes_) changed_.insert(key);
+  }
+  void RowInto(int64_t slot, Contents* out) const;  // appends the slot's row
 
   SparseTableSpec spec_;
   SparseOptimizerOptions optimizer_;
+  SparseMemoryOptions memory_;
   absl::flat_hash_map<uint64_t, int64_t> slot_of_;
-  std::vector<uint64_t> keys_;    // per slot
-  std::vector<float> values_;     // slot * dim
-  std::vector<float> state_;      // slot * StateWidth()
-  std::vector<int64_t> updates_;  // per slot: steps applied to the row
+  std::vector<uint64_t> keys_;        // per slot
+  std::vector<float> values_;         // slot * dim
+  std::vector<float> state_;          // slot * StateWidth()
+  std::vector<int64_t> updates_;      // per slot: steps applied to the row
+  std::vector<int64_t> last_update_;  // per slot: tick_ of its last step
+  int64_t tick_ = 0;                  // row steps applied, ever
+  Counters counters_;
+  std::vector<uint16_t> sketch_;  // kSketchDepth x kSketchWidth when admit_after > 1
+  bool tracking_changes_ = false;
+  absl::flat_hash_set<uint64_t> changed_;  // keys created, updated or removed since the mark
+};
+
+// One table's part on a shard, as the shard reports it.
+struct SparseTableStatus {
+  std::string name;
+  int64_t rows = 0;
+  int64_t bytes = 0;     // SparseTable::bytes
+  int64_t capacity = 0;  // 0: no limit
+  SparseTable::Counters counters;
+};
+
+// Time a shard spent on sparse rows: reading them for pulls, and applying pushed ones (buffering
+// them in a BSP round, and the round's apply); and how many calls carried rows.
+struct SparseCallTiming {
+  int64_t pulls = 0;
+  double pull_seconds = 0;
+  int64_t pushes = 0;
+  double push_seconds = 0;
 };
 
 }  // namespace ps

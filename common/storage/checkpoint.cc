@@ -96,6 +96,11 @@ void ByteWriter::I64s(absl::Span<const int64_t> values) {
   for (int64_t v : values) I64(v);
 }
 
+void ByteWriter::U16s(absl::Span<const uint16_t> values) {
+  U64(values.size());
+  for (uint16_t v : values) Put(v);
+}
+
 absl::Status ByteReader::Need(uint64_t n, const char* what) const {
   if (n > remaining()) {
     return absl::DataLossError(absl::StrCat("checkpoint payload ends inside ", what, " (needs ", n,
@@ -150,6 +155,14 @@ absl::StatusOr<std::vector<int64_t>> ByteReader::I64s(const char* what, uint64_t
   if (!n.ok()) return n.status();
   std::vector<int64_t> out(*n);
   for (int64_t& v : out) v = static_cast<int64_t>(*Get<uint64_t>(what));
+  return out;
+}
+
+absl::StatusOr<std::vector<uint16_t>> ByteReader::U16s(const char* what, uint64_t max_count) {
+  absl::StatusOr<uint64_t> n = Count(what, max_count, sizeof(uint16_t));
+  if (!n.ok()) return n.status();
+  std::vector<uint16_t> out(*n);
+  for (uint16_t& v : out) v = *Get<uint16_t>(what);
   return out;
 }
 
@@ -224,8 +237,8 @@ std::vector<CheckpointInfo> CheckpointDir::List() const {
   return out;
 }
 
-absl::StatusOr<CheckpointInfo> CheckpointDir::Write(uint64_t sequence,
-                                                    absl::string_view payload) const {
+absl::StatusOr<CheckpointInfo> CheckpointDir::Write(uint64_t sequence, absl::string_view payload,
+                                                    uint64_t base) const {
   const std::string name = NameOf(sequence);
   const std::string final_path = dir_ + "/" + name;
   const std::string tmp_path = absl::StrCat(dir_, "/", kTmpPrefix, name);
@@ -246,28 +259,51 @@ absl::StatusOr<CheckpointInfo> CheckpointDir::Write(uint64_t sequence,
   absl::Status synced = FsyncPath(dir_, O_RDONLY | O_DIRECTORY);
   if (!synced.ok()) return synced;
   std::vector<CheckpointInfo> all = List();
-  for (size_t i = 0; i + keep_ < all.size(); ++i) ::unlink(all[i].path.c_str());
+  for (size_t i = 0; i + keep_ < all.size(); ++i) {
+    if (all[i].sequence != base) ::unlink(all[i].path.c_str());
+  }
   return CheckpointInfo{final_path, sequence};
 }
 
-absl::StatusOr<CheckpointDir::Loaded> CheckpointDir::LoadNewest(
-    std::vector<std::string>* skipped) const {
+namespace {
+
+// The file's bytes; false when it cannot be opened.
+bool ReadWhole(const std::string& path, std::string* bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    bytes->append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> CheckpointDir::Load(uint64_t sequence) const {
+  const std::string path = dir_ + "/" + NameOf(sequence);
+  std::string bytes;
+  if (!ReadWhole(path, &bytes)) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  absl::StatusOr<std::string> payload = UnframeCheckpoint(bytes);
+  if (!payload.ok()) {
+    return absl::DataLossError(absl::StrCat(path, ": ", payload.status().message()));
+  }
+  return payload;
+}
+
+absl::StatusOr<CheckpointDir::Loaded> CheckpointDir::LoadNewest(std::vector<std::string>* skipped,
+                                                                const Acceptor& accept) const {
   std::vector<CheckpointInfo> all = List();
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     std::string bytes;
-    const int fd = ::open(it->path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+    if (!ReadWhole(it->path, &bytes)) {
       if (skipped != nullptr) skipped->push_back(it->path + ": cannot open");
       continue;
     }
-    char buffer[1 << 16];
-    for (;;) {
-      const ssize_t n = ::read(fd, buffer, sizeof(buffer));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      bytes.append(buffer, static_cast<size_t>(n));
-    }
-    ::close(fd);
     absl::StatusOr<std::string> payload = UnframeCheckpoint(bytes);
     if (!payload.ok()) {
       ::rename(it->path.c_str(), (it->path + ".corrupt").c_str());
@@ -277,7 +313,17 @@ absl::StatusOr<CheckpointDir::Loaded> CheckpointDir::LoadNewest(
       }
       continue;
     }
-    return Loaded{*it, *std::move(payload)};
+    Loaded loaded{*it, *std::move(payload)};
+    if (accept) {
+      const absl::Status taken = accept(loaded);
+      if (taken.code() == absl::StatusCode::kDataLoss ||
+          taken.code() == absl::StatusCode::kNotFound) {
+        if (skipped != nullptr) skipped->push_back(absl::StrCat(it->path, ": ", taken.message()));
+        continue;
+      }
+      if (!taken.ok()) return taken;
+    }
+    return loaded;
   }
   return absl::NotFoundError(absl::StrCat("no intact checkpoint in ", dir_));
 }

@@ -18,6 +18,7 @@
 // so the newest checkpoint sorts last.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,7 @@ class ByteWriter {
   // A length (u64) followed by the floats.
   void Floats(absl::Span<const float> values);
   void I64s(absl::Span<const int64_t> values);
+  void U16s(absl::Span<const uint16_t> values);
   const std::string& bytes() const { return bytes_; }
   std::string Release() { return std::move(bytes_); }
 
@@ -58,6 +60,7 @@ class ByteReader {
   // At most `max_count` values (DATA_LOSS beyond: a corrupt length must not allocate wildly).
   absl::StatusOr<std::vector<float>> Floats(const char* what, uint64_t max_count);
   absl::StatusOr<std::vector<int64_t>> I64s(const char* what, uint64_t max_count);
+  absl::StatusOr<std::vector<uint16_t>> U16s(const char* what, uint64_t max_count);
   size_t remaining() const { return bytes_.size() - at_; }
 
  private:
@@ -87,18 +90,28 @@ class CheckpointDir {
   static absl::StatusOr<CheckpointDir> Open(const std::string& dir, int keep);
 
   // Durably writes checkpoint number `sequence` (a growing number, e.g. the shard's version; an
-  // existing file of that number is replaced) and then removes all but the newest `keep`.
-  absl::StatusOr<CheckpointInfo> Write(uint64_t sequence, absl::string_view payload) const;
+  // existing file of that number is replaced) and then removes all but the newest `keep`, and
+  // but checkpoint number `base` when given (the full checkpoint an incremental one builds on).
+  static constexpr uint64_t kNoBase = ~uint64_t{0};
+  absl::StatusOr<CheckpointInfo> Write(uint64_t sequence, absl::string_view payload,
+                                       uint64_t base = kNoBase) const;
 
-  // The payload of the newest intact checkpoint, trying older ones when a newer one is corrupt.
-  // Each corrupt file is renamed to "<name>.corrupt" (kept for inspection, out of the way of
-  // newer checkpoints and of the keep-k pruning) and reported through `skipped`, if given.
-  // NOT_FOUND when there is none.
+  // The payload of the newest intact checkpoint that `accept` takes, trying older ones when a
+  // newer one is corrupt or refused. Each corrupt file is renamed to "<name>.corrupt" (kept for
+  // inspection, out of the way of newer checkpoints and of the keep-k pruning); a refusal of
+  // DATA_LOSS or NOT_FOUND (say, an incremental checkpoint whose base is gone) skips the file,
+  // any other is returned. Both are reported through `skipped`, if given. NOT_FOUND when none
+  // is left.
   struct Loaded {
     CheckpointInfo info;
     std::string payload;
   };
-  absl::StatusOr<Loaded> LoadNewest(std::vector<std::string>* skipped = nullptr) const;
+  using Acceptor = std::function<absl::Status(const Loaded&)>;
+  absl::StatusOr<Loaded> LoadNewest(std::vector<std::string>* skipped = nullptr,
+                                    const Acceptor& accept = nullptr) const;
+  // The payload of checkpoint number `sequence`: NOT_FOUND when there is none, DATA_LOSS when it
+  // is not intact.
+  absl::StatusOr<std::string> Load(uint64_t sequence) const;
 
   // Checkpoint files, oldest first (leftover temporary files are not listed).
   std::vector<CheckpointInfo> List() const;

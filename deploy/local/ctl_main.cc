@@ -78,6 +78,20 @@ void PrintJson(const ps::ShardReport& r, const std::string& server) {
                    .str();
   }
   workers += "]";
+  std::string tables = "[";
+  for (const ps::SparseTableStatus& t : r.tables) {
+    if (tables.size() > 1) tables += ",";
+    tables += ps::JsonObject()
+                  .Add("name", t.name)
+                  .Add("rows", t.rows)
+                  .Add("bytes", t.bytes)
+                  .Add("capacity", t.capacity)
+                  .Add("admissions", t.counters.admissions)
+                  .Add("evictions", t.counters.evictions)
+                  .Add("not_admitted", t.counters.not_admitted)
+                  .str();
+  }
+  tables += "]";
   std::printf("%s\n", ps::JsonObject()
                           .Add("server", server)
                           .Add("shard_id", r.shard_id)
@@ -101,6 +115,7 @@ void PrintJson(const ps::ShardReport& r, const std::string& server) {
                           .Add("rejected_unauthenticated", r.rejected_unauthenticated)
                           .Add("finished_at_restore", r.finished_at_restore)
                           .Add("decay_updates", r.decay_updates)
+                          .AddRaw("tables", tables)
                           .AddRaw("workers", workers)
                           .str()
                           .c_str());
@@ -127,6 +142,15 @@ void PrintText(const ps::ShardReport& r, const std::string& server) {
   std::printf("  pieces received %lld; shared memory: %d workers, %lld payloads\n",
               static_cast<long long>(r.pieces_received), r.shared_memory_workers,
               static_cast<long long>(r.shared_memory_payloads));
+  for (const ps::SparseTableStatus& t : r.tables) {
+    std::printf(
+        "  table %s: %lld rows (capacity %lld), %lld bytes; %lld admitted, %lld evicted, "
+        "%lld gradients not admitted\n",
+        t.name.c_str(), static_cast<long long>(t.rows), static_cast<long long>(t.capacity),
+        static_cast<long long>(t.bytes), static_cast<long long>(t.counters.admissions),
+        static_cast<long long>(t.counters.evictions),
+        static_cast<long long>(t.counters.not_admitted));
+  }
   std::printf("  %-5s %-8s %8s %8s %8s %7s %5s %7s %9s %9s  %s\n", "rank", "state", "clock",
               "planned", "applied", "dropped", "late", "skipped", "max_stale", "mean_stale",
               "staleness histogram (0,1,2,...)");

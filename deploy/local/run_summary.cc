@@ -32,6 +32,8 @@ struct WorkerTotals {
   int64_t samples = 0;
   double step_ms = 0;         // whole steps, injected delays included
   double server_wait_ms = 0;  // of it, pulls held by the shards for consistency
+  int64_t sparse_steps = 0;   // steps of a sparse model, and their distinct rows
+  int64_t unique_keys = 0;
 };
 
 WorkerTotals TotalsOf(const std::string& path) {
@@ -44,6 +46,10 @@ WorkerTotals TotalsOf(const std::string& path) {
     t.samples += j.value("samples", int64_t{0});
     t.step_ms += j.value("step_ms", 0.0);
     t.server_wait_ms += j.value("server_wait_ms", 0.0);
+    if (j.contains("unique_keys")) {
+      ++t.sparse_steps;
+      t.unique_keys += j.value("unique_keys", int64_t{0});
+    }
   }
   return t;
 }
@@ -86,7 +92,7 @@ absl::StatusOr<nlohmann::json> SummarizeRun(const ClusterSpec& spec, const RunOu
     return absl::DataLossError(absl::StrCat(eval_path, " is malformed"));
   }
   // Wait share: the part of each worker's step time its pulls spent held by the shards.
-  int64_t samples = 0;
+  int64_t samples = 0, sparse_steps = 0, unique_keys = 0;
   double step_ms = 0, wait_ms = 0;
   std::vector<double> wait_shares;
   for (int r = 0; r < spec.workers; ++r) {
@@ -94,6 +100,8 @@ absl::StatusOr<nlohmann::json> SummarizeRun(const ClusterSpec& spec, const RunOu
     samples += t.samples;
     step_ms += t.step_ms;
     wait_ms += t.server_wait_ms;
+    sparse_steps += t.sparse_steps;
+    unique_keys += t.unique_keys;
     wait_shares.push_back(t.step_ms > 0 ? t.server_wait_ms / t.step_ms : 0.0);
   }
   const double wall_s = absl::ToDoubleSeconds(outcome.train_wall);
@@ -113,6 +121,9 @@ absl::StatusOr<nlohmann::json> SummarizeRun(const ClusterSpec& spec, const RunOu
   summary["shard_updates_per_sec"] = shard_rates;
   summary["worker_restarts"] = outcome.worker_restarts;
   summary["shard_restarts"] = outcome.shard_restarts;
+  if (sparse_steps > 0) {
+    summary["unique_keys_per_step"] = static_cast<double>(unique_keys) / sparse_steps;
+  }
   // eval.json's fields (test_accuracy, final_loss, staleness, the work account, ...) complete it.
   summary.update(eval);
   return summary;

@@ -4,6 +4,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -77,6 +78,25 @@ TEST(CtrE2e, AShardKilledMidRunRestoresItsRowsAndTheJobEndsAsUndisturbed) {
   ASSERT_EQ(WaitExit(launch), 0) << ReadAll(dir + "/launch.log");
   const nlohmann::json s = Summary(dir);
   EXPECT_EQ(s["shard_restarts"], 1);
+  // Checkpoints every 5 updates, a full one every 10th (--full_checkpoint_every): the folder
+  // holds the newest 3 (--checkpoint_keep), at least one of them incremental (smaller), and,
+  // when none of them is full, also the full one they build on (the largest, and the oldest).
+  std::vector<std::pair<std::string, uintmax_t>> files;
+  for (const auto& f : std::filesystem::directory_iterator(dir + "/checkpoints/ps-1")) {
+    files.emplace_back(f.path().filename().string(), std::filesystem::file_size(f.path()));
+  }
+  std::sort(files.begin(), files.end());
+  ASSERT_GE(files.size(), 3u);
+  ASSERT_LE(files.size(), 4u);
+  uintmax_t smallest = files[0].second, largest = files[0].second;
+  for (const auto& [name, size] : files) {
+    smallest = std::min(smallest, size);
+    largest = std::max(largest, size);
+  }
+  EXPECT_LT(smallest, largest);
+  if (files.size() == 4) {
+    EXPECT_EQ(files[0].second, largest);
+  }
   EXPECT_EQ(s["samples_skipped"], 0);
   EXPECT_EQ(s["gradients_applied"], s["gradients_expected"]);
   const double undisturbed = Summary(calm)["test_auc"];

@@ -177,5 +177,106 @@ TEST(ShardSparse, SnapshotsHoldTheRowsAndTheOpenRoundsRows) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+TEST(ShardSparse, ChainSnapshotsAreIncrementalBetweenFullOnesAndRestoreOverTheirBase) {
+  auto shard = MakeShard(ConsistencyMode::kAsp, 1);
+  std::vector<uint64_t> many;
+  std::vector<float> grads;
+  for (uint64_t k = 100; k < 400; ++k) {
+    many.push_back(k);
+    grads.insert(grads.end(), {0.5f, 0.25f});
+  }
+  ASSERT_TRUE(shard->Push(PushOf(0, 0, many, grads, *shard)).ok());
+  const Shard::Snapshot full = shard->EncodeSnapshot(Shard::SnapshotUse::kChain);
+  EXPECT_EQ(full.base_version, -1);
+  ASSERT_TRUE(shard->Push(PushOf(0, 1, {7, 150}, {1, 2, 3, 4}, *shard)).ok());
+  const Shard::Snapshot increment = shard->EncodeSnapshot(Shard::SnapshotUse::kChain);
+  EXPECT_EQ(increment.base_version, full.version);
+  EXPECT_EQ(increment.version, 2);
+  EXPECT_LT(increment.payload.size() * 10, full.payload.size());  // two rows, not 300
+  auto fresh = [&shard] {
+    auto created = Shard::Create(shard->options());
+    EXPECT_TRUE(created.ok());
+    return std::move(*created);
+  };
+  auto restored = fresh();
+  ASSERT_TRUE(restored
+                  ->RestoreSnapshot(increment.payload,
+                                    [&full](int64_t version) -> absl::StatusOr<std::string> {
+                                      EXPECT_EQ(version, full.version);
+                                      return full.payload;
+                                    })
+                  .ok());
+  std::vector<uint64_t> probe = many;
+  probe.push_back(7);
+  EXPECT_EQ(Rows(*restored, probe), Rows(*shard, probe));
+  EXPECT_EQ(restored->GetStatus().version, 2);
+  EXPECT_EQ(restored->TableStatuses()[0].rows, 301);
+  // Without its base, or over another snapshot, it is refused and the shard is unchanged.
+  EXPECT_EQ(fresh()->RestoreSnapshot(increment.payload).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(fresh()
+                ->RestoreSnapshot(increment.payload,
+                                  [](int64_t) -> absl::StatusOr<std::string> {
+                                    return absl::NotFoundError("gone");
+                                  })
+                .code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(fresh()
+                ->RestoreSnapshot(increment.payload,
+                                  [&increment](int64_t) -> absl::StatusOr<std::string> {
+                                    return increment.payload;
+                                  })
+                .code(),
+            absl::StatusCode::kDataLoss);
+  // The chain starts over with a full one after RestartSnapshotChain.
+  shard->RestartSnapshotChain();
+  EXPECT_EQ(shard->EncodeSnapshot(Shard::SnapshotUse::kChain).base_version, -1);
+}
+
+TEST(ShardSparse, FullEveryNthChainSnapshotAndStandaloneOnesAreAlwaysFull) {
+  ShardOptions o;
+  o.consistency.mode = ConsistencyMode::kAsp;
+  o.consistency.num_workers = 1;
+  o.full_snapshot_every = 3;
+  auto created = Shard::Create(o);
+  ASSERT_TRUE(created.ok());
+  Shard& shard = **created;
+  ASSERT_TRUE(shard.Init(kFp, 2, KeyRange{0, 2}, {1, 1}, {kTable}).ok());
+  ASSERT_TRUE(shard.Register(0, kFp).ok());
+  std::vector<int64_t> bases;
+  for (int64_t c = 0; c < 6; ++c) {
+    ASSERT_TRUE(shard.Push(PushOf(0, c, {static_cast<uint64_t>(c)}, {1, 1}, shard)).ok());
+    EXPECT_EQ(shard.EncodeSnapshot().base_version, -1);
+    bases.push_back(shard.EncodeSnapshot(Shard::SnapshotUse::kChain).base_version);
+  }
+  EXPECT_EQ(bases, (std::vector<int64_t>{-1, 1, 1, -1, 4, 4}));
+  o.full_snapshot_every = 0;
+  EXPECT_EQ(Shard::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ShardSparse, TableStatusCountsRowsEvictionsAndTheTimeOnRows) {
+  ShardOptions o;
+  o.consistency.mode = ConsistencyMode::kAsp;
+  o.consistency.num_workers = 1;
+  o.sparse_memory = {2, EvictionPolicy::kLru, 0};
+  auto created = Shard::Create(o);
+  ASSERT_TRUE(created.ok());
+  Shard& shard = **created;
+  ASSERT_TRUE(shard.Init(kFp, 2, KeyRange{0, 2}, {1, 1}, {kTable}).ok());
+  ASSERT_TRUE(shard.Register(0, kFp).ok());
+  ASSERT_TRUE(shard.Push(PushOf(0, 0, {1, 2, 3}, {1, 1, 1, 1, 1, 1}, shard)).ok());
+  Rows(shard, {1, 2});
+  const SparseTableStatus t = shard.TableStatuses()[0];
+  EXPECT_EQ(t.rows, 2);
+  EXPECT_EQ(t.capacity, 2);
+  EXPECT_EQ(t.counters.admissions, 3);
+  EXPECT_EQ(t.counters.evictions, 1);
+  const SparseCallTiming timing = shard.sparse_timing();
+  EXPECT_EQ(timing.pushes, 1);
+  EXPECT_EQ(timing.pulls, 1);
+  EXPECT_GE(timing.push_seconds, 0.0);
+  o.sparse_memory.capacity = -1;
+  EXPECT_EQ(Shard::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace ps

@@ -675,9 +675,10 @@ TEST(Snapshot, BspSnapshotsAtEveryNthRoundAtTheExactVersion) {
   o.optimizer.kind = OptimizerKind::kSgd;
   o.snapshot_every_updates = 2;
   std::vector<int64_t> versions;
-  o.on_snapshot = [&versions](int64_t version, std::string payload) {
-    EXPECT_FALSE(payload.empty());
-    versions.push_back(version);
+  o.on_snapshot = [&versions](ShardSnapshot snapshot) {
+    EXPECT_FALSE(snapshot.payload.empty());
+    EXPECT_EQ(snapshot.base_version, -1);  // a dense model's are all full
+    versions.push_back(snapshot.version);
   };
   auto shard = CreateShard(o);
   InitAndRegister(*shard, 2);

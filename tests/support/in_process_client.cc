@@ -295,6 +295,8 @@ absl::StatusOr<std::vector<ShardReport>> InProcessClient::Status() {
     rep.finished_at_restore = st.finished_at_restore;
     rep.decay_updates = st.decay_updates;
     rep.finished_job_rerun = st.finished_job_rerun;
+    rep.tables = shard->TableStatuses();
+    rep.sparse_timing = shard->sparse_timing();
     for (const WorkerStatusInfo& w : st.workers) {
       ShardReport::Worker out;
       out.rank = w.rank;

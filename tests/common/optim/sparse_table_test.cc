@@ -73,7 +73,7 @@ TEST(SparseTable, AdagradAccumulatesSquaredGradientsPerRow) {
     EXPECT_NEAR(out[d], w, 1e-6) << d;
   }
   EXPECT_EQ(table.StateWidth(), 3);
-  EXPECT_EQ(table.bytes(), 2 * (4 * 6 + 16));
+  EXPECT_EQ(table.bytes(), 2 * (4 * 6 + 24));  // values, state; key, count, last update
 }
 
 TEST(SparseTable, LazyAdamBiasCorrectsByTheRowsOwnUpdateCount) {
@@ -113,6 +113,115 @@ TEST(SparseTable, ExportRestoreRoundTripsAndChecksLengths) {
   bad.keys[1] = bad.keys[0];
   EXPECT_EQ(copy.Restore(bad).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(copy.rows(), 3);  // unchanged
+}
+
+// Rows of `keys`, read.
+std::vector<float> ReadRows(const SparseTable& table, const std::vector<uint64_t>& keys) {
+  std::vector<float> out(keys.size() * table.dim());
+  table.Read(keys, absl::MakeSpan(out));
+  return out;
+}
+
+void Touch(SparseTable& table, uint64_t key, float g = 1.0f) {
+  const std::vector<uint64_t> keys = {key};
+  table.Apply(keys, std::vector<float>(table.dim(), g));
+}
+
+TEST(SparseTable, AFullTableEvictsTheLeastRecentlyUpdatedOfItsSample) {
+  // Capacity 8 = the sample size: the eviction looks at every row, and the least recent goes;
+  // keys 1..8, then 1..7 again: key 8 is the least recent.
+  SparseTable table(kSpec, {SparseOptimizerKind::kSgd, 0.5f}, {8, EvictionPolicy::kLru, 0});
+  for (uint64_t k = 1; k <= 8; ++k) Touch(table, k);
+  for (uint64_t k = 1; k <= 7; ++k) Touch(table, k);
+  EXPECT_EQ(table.rows(), 8);
+  Touch(table, 100);
+  EXPECT_EQ(table.rows(), 8);
+  EXPECT_EQ(table.counters().evictions, 1);
+  EXPECT_EQ(table.counters().admissions, 9);
+  const SparseTable::Contents c = table.Export();
+  const std::set<uint64_t> kept(c.keys.begin(), c.keys.end());
+  EXPECT_EQ(kept.count(100), 1u);
+  EXPECT_EQ(kept.count(8), 0u);
+  EXPECT_EQ(ReadRows(table, {8}), Initial(8));  // gone: it reads as a fresh row again
+}
+
+// At most kEvictionSample rows, the eviction looks at all of them: exact LFU.
+TEST(SparseTable, LfuKeepsTheOftenUpdatedRows) {
+  SparseTable table(kSpec, {SparseOptimizerKind::kSgd, 0.5f}, {4, EvictionPolicy::kLfu, 0});
+  for (int i = 0; i < 5; ++i) {
+    for (uint64_t k = 1; k <= 3; ++k) Touch(table, k);  // hot
+  }
+  for (uint64_t k = 10; k < 40; ++k) Touch(table, k);  // a stream of one-off keys
+  const SparseTable::Contents c = table.Export();
+  const std::set<uint64_t> kept(c.keys.begin(), c.keys.end());
+  EXPECT_EQ(table.rows(), 4);
+  for (uint64_t k = 1; k <= 3; ++k) EXPECT_EQ(kept.count(k), 1u) << k;
+  EXPECT_EQ(table.counters().evictions, 30 - 1);
+}
+
+TEST(SparseTable, AKeyGetsItsRowAtItsNthGradientAndReadsZerosBefore) {
+  SparseTable table(kSpec, {SparseOptimizerKind::kSgd, 0.5f}, {0, EvictionPolicy::kLru, 3});
+  EXPECT_EQ(ReadRows(table, {5}), std::vector<float>(3, 0.0f));  // the shared default
+  Touch(table, 5);
+  Touch(table, 5);
+  EXPECT_EQ(table.rows(), 0);
+  EXPECT_EQ(table.counters().not_admitted, 2);
+  EXPECT_EQ(ReadRows(table, {5}), std::vector<float>(3, 0.0f));
+  Touch(table, 5, 2.0f);  // the third: admitted, created from its initial values, then stepped
+  EXPECT_EQ(table.rows(), 1);
+  EXPECT_EQ(table.counters().admissions, 1);
+  const std::vector<float> w0 = Initial(5);
+  const std::vector<float> w = ReadRows(table, {5});
+  for (int d = 0; d < 3; ++d) EXPECT_FLOAT_EQ(w[d], w0[d] - 0.5f * 2.0f);
+  EXPECT_EQ(table.bytes(), 4 * 3 + 24 + SparseTable::kSketchDepth * SparseTable::kSketchWidth * 2);
+}
+
+TEST(SparseTable, ChangesSinceTheMarkRebuildTheTableOverTheMarkedContents) {
+  const SparseMemoryOptions memory{6, EvictionPolicy::kLru, 2};
+  SparseTable table(kSpec, {SparseOptimizerKind::kAdagrad, 0.1f}, memory);
+  for (uint64_t k = 1; k <= 5; ++k) {
+    Touch(table, k);
+    Touch(table, k);
+  }
+  table.MarkUnchanged();
+  const SparseTable::Contents full = table.Export();
+  Touch(table, 2, -1.0f);  // updated
+  for (uint64_t k = 20; k <= 23; ++k) {
+    Touch(table, k);
+    Touch(table, k);  // created, and evicting some of the marked ones
+  }
+  Touch(table, 99);  // counted, not admitted
+  const SparseTable::Contents delta = table.ExportChanges();
+  EXPECT_FALSE(delta.removed.empty());
+  EXPECT_LT(delta.keys.size(), 10u);
+  SparseTable rebuilt(kSpec, {SparseOptimizerKind::kAdagrad, 0.1f}, memory);
+  ASSERT_TRUE(rebuilt.Restore(full).ok());
+  ASSERT_TRUE(rebuilt.ApplyChanges(delta).ok());
+  const SparseTable::Contents a = table.Export(), b = rebuilt.Export();
+  std::set<uint64_t> keys_a(a.keys.begin(), a.keys.end()), keys_b(b.keys.begin(), b.keys.end());
+  EXPECT_EQ(keys_a, keys_b);
+  std::vector<uint64_t> all(keys_a.begin(), keys_a.end());
+  all.push_back(99);
+  EXPECT_EQ(ReadRows(table, all), ReadRows(rebuilt, all));
+  EXPECT_EQ(rebuilt.counters().evictions, table.counters().evictions);
+  EXPECT_EQ(rebuilt.counters().not_admitted, table.counters().not_admitted);
+  // The rebuilt table's rows sit in another order, so its later evictions may pick other rows
+  // (sampled eviction is by slot); its rows and counters are the same.
+}
+
+TEST(SparseTable, MemoryOptionsAreCheckedAndRestoreKeepsTheCapacity) {
+  EXPECT_TRUE(ValidateSparseMemoryOptions({}).ok());
+  EXPECT_EQ(ValidateSparseMemoryOptions({-1, EvictionPolicy::kLru, 0}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ValidateSparseMemoryOptions({0, EvictionPolicy::kLru, 70000}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseEvictionPolicy("lfu").value(), EvictionPolicy::kLfu);
+  EXPECT_EQ(ParseEvictionPolicy("fifo").status().code(), absl::StatusCode::kInvalidArgument);
+  SparseTable big(kSpec, {SparseOptimizerKind::kSgd, 0.5f});
+  for (uint64_t k = 1; k <= 5; ++k) Touch(big, k);
+  SparseTable small(kSpec, {SparseOptimizerKind::kSgd, 0.5f}, {4, EvictionPolicy::kLru, 0});
+  EXPECT_EQ(small.Restore(big.Export()).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(small.rows(), 0);
 }
 
 TEST(SparseTable, KeysSpreadOverShardsAndOptionsAreChecked) {

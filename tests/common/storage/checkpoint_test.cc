@@ -40,6 +40,8 @@ TEST(ByteCodec, RoundTripsEveryType) {
   w.Floats(f);
   const std::vector<int64_t> i = {4, -9};
   w.I64s(i);
+  const std::vector<uint16_t> u = {0, 65535, 258};
+  w.U16s(u);
   ByteReader r(w.bytes());
   EXPECT_EQ(*r.U8("a"), 7);
   EXPECT_EQ(*r.U32("b"), 0xdeadbeefu);
@@ -47,6 +49,7 @@ TEST(ByteCodec, RoundTripsEveryType) {
   EXPECT_EQ(*r.I64("d"), -5);
   EXPECT_EQ(*r.Floats("e", 10), f);
   EXPECT_EQ(*r.I64s("f", 10), i);
+  EXPECT_EQ(*r.U16s("g", 10), u);
   EXPECT_EQ(r.remaining(), 0u);
   EXPECT_EQ(r.U8("past the end").status().code(), absl::StatusCode::kDataLoss);
 }
@@ -123,6 +126,36 @@ TEST(CheckpointDir, SkipsACorruptNewestCheckpointAndLoadsTheOneBefore) {
   skipped.clear();
   EXPECT_EQ(d->LoadNewest(&skipped)->payload, "older");
   EXPECT_EQ(skipped.size(), 1u);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CheckpointDir, KeepsTheBaseOfAnIncrementalCheckpointAndSkipsRefusedOnes) {
+  const std::string dir = TempDir("base");
+  auto d = CheckpointDir::Open(dir, 2);
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE(d->Write(10, "full 10").ok());
+  for (uint64_t v : {11, 12, 13}) ASSERT_TRUE(d->Write(v, "delta", /*base=*/10).ok());
+  std::vector<uint64_t> kept;
+  for (const CheckpointInfo& c : d->List()) kept.push_back(c.sequence);
+  EXPECT_EQ(kept, (std::vector<uint64_t>{10, 12, 13}));  // the newest 2, and their base
+  EXPECT_EQ(*d->Load(10), "full 10");
+  EXPECT_EQ(d->Load(11).status().code(), absl::StatusCode::kNotFound);
+  // An acceptor's DATA_LOSS or NOT_FOUND passes over a checkpoint; another code is returned.
+  std::vector<std::string> skipped;
+  auto loaded = d->LoadNewest(&skipped, [](const CheckpointDir::Loaded& c) {
+    return c.info.sequence == 10 ? absl::OkStatus() : absl::NotFoundError("no base");
+  });
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_EQ(loaded->info.sequence, 10u);
+  EXPECT_EQ(skipped.size(), 2u);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/ckpt-00000000000000000013.ps"));  // not renamed
+  EXPECT_EQ(d->LoadNewest(nullptr,
+                          [](const CheckpointDir::Loaded&) {
+                            return absl::FailedPreconditionError("another shard");
+                          })
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
   std::filesystem::remove_all(dir);
 }
 
