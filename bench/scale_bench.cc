@@ -9,18 +9,10 @@
 //
 //   ps_bench_scale [--workers 16,64] [--params 262144,1048576] [--shards 4] [--seconds 10]
 
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -29,13 +21,12 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "bench/bench_cluster.h"
 #include "common/base/json_lines.h"
 #include "common/base/malloc_tuning.h"
 #include "common/cli/cli.h"
 #include "spdlog/spdlog.h"
 #include "worker/grpc_parameter_client.h"
-
-extern char** environ;
 
 ABSL_FLAG(std::vector<std::string>, workers, std::vector<std::string>({"16", "64"}),
           "Numbers of worker clients.");
@@ -51,73 +42,6 @@ ABSL_FLAG(int32_t, steps, 0,
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string SelfDir() { return std::filesystem::read_symlink("/proc/self/exe").parent_path(); }
-
-// The shard processes of one measurement; SIGTERMed and reaped on destruction.
-class Shards {
- public:
-  Shards(int shards, int workers, const std::string& mode) {
-    dir_ = std::filesystem::temp_directory_path() / absl::StrCat("ps_bench_scale.", getpid());
-    std::filesystem::create_directories(dir_);
-    for (int s = 0; s < shards; ++s) {
-      const std::string port_file = absl::StrCat(dir_, "/ps-", s, ".port");
-      std::vector<std::string> args = {SelfDir() + "/ps_server",
-                                       absl::StrCat("--shard_id=", s),
-                                       absl::StrCat("--num_shards=", shards),
-                                       absl::StrCat("--num_workers=", workers),
-                                       "--port=0",
-                                       "--port_file=" + port_file,
-                                       "--mode=" + mode,
-                                       "--staleness=2",
-                                       "--optimizer=sgd",
-                                       "--lr=0.000001",
-                                       "--lease_ms=600000",
-                                       "--log_level=warn"};
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      pid_t pid = -1;
-      if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) {
-        spdlog::critical("cannot start {}", args[0]);
-        std::exit(1);
-      }
-      pids_.push_back(pid);
-      for (int i = 0; i < 300 && !std::filesystem::exists(port_file); ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-      std::ifstream in(port_file);
-      int port = 0;
-      if (!(in >> port)) {
-        spdlog::critical("ps_server {} did not start", s);
-        std::exit(1);
-      }
-      addresses_.push_back(absl::StrCat("127.0.0.1:", port));
-    }
-  }
-  ~Shards() {
-    for (pid_t pid : pids_) kill(pid, SIGTERM);
-    for (pid_t pid : pids_) waitpid(pid, nullptr, 0);
-    std::filesystem::remove_all(dir_);
-  }
-  const std::vector<std::string>& addresses() const { return addresses_; }
-  // Resident memory of all shard processes, MiB.
-  double RssMib() const {
-    double total = 0;
-    for (pid_t pid : pids_) {
-      std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
-      for (std::string line; std::getline(status, line);) {
-        if (line.rfind("VmRSS:", 0) == 0) total += std::stod(line.substr(6)) / 1024.0;
-      }
-    }
-    return total;
-  }
-
- private:
-  std::string dir_;
-  std::vector<pid_t> pids_;
-  std::vector<std::string> addresses_;
-};
 
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -154,7 +78,9 @@ int main(int argc, char** argv) {
                      workers_text.c_str());
         return 2;
       }
-      Shards cluster(shards, workers, absl::GetFlag(FLAGS_mode));
+      ps::bench::ShardProcesses cluster(
+          shards, {absl::StrCat("--num_workers=", workers), "--mode=" + absl::GetFlag(FLAGS_mode),
+                   "--staleness=2", "--optimizer=sgd", "--lr=0.000001", "--lease_ms=600000"});
       const double idle_rss = cluster.RssMib();
       std::vector<std::unique_ptr<ps::GrpcParameterClient>> clients;
       for (int w = 0; w < workers; ++w) {

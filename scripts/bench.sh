@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs every benchmark of issue 7 and keeps their JSON lines: transport, apply, train (with the
-# PyTorch peers, overlap and priority scheduling), a shaped link (as root), device and scale. Each prints ratios against references measured in the same run.
+# Runs every benchmark and keeps their JSON lines: transport, apply, train (with the PyTorch
+# peers, overlap and priority scheduling), a shaped link (as root), DLRM, device, scale and sparse. Each prints ratios against references measured in the same run.
 #   scripts/bench.sh [OUT_DIR]     (default: bench-results/<date>)
 # Leave the machine otherwise idle: the figures are only as steady as the machine.
 set -euo pipefail
@@ -38,4 +38,12 @@ run dlrm bench/dlrm_bench.sh
 # Forward+backward per device, and the trainer's step with copies overlapped and serial.
 run device build/bin/ps_bench_device
 run scale build/bin/ps_bench_scale --workers 16,64 --params 262144,1048576 --seconds 5
+# Sparse rows per second per shard against a gather/scatter loop, D = 16, 64, 256.
+run sparse build/bin/ps_bench_sparse --rows 1000000 --seconds 1
+# The scale run: 40 M rows of 16 with Adagrad state on 2 shards (about 7 GiB resident), and the
+# worker's memory beside it (set PS_BENCH_SPARSE_SCALE=0 to skip on a small machine).
+if [[ "${PS_BENCH_SPARSE_SCALE:-1}" == 1 ]]; then
+  run sparse_scale build/bin/ps_bench_sparse --rows 40000000 --dims 16 --seconds 2 \
+    --fill_batch 200000
+fi
 echo "results in $out"

@@ -1,5 +1,7 @@
 #include "common/base/random.h"
 
+#include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <utility>
 
@@ -30,6 +32,15 @@ uint64_t Rng::Below(uint64_t n) {
     x = NextU64();
   } while (x >= limit);
   return x % n;
+}
+
+double UniformOpen(Rng& rng) { return (static_cast<double>(rng.NextU64() >> 11) + 0.5) * 0x1p-53; }
+
+int64_t ZipfRank(Rng& rng, int64_t n, double exponent) {
+  const double a = 1.0 - exponent;
+  const double top = std::pow(static_cast<double>(n) + 1.0, a);
+  const double x = std::pow(1.0 + (top - 1.0) * UniformOpen(rng), 1.0 / a) - 1.0;
+  return std::clamp(static_cast<int64_t>(x), int64_t{0}, n - 1);
 }
 
 std::vector<int32_t> Permutation(int32_t n, Rng& rng) {

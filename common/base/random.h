@@ -39,6 +39,13 @@ inline uint64_t Mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// Uniform in (0, 1) with 53 random bits (never 0, so its log is finite).
+double UniformOpen(Rng& rng);
+
+// A popularity rank in [0, n), n >= 1: the continuous power law of `exponent` (> 0, != 1) cut at
+// n and inverted, so rank r is drawn about (r + 1)^-exponent as often as rank 0 (Zipf's law).
+int64_t ZipfRank(Rng& rng, int64_t n, double exponent);
+
 // A permutation of [0, n) by Fisher-Yates with `rng`.
 std::vector<int32_t> Permutation(int32_t n, Rng& rng);
 

@@ -22,19 +22,11 @@ constexpr double kCountCurvature = 0.01;
 constexpr double kBias = -0.75;
 
 // Uniform in (0, 1), never 0 (a log follows).
-double Uniform(Rng& rng) { return (static_cast<double>(rng.NextU64() >> 11) + 0.5) * 0x1p-53; }
+double Uniform(Rng& rng) { return UniformOpen(rng); }
 
 double Normal(Rng& rng) {
   const double u = Uniform(rng), v = Uniform(rng);
   return std::sqrt(-2.0 * std::log(u)) * std::cos(2.0 * M_PI * v);
-}
-
-// A popularity rank in [0, n): the continuous power law of exponent s cut at n, inverted.
-int ZipfRank(Rng& rng, int n) {
-  const double a = 1.0 - kZipfExponent;
-  const double top = std::pow(static_cast<double>(n) + 1.0, a);
-  const double x = std::pow(1.0 + (top - 1.0) * Uniform(rng), 1.0 / a) - 1.0;
-  return std::clamp(static_cast<int>(x), 0, n - 1);
 }
 
 double Sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
@@ -92,7 +84,7 @@ double PlantedCtrModel::Draw(Rng& rng, std::string* line, int32_t* label) const 
     const Field& field = fields_[f];
     const bool empty = Uniform(rng) < field.empty_probability;
     const int vocabulary = static_cast<int>(field.ids.size());
-    rank[f] = empty ? vocabulary : ZipfRank(rng, vocabulary);
+    rank[f] = empty ? vocabulary : static_cast<int>(ZipfRank(rng, vocabulary, kZipfExponent));
     logit += field.effect[rank[f]];
     values += '\t';
     if (!empty) absl::StrAppendFormat(&values, "%08x", field.ids[rank[f]]);

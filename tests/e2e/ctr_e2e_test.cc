@@ -57,8 +57,39 @@ TEST(CtrE2e, DlrmLearnsThePlantedClicksUnderBspAndAsp) {
     EXPECT_LT(auc, bayes_auc + 0.02) << mode;  // nothing beats the true probabilities
     EXPECT_EQ(s["samples_skipped"], 0) << mode;
     EXPECT_EQ(s["gradients_applied"], s["gradients_expected"]) << mode;
+    // The tables' metrics: every row created is held (no capacity), and a step's distinct keys
+    // lie between one field's worth and the whole batch's 26 per line.
+    const std::vector<int64_t> rows = s["rows_per_shard"], bytes = s["bytes_per_shard"];
+    ASSERT_EQ(rows.size(), 2u);
+    EXPECT_EQ(rows[0] + rows[1], s["row_admissions"].get<int64_t>()) << mode;
+    EXPECT_EQ(s["row_evictions"], 0) << mode;
+    EXPECT_GT(bytes[0], rows[0] * 16 * 4) << mode;
+    EXPECT_GT(s["unique_keys_per_step"].get<double>(), 26.0) << mode;
+    EXPECT_LT(s["unique_keys_per_step"].get<double>(), 26.0 * 128) << mode;
+    EXPECT_GT(s["sparse_pull_ms"].get<double>(), 0.0) << mode;
+    EXPECT_GT(s["sparse_push_ms"].get<double>(), 0.0) << mode;
     EXPECT_TRUE(ProcessesMentioning(dir).empty());
   }
+}
+
+// A table capped below the data's distinct keys, with admission: the shards hold at most the
+// capacity, evict and refuse rows as counted, and the model still learns.
+TEST(CtrE2e, ACappedTableWithAdmissionEvictsAndStillLearns) {
+  const std::string dir = RunDir("dlrm_capped");
+  ASSERT_EQ(RunLaunch(dir, With(Dlrm(ClickData()), {"--mode=bsp", "--workers=2",
+                                                    "--table_capacity=5000", "--admit_after=2"})),
+            0);
+  const nlohmann::json s = Summary(dir);
+  const std::vector<int64_t> rows = s["rows_per_shard"];
+  for (int64_t r : rows) EXPECT_EQ(r, 5000);
+  EXPECT_GT(s["row_evictions"].get<int64_t>(), 0);
+  EXPECT_GT(s["row_gradients_not_admitted"].get<int64_t>(), 0);
+  EXPECT_EQ(s["row_admissions"].get<int64_t>() - s["row_evictions"].get<int64_t>(),
+            rows[0] + rows[1]);
+  std::printf("capped: test AUC %.4f, %lld evictions, %lld row gradients not admitted\n",
+              s["test_auc"].get<double>(), static_cast<long long>(s["row_evictions"]),
+              static_cast<long long>(s["row_gradients_not_admitted"]));
+  EXPECT_GT(s["test_auc"].get<double>(), 0.6);
 }
 
 // Shard 1 killed with SIGKILL mid-run, checkpoints on: it restores its slice and its rows, the
