@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every benchmark and keeps their JSON lines: transport, apply, train (with the PyTorch
-# peers, overlap and priority scheduling), a shaped link (as root), DLRM, device, scale and sparse. Each prints ratios against references measured in the same run.
+# peers, overlap and priority scheduling), a shaped link (as root), DLRM, device, scale and sparse.
+# Each prints ratios against references measured in the same run.
 #   scripts/bench.sh [OUT_DIR]     (default: bench-results/<date>)
 # Leave the machine otherwise idle: the figures are only as steady as the machine.
 set -euo pipefail

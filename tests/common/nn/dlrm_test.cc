@@ -1,6 +1,7 @@
 // DLRM's pieces on the CPU device: key deduplication, finite-difference checks of the sparse
 // lookup, the dot interaction, the logistic loss and the whole model (dense weights and rows).
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -74,6 +75,42 @@ TEST(DotInteraction, GradientMatchesFiniteDifferences) {
           .ok());
   for (size_t i = 0; i < x.size(); ++i) {
     EXPECT_NEAR(dx[i], Central(x, i, [&] { return Weighted(layer, dev, x, batch, r); }), 1e-3) << i;
+  }
+}
+
+// The device's loops are arranged for speed; they must sum in the plain loops' order (the CUDA
+// kernels' too), so the results are those of the plain loops to the bit.
+TEST(DotInteraction, SumsInThePlainLoopsOrderBitForBit) {
+  CpuDevice dev;
+  const int batch = 5, n = 27, dim = 16;
+  const int64_t width = dim + n * (n - 1) / 2;
+  const std::vector<float> x = RandomVector(batch * n * dim, 7);
+  const std::vector<float> dy = RandomVector(batch * width, 8);
+  std::vector<float> y(batch * width), dx(x.size());
+  ASSERT_TRUE(dev.DotInteractionForward(batch, n, dim, x.data(), y.data()).ok());
+  ASSERT_TRUE(dev.DotInteractionBackward(batch, n, dim, x.data(), dy.data(), dx.data()).ok());
+  for (int b = 0; b < batch; ++b) {
+    const float* v = x.data() + b * n * dim;
+    const float* g = dy.data() + b * width;
+    int64_t k = dim;
+    for (int i = 1; i < n; ++i) {
+      for (int j = 0; j < i; ++j) {
+        float dot = 0.0f;
+        for (int d = 0; d < dim; ++d) dot += v[i * dim + d] * v[j * dim + d];
+        ASSERT_EQ(y[b * width + k++], dot) << b << " " << i << " " << j;
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      for (int d = 0; d < dim; ++d) {
+        float sum = i == 0 ? g[d] : 0.0f;
+        for (int j = 0; j < n; ++j) {
+          if (j == i) continue;
+          const int hi = std::max(i, j), lo = std::min(i, j);
+          sum += g[dim + hi * (hi - 1) / 2 + lo] * v[j * dim + d];
+        }
+        ASSERT_EQ(dx[(b * n + i) * dim + d], sum) << b << " " << i << " " << d;
+      }
+    }
   }
 }
 
