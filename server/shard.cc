@@ -61,7 +61,8 @@ Shard::Shard(const ShardOptions& options)
       round_base_versions_(options.consistency.num_workers, 0),
       round_has_gradient_(options.consistency.num_workers, false),
       round_rows_(options.consistency.num_workers),
-      staged_(options.consistency.num_workers) {
+      staged_(options.consistency.num_workers),
+      pulled_keys_(options.consistency.num_workers) {
   lease_thread_ = std::thread([this] { LeaseLoop(); });
 }
 
@@ -292,6 +293,9 @@ absl::StatusOr<PushAction> Shard::AdmitPushLocked(const PushArgs& args, bool fin
         absl::StrCat("base_version ", args.base_version, " is not in [0, ", version_, "]"));
   }
   ASSIGN_OR_RETURN(const PushAction action, controller_.ClassifyPush(args.caller.rank, args.clock));
+  if (action != PushAction::kDuplicate) {  // a retry of an acknowledged push is answered as such
+    RETURN_IF_ERROR(CheckPushedKeysLocked(args.caller.rank, args.clock, args.rows));
+  }
   RenewLease(args.caller.rank);
   return action;
 }

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -316,6 +317,13 @@ class Shard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyRowsLocked(const std::vector<SparseRows>& rows, float lr_scale = 1.0f)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // BSP: records the keys of a worker's pull of rows; FAILED_PRECONDITION for a push of rows
+  // whose keys (or clock) are not those of the worker's latest pull.
+  void RecordPulledKeysLocked(int rank, int64_t clock, const std::vector<SparseRows>& rows)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckPushedKeysLocked(int rank, int64_t clock,
+                                     const std::vector<SparseRows>& rows) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The BSP round's rows: each key's gradients summed in rank order, times 1 / contributors.
   void ApplyRoundRowsLocked(int contributors) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<std::vector<float>> ReadRowsLocked(const std::vector<SparseRows>& rows) const
@@ -412,6 +420,13 @@ class Shard {
     std::vector<float> gradient;       // the slice's gradient, filled piece by piece
   };
   std::vector<StagedPush> staged_ ABSL_GUARDED_BY(mu_);
+  // BSP: the keys each worker's latest pull of rows asked for, per table, and its clock. A push
+  // may carry rows of those keys only (its step computed from them), for that clock.
+  struct PulledKeys {
+    int64_t clock = -1;  // -1: no pull of rows yet
+    std::vector<absl::flat_hash_set<uint64_t>> keys;
+  };
+  std::vector<PulledKeys> pulled_keys_ ABSL_GUARDED_BY(mu_);
   bool lease_changed_ ABSL_GUARDED_BY(mu_) = false;  // wakes the lease thread early
   // Pulls waiting for their consistency condition: no thread is held for them. Woken by the
   // push or expiry that satisfies them, by their deadline (the lease thread) or by Shutdown.

@@ -54,7 +54,10 @@ int64_t Shard::PullAsync(const PullArgs& args, absl::Time deadline, SliceReader 
     if (!s.ok()) {
       now_result = s;
     } else {
-      if (!observer) RenewLease(args.caller.rank);
+      if (!observer) {
+        RenewLease(args.caller.rank);
+        RecordPulledKeysLocked(args.caller.rank, args.clock, args.rows);
+      }
       const absl::Time now = absl::Now();
       if (observer || controller_.PullReady(args.clock)) {
         now_result = ReadSliceLocked(args, now, now, read);

@@ -103,6 +103,42 @@ void Shard::ApplyRoundRowsLocked(int contributors) {
   sparse_timing_.push_seconds += absl::ToDoubleSeconds(absl::Now() - start);
 }
 
+void Shard::RecordPulledKeysLocked(int rank, int64_t clock, const std::vector<SparseRows>& rows) {
+  if (options_.consistency.mode != ConsistencyMode::kBsp || rows.empty()) return;
+  PulledKeys& pulled = pulled_keys_[rank];
+  pulled.clock = clock;
+  pulled.keys.resize(tables_.size());
+  for (auto& keys : pulled.keys) keys.clear();
+  for (const SparseRows& entry : rows) {
+    pulled.keys[entry.table].insert(entry.keys.begin(), entry.keys.end());
+  }
+}
+
+absl::Status Shard::CheckPushedKeysLocked(int rank, int64_t clock,
+                                          const std::vector<SparseRows>& rows) const {
+  if (options_.consistency.mode != ConsistencyMode::kBsp || rows.empty()) return absl::OkStatus();
+  const PulledKeys& pulled = pulled_keys_[rank];
+  for (const SparseRows& entry : rows) {
+    if (entry.keys.empty()) continue;
+    if (pulled.clock != clock) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker ", rank, " pushed rows for clock ", clock,
+                       " but its latest pull of rows was for clock ", pulled.clock,
+                       " (BSP: a step pushes the rows it pulled)"));
+    }
+    const auto& keys = pulled.keys[entry.table];
+    for (uint64_t key : entry.keys) {
+      if (!keys.contains(key)) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("worker ", rank, " pushed a row of key ", key, " of table '",
+                         tables_[entry.table]->spec().name, "' that its pull for clock ", clock,
+                         " did not ask for (BSP: a step pushes the rows it pulled)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::vector<std::vector<float>> Shard::ReadRowsLocked(const std::vector<SparseRows>& rows) const {
   std::vector<std::vector<float>> out(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {

@@ -62,6 +62,26 @@ std::vector<float> Rows(Shard& shard, std::vector<uint64_t> keys) {
   return r.ok() ? r->rows[0] : std::vector<float>();
 }
 
+// Worker `rank`'s pull of `keys` for `clock` (BSP: a push may carry only the rows so pulled).
+void PullAs(Shard& shard, int rank, int64_t clock, std::vector<uint64_t> keys) {
+  Shard::PullArgs a;
+  a.caller.rank = rank;
+  a.fingerprint = kFp;
+  a.range = shard.range();
+  a.clock = clock;
+  a.rows.push_back(SparseRows{0, std::move(keys), {}});
+  std::vector<float> slice(a.range.size());
+  auto r = shard.Pull(a, absl::Now() + absl::Seconds(5), absl::MakeSpan(slice));
+  ASSERT_TRUE(r.ok()) << r.status();
+}
+
+// A BSP worker's step: its pull of the rows, then its push.
+absl::StatusOr<Shard::PushResult> Step(Shard& shard, int rank, int64_t clock,
+                                       std::vector<uint64_t> keys, std::vector<float> grads) {
+  PullAs(shard, rank, clock, keys);
+  return shard.Push(PushOf(rank, clock, std::move(keys), std::move(grads), shard));
+}
+
 std::vector<float> Initial(uint64_t key) {
   std::vector<float> row(2);
   SparseTable::InitialRow(kTable, key, row.data());
@@ -83,10 +103,10 @@ TEST(ShardSparse, PullsReadRowsAndAsyncPushesApplyAtOnce) {
 TEST(ShardSparse, BspRowsGetTheRoundsMeanWhateverTheArrivalOrder) {
   auto shard = MakeShard(ConsistencyMode::kBsp, 3);
   const std::vector<float> w1 = Initial(1), w2 = Initial(2);
-  ASSERT_TRUE(shard->Push(PushOf(2, 0, {1}, {3, 3}, *shard)).ok());
-  ASSERT_TRUE(shard->Push(PushOf(0, 0, {2, 1}, {6, 0, 1, 2}, *shard)).ok());
+  ASSERT_TRUE(Step(*shard, 2, 0, {1}, {3, 3}).ok());
+  ASSERT_TRUE(Step(*shard, 0, 0, {2, 1}, {6, 0, 1, 2}).ok());
   EXPECT_EQ(Rows(*shard, {1}), w1);  // buffered until the round is whole
-  auto last = shard->Push(PushOf(1, 0, {2}, {0, 3}, *shard));
+  auto last = Step(*shard, 1, 0, {2}, {0, 3});
   ASSERT_TRUE(last.ok());
   EXPECT_TRUE(last->applied);
   // Row 1: (1 + 3) / 3 and (2 + 3) / 3; row 2: (6 + 0) / 3, (0 + 3) / 3; the rank order 0, 1, 2.
@@ -94,6 +114,37 @@ TEST(ShardSparse, BspRowsGetTheRoundsMeanWhateverTheArrivalOrder) {
   EXPECT_EQ(Rows(*shard, {1, 2}),
             (std::vector<float>{w1[0] - (1.0f + 3.0f) * third, w1[1] - (2.0f + 3.0f) * third,
                                 w2[0] - (6.0f + 0.0f) * third, w2[1] - (0.0f + 3.0f) * third}));
+}
+
+TEST(ShardSparse, BspRefusesAPushOfRowsTheWorkerDidNotPullForThatClock) {
+  auto shard = MakeShard(ConsistencyMode::kBsp, 2);
+  const std::vector<float> before = Rows(*shard, {3, 5, 9});
+  // No pull of rows yet.
+  EXPECT_EQ(shard->Push(PushOf(0, 0, {3}, {1, 1}, *shard)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  PullAs(*shard, 0, 0, {3, 5});
+  // A key it did not ask for.
+  auto stray = shard->Push(PushOf(0, 0, {3, 9}, {1, 1, 1, 1}, *shard));
+  EXPECT_EQ(stray.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(stray.status().message().find("key 9"), std::string::npos) << stray.status();
+  // Another worker's pull does not count for it.
+  PullAs(*shard, 1, 0, {9});
+  EXPECT_EQ(shard->Push(PushOf(0, 0, {9}, {1, 1}, *shard)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Rows(*shard, {3, 5, 9}), before);
+  EXPECT_EQ(shard->GetStatus().workers[0].clock, 0);  // nothing recorded
+  // A subset of what it pulled is fine, and its retry is a duplicate, not a refusal.
+  ASSERT_TRUE(shard->Push(PushOf(0, 0, {5}, {1, 1}, *shard)).ok());
+  auto retry = shard->Push(PushOf(0, 0, {5}, {1, 1}, *shard));
+  ASSERT_TRUE(retry.ok()) << retry.status();
+  EXPECT_TRUE(retry->duplicate);
+  ASSERT_TRUE(shard->Push(PushOf(1, 0, {9}, {1, 1}, *shard)).ok());  // round 0 applied
+  // The next clock needs its own pull: the rows of clock 0's pull are not clock 1's.
+  EXPECT_EQ(shard->Push(PushOf(0, 1, {5}, {1, 1}, *shard)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // SSP and ASP apply pushes at once and do not check (their rows may be read any time).
+  auto async = MakeShard(ConsistencyMode::kAsp, 1);
+  EXPECT_TRUE(async->Push(PushOf(0, 0, {3}, {1, 1}, *async)).ok());
 }
 
 TEST(ShardSparse, BadRowsAreRefusedAndChangeNothing) {
@@ -152,9 +203,9 @@ TEST(ShardSparse, RowsTravelWithWholePushesOnly) {
 
 TEST(ShardSparse, SnapshotsHoldTheRowsAndTheOpenRoundsRows) {
   auto shard = MakeShard(ConsistencyMode::kBsp, 2);
-  ASSERT_TRUE(shard->Push(PushOf(0, 0, {4, 7}, {1, 2, 3, 4}, *shard)).ok());
-  ASSERT_TRUE(shard->Push(PushOf(1, 0, {4}, {1, 0}, *shard)).ok());    // round 0 applied
-  ASSERT_TRUE(shard->Push(PushOf(0, 1, {7}, {-2, -2}, *shard)).ok());  // round 1 open
+  ASSERT_TRUE(Step(*shard, 0, 0, {4, 7}, {1, 2, 3, 4}).ok());
+  ASSERT_TRUE(Step(*shard, 1, 0, {4}, {1, 0}).ok());    // round 0 applied
+  ASSERT_TRUE(Step(*shard, 0, 1, {7}, {-2, -2}).ok());  // round 1 open
   const Shard::Snapshot snapshot = shard->EncodeSnapshot();
   ShardOptions o = shard->options();
   auto created = Shard::Create(o);
@@ -165,8 +216,8 @@ TEST(ShardSparse, SnapshotsHoldTheRowsAndTheOpenRoundsRows) {
   // Both finish round 1 the same way: the buffered rows of worker 0 came through.
   ASSERT_TRUE(restored.Register(0, kFp).ok());
   ASSERT_TRUE(restored.Register(1, kFp).ok());
-  ASSERT_TRUE(shard->Push(PushOf(1, 1, {8}, {1, 1}, *shard)).ok());
-  ASSERT_TRUE(restored.Push(PushOf(1, 1, {8}, {1, 1}, restored)).ok());
+  ASSERT_TRUE(Step(*shard, 1, 1, {8}, {1, 1}).ok());
+  ASSERT_TRUE(Step(restored, 1, 1, {8}, {1, 1}).ok());
   EXPECT_EQ(restored.GetStatus().version, 2);
   EXPECT_EQ(Rows(restored, {4, 7, 8}), Rows(*shard, {4, 7, 8}));
   // Another sparse optimizer cannot take these rows' state.
