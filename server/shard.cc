@@ -232,7 +232,9 @@ absl::Status Shard::ValidateAccess(int rank, uint64_t fingerprint, KeyRange rang
   }
   const bool part =
       range.begin >= range_.begin && range.end <= range_.end && range.begin < range.end;
-  if (!(range == range_) && !part) {
+  // An observer may read rows alone: an empty range at the slice's start.
+  const bool rows_only = observer && range.begin == range_.begin && range.end == range_.begin;
+  if (!(range == range_) && !part && !rows_only) {
     return absl::FailedPreconditionError(absl::StrCat("shard owns [", range_.begin, ", ",
                                                       range_.end, "), request names [", range.begin,
                                                       ", ", range.end, ")"));

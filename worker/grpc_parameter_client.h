@@ -105,6 +105,8 @@ class GrpcParameterClient final : public ParameterClient {
   // 0): FAILED_PRECONDITION otherwise.
   absl::StatusOr<PullStats> PullWithRows(int64_t clock, bool no_wait, absl::Span<float> params,
                                          absl::Span<const RowsToPull> rows) override;
+  // One call to each shard that owns some of the keys, with an empty range of its slice.
+  absl::Status PullRows(int64_t clock, absl::Span<const RowsToPull> rows) override;
   absl::StatusOr<PushStats> PushWithRows(int64_t clock, const std::vector<int64_t>& base_versions,
                                          int num_samples, absl::Span<const float> gradient,
                                          absl::Span<const RowsToPush> rows) override;

@@ -38,6 +38,45 @@ absl::StatusOr<PullStats> GrpcParameterClient::PullWithRows(int64_t clock, bool 
   return PullPieces(clock, no_wait, absl::MakeConstSpan(&whole, 1), params, nullptr, rows);
 }
 
+absl::Status GrpcParameterClient::PullRows(int64_t clock, absl::Span<const RowsToPull> rows) {
+  RETURN_IF_ERROR(CheckRows(rows, options_.tables));
+  const int num_shards = static_cast<int>(stubs_.size());
+  const RowsByShard routed = RoutePull(rows, num_shards);
+  const std::vector<uint64_t> shard_incarnation = shard_incarnations();
+  std::vector<Piece> pieces;
+  std::vector<grpc::ByteBuffer> requests;
+  for (int s = 0; s < num_shards; ++s) {
+    if (routed[s].empty()) continue;
+    Piece piece;
+    piece.shard = s;
+    const int64_t begin = ShardRange(options_.total_params, num_shards, s).begin;
+    piece.range = KeyRange{begin, begin};  // rows alone
+    ps::v1::PullRequest header =
+        PullHeader(piece, clock, /*no_wait=*/true, /*slot=*/-1, shard_incarnation[s]);
+    AddPullRows(routed[s], header.mutable_rows());
+    requests.push_back(SerializeToByteBuffer(header));
+    pieces.push_back(piece);
+  }
+  if (pieces.empty()) return absl::OkStatus();
+  absl::Status decoded = absl::OkStatus();
+  std::vector<grpc::ByteBuffer> replies;
+  RETURN_IF_ERROR(CallRaw(
+      "Pull", RawMethod{"/ps.v1.ParameterServer/Pull"}, pieces, requests, &replies,
+      options_.call_timeout, [&](size_t i) {
+        ps::v1::PullResponse header;
+        SplitMessage split;
+        absl::Status ok = SplitPayloadMessage(replies[i], ps::v1::PullResponse::kValuesFieldNumber,
+                                              &header, &split);
+        if (ok.ok()) {
+          ok = ScatterPulledRows(routed[pieces[i].shard], header.rows(), rows, options_.tables);
+        }
+        if (!ok.ok() && decoded.ok()) {
+          decoded = ReplyDoesNotFit("Pull", pieces[i].shard, ok);
+        }
+      }));
+  return decoded;
+}
+
 absl::StatusOr<PullStats> GrpcParameterClient::PullParts(
     int64_t clock, absl::Span<const KeyRange> parts, absl::Span<float> params,
     const std::function<void(size_t)>& on_part) {

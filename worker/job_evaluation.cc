@@ -214,10 +214,8 @@ absl::StatusOr<bool> EvaluateJob(Model& model, Device& device, ParameterClient& 
   RETURN_IF_ERROR(client.Pull(0, /*no_wait=*/true, absl::MakeSpan(params)).status());
   ASSIGN_OR_RETURN(DeviceBuffer params_dev, device.Allocate(n * sizeof(float)));
   RETURN_IF_ERROR(device.CopyToDevice(params.data(), n * sizeof(float), params_dev.as<float>()));
-  std::vector<float> scratch;  // the dense weights that come with the rows (those above are used)
-  ASSIGN_OR_RETURN(const BatchStats stats,
-                   EvaluateDataset(model, device, params_dev.as<float>(), test,
-                                   ObserverRows(client, 0, n, &scratch)));
+  ASSIGN_OR_RETURN(const BatchStats stats, EvaluateDataset(model, device, params_dev.as<float>(),
+                                                           test, ObserverRows(client, 0)));
 
   JsonObject out;
   out.Add("test_accuracy", stats.correct / stats.count)

@@ -184,6 +184,12 @@ class ParameterClient {
     if (!rows.empty()) return absl::UnimplementedError("this client carries no sparse rows");
     return Pull(clock, no_wait, params);
   }
+  // An observer's read of rows alone (no dense weights, no waiting, no worker identity): the
+  // values of `rows`' keys as the shards hold them now. UNIMPLEMENTED for a client without rows.
+  virtual absl::Status PullRows(int64_t /*clock*/, absl::Span<const RowsToPull> rows) {
+    if (!rows.empty()) return absl::UnimplementedError("this client carries no sparse rows");
+    return absl::OkStatus();
+  }
   virtual absl::StatusOr<PushStats> PushWithRows(int64_t clock,
                                                  const std::vector<int64_t>& base_versions,
                                                  int num_samples, absl::Span<const float> gradient,

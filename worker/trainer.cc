@@ -126,14 +126,10 @@ class EvaluationRows {
 
 }  // namespace
 
-RowSource ObserverRows(ParameterClient& client, int64_t clock, int64_t dense_size,
-                       std::vector<float>* scratch) {
-  return [&client, clock, dense_size, scratch](absl::Span<const uint64_t> keys,
-                                               absl::Span<float> values) {
-    scratch->resize(dense_size);
+RowSource ObserverRows(ParameterClient& client, int64_t clock) {
+  return [&client, clock](absl::Span<const uint64_t> keys, absl::Span<float> values) {
     const RowsToPull asked{0, keys, values};
-    return client.PullWithRows(clock, /*no_wait=*/true, absl::MakeSpan(*scratch), {&asked, 1})
-        .status();
+    return client.PullRows(clock, {&asked, 1});
   };
 }
 
@@ -380,9 +376,7 @@ absl::StatusOr<BatchStats> Trainer::EvaluateFresh(int64_t step, absl::Span<float
   *updates = 0;
   for (int64_t v : read.versions) *updates = std::max(*updates, v);
   RETURN_IF_ERROR(device_.CopyToDevice(params.data(), params.size() * sizeof(float), params_dev));
-  std::vector<float> scratch;
-  return EvaluateDataset(model_, device_, params_dev, *test_,
-                         ObserverRows(client_, step + 1, params.size(), &scratch));
+  return EvaluateDataset(model_, device_, params_dev, *test_, ObserverRows(client_, step + 1));
 }
 
 }  // namespace ps

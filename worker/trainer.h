@@ -111,10 +111,8 @@ using RowSource =
     std::function<absl::Status(absl::Span<const uint64_t> keys, absl::Span<float> values)>;
 
 // Observer reads of the rows of the model's sparse table from `client`'s shards, as they are now
-// (for step `clock`). The dense weights come along into `*scratch` (dense size, resized): rows
-// do not travel alone yet. `client` and `scratch` must outlive the source.
-RowSource ObserverRows(ParameterClient& client, int64_t clock, int64_t dense_size,
-                       std::vector<float>* scratch);
+// (for step `clock`), rows alone (ParameterClient::PullRows). `client` must outlive the source.
+RowSource ObserverRows(ParameterClient& client, int64_t clock);
 
 // Loss and accuracy of `params` (device memory, the model's layout) over all of `data`; for a
 // logistic model also the AUC. A model with a sparse table needs `rows` (FAILED_PRECONDITION

@@ -200,6 +200,17 @@ absl::StatusOr<PullStats> InProcessClient::PullWithRows(int64_t clock, bool no_w
   return PullRanges(clock, no_wait, params, WholeRanges(), nullptr, rows);
 }
 
+absl::Status InProcessClient::PullRows(int64_t clock, absl::Span<const RowsToPull> rows) {
+  RETURN_IF_ERROR(BeginCall(&counts_->pulls));
+  std::vector<std::pair<int, KeyRange>> empty_ranges;  // rows alone, as GrpcParameterClient
+  for (const auto& [s, range] : WholeRanges()) {
+    empty_ranges.push_back({s, KeyRange{range.begin, range.begin}});
+  }
+  std::vector<float> unused(WholeRanges().empty() ? 0 : WholeRanges().back().second.end);
+  return PullRanges(clock, /*no_wait=*/true, absl::MakeSpan(unused), empty_ranges, nullptr, rows)
+      .status();
+}
+
 absl::StatusOr<PushStats> InProcessClient::PushWithRows(int64_t clock,
                                                         const std::vector<int64_t>& base_versions,
                                                         int /*num_samples*/,

@@ -61,6 +61,7 @@ class InProcessClient final : public ParameterClient {
                                       absl::Span<const KeyRange> parts) override;
   absl::StatusOr<PullStats> PullWithRows(int64_t clock, bool no_wait, absl::Span<float> params,
                                          absl::Span<const RowsToPull> rows) override;
+  absl::Status PullRows(int64_t clock, absl::Span<const RowsToPull> rows) override;
   absl::StatusOr<PushStats> PushWithRows(int64_t clock, const std::vector<int64_t>& base_versions,
                                          int num_samples, absl::Span<const float> gradient,
                                          absl::Span<const RowsToPush> rows) override;

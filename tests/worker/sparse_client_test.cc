@@ -79,6 +79,40 @@ TEST(SparseClient, PullsRowsFromTheirOwnersInTheCallersOrder) {
   }
 }
 
+TEST(SparseClient, AnObserverPullsRowsAloneFromTheShardsThatOwnThem) {
+  TwoShards t = Start();
+  const std::vector<uint64_t> keys = MixedKeys();
+  const std::vector<float> grads(keys.size() * 2, 0.5f);
+  const RowsToPush push{0, keys, grads};
+  ASSERT_TRUE(t.client->PushWithRows(0, {0, 0}, 1, std::vector<float>(4, 0.0f), {&push, 1}).ok());
+  std::vector<float> values(keys.size() * 2);
+  const RowsToPull rows{0, keys, absl::MakeSpan(values)};
+  ASSERT_TRUE(t.client->PullRows(7, {&rows, 1}).ok());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const std::vector<float> w0 = Initial(keys[i]);
+    EXPECT_EQ(values[2 * i], w0[0] - 0.5f) << i;
+    EXPECT_EQ(values[2 * i + 1], w0[1] - 0.5f) << i;
+  }
+  // Keys of one shard only: one call, to it.
+  const std::vector<uint64_t> one = {keys[0]};
+  std::vector<float> value(2);
+  const RowsToPull single{0, one, absl::MakeSpan(value)};
+  ASSERT_TRUE(t.client->PullRows(7, {&single, 1}).ok());
+  EXPECT_EQ(value, std::vector<float>(values.begin(), values.begin() + 2));
+  // A worker's (not an observer's) pull of an empty range is refused.
+  Shard::PullArgs worker;
+  worker.caller.rank = 0;
+  worker.fingerprint = kFp;
+  const KeyRange owned = t.servers[0]->shard().range();
+  worker.range = KeyRange{owned.begin, owned.begin};
+  EXPECT_EQ(t.servers[0]
+                ->shard()
+                .Pull(worker, absl::Now() + absl::Seconds(1), absl::Span<float>())
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(SparseClient, PushedRowsAreAppliedAndPushPullCarriesBoth) {
   TwoShards t = Start();
   const std::vector<uint64_t> keys = MixedKeys();
