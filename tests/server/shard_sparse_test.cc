@@ -2,6 +2,7 @@
 // as the BSP round's mean in rank order, every bad request refused with its code and nothing
 // changed, and the rows in snapshots.
 
+#include <algorithm>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -49,12 +50,15 @@ Shard::PushArgs PushOf(int rank, int64_t clock, std::vector<uint64_t> keys,
   return a;
 }
 
-// The current values of `keys` (an observer's read).
-std::vector<float> Rows(Shard& shard, std::vector<uint64_t> keys) {
+// A pull of `keys` with the slice: worker `rank`'s for `clock` (BSP: a push may carry only the
+// rows so pulled), or an observer's (rank < 0). Returns the rows' values.
+std::vector<float> PullRows(Shard& shard, int rank, int64_t clock, std::vector<uint64_t> keys) {
   Shard::PullArgs a;
+  a.caller.rank = std::max(rank, 0);
+  a.no_wait = rank < 0;
   a.fingerprint = kFp;
   a.range = shard.range();
-  a.no_wait = true;
+  a.clock = clock;
   a.rows.push_back(SparseRows{0, std::move(keys), {}});
   std::vector<float> slice(a.range.size());
   auto r = shard.Pull(a, absl::Now() + absl::Seconds(5), absl::MakeSpan(slice));
@@ -62,17 +66,13 @@ std::vector<float> Rows(Shard& shard, std::vector<uint64_t> keys) {
   return r.ok() ? r->rows[0] : std::vector<float>();
 }
 
-// Worker `rank`'s pull of `keys` for `clock` (BSP: a push may carry only the rows so pulled).
+// The current values of `keys` (an observer's read).
+std::vector<float> Rows(Shard& shard, std::vector<uint64_t> keys) {
+  return PullRows(shard, -1, 0, std::move(keys));
+}
+
 void PullAs(Shard& shard, int rank, int64_t clock, std::vector<uint64_t> keys) {
-  Shard::PullArgs a;
-  a.caller.rank = rank;
-  a.fingerprint = kFp;
-  a.range = shard.range();
-  a.clock = clock;
-  a.rows.push_back(SparseRows{0, std::move(keys), {}});
-  std::vector<float> slice(a.range.size());
-  auto r = shard.Pull(a, absl::Now() + absl::Seconds(5), absl::MakeSpan(slice));
-  ASSERT_TRUE(r.ok()) << r.status();
+  PullRows(shard, rank, clock, std::move(keys));
 }
 
 // A BSP worker's step: its pull of the rows, then its push.
