@@ -62,7 +62,6 @@ ABSL_FLAG(std::vector<std::string>, schedules, std::vector<std::string>({"whole"
           "How each step's tensors travel: whole (one call per shard after backward) and/or "
           "priority (layer by layer: first layer's weights first, last layer's gradient as soon "
           "as backward produced it). With both, priority lines carry ratio_vs_whole.");
-ABSL_FLAG(int32_t, steps, 200, "MLP training steps per worker per measurement.");
 ABSL_FLAG(int32_t, cnn_steps, 40, "CNN training steps per worker per measurement.");
 ABSL_FLAG(bool, vs_pytorch, false,
           "Also run bench/peers/pytorch_mlp.py for the MLP's f32 runs and print the ratio.");
@@ -271,16 +270,17 @@ int main(int argc, char** argv) {
   const std::string data_dir =
       workload->data.path.empty() ? ps::kDefaultFashionMnistDir : workload->data.path;
   const int batch = workload->batch_size;
-  if (batch < 1 || absl::GetFlag(FLAGS_steps) < 1 || absl::GetFlag(FLAGS_cnn_steps) < 1) {
-    return Fail(absl::InvalidArgumentError("--batch_size, --steps and --cnn_steps must be >= 1"));
+  // The workload's --steps: the MLP's training steps per worker per measurement (0: 200).
+  const int mlp_steps = workload->steps > 0 ? static_cast<int>(workload->steps) : 200;
+  if (batch < 1 || absl::GetFlag(FLAGS_cnn_steps) < 1) {
+    return Fail(absl::InvalidArgumentError("--batch_size and --cnn_steps must be >= 1"));
   }
   auto train = ps::LoadFashionMnist(data_dir, "train");
   if (!train.ok()) return Fail(train.status());
   for (const std::string& model_name : absl::GetFlag(FLAGS_models)) {
     ps::ModelSpec spec;
     spec.name = model_name;
-    const int steps =
-        model_name == "cnn" ? absl::GetFlag(FLAGS_cnn_steps) : absl::GetFlag(FLAGS_steps);
+    const int steps = model_name == "cnn" ? absl::GetFlag(FLAGS_cnn_steps) : mlp_steps;
     ps::CpuDevice dev(1);
     auto model = ps::MakeModel(spec, train->shape(), dev, batch);
     if (!model.ok()) return Fail(model.status());

@@ -5,6 +5,9 @@
 # With --model dlrm and no --data, the recommender: DLRM on click logs that ps_datagen writes
 # once into data/criteo (1 000 000 training and 100 000 test lines of a planted click model;
 # data/criteo/truth.json holds the best possible AUC), one epoch, 128 samples per worker.
+# With --model gpt and no --data, the language model: a 4-layer, 4-head, 128-wide transformer on
+# the King James Bible (data/text/kjv.txt, which scripts/setup.sh writes), windows of 64
+# characters, 6 per worker and step, 2000 steps, AdamW with gradient clipping at 1.0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh >/dev/null
@@ -26,5 +29,10 @@ if [[ "$model" == dlrm && "$has_data" == false ]]; then
     build/bin/ps_datagen ctr --out data/criteo --train 1000000 --test 100000 --seed 1
   fi
   defaults+=(--data criteo:data/criteo --epochs 1 --batch_size 128)
+fi
+if [[ "$model" == gpt && "$has_data" == false ]]; then
+  defaults+=(--data text:data/text/kjv.txt --layers 4 --heads 4 --dim 128 --context 64
+    --batch_size 6 --steps 2000 --optimizer adamw --lr 0.001 --weight_decay 0.01
+    --clip_norm 1.0 --eval_every 500)
 fi
 exec build/bin/ps_launch "${defaults[@]}" "$@"

@@ -16,7 +16,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev libopenblas-dev libgtest-dev libbenchmark-dev zlib1g-dev
   libcpp-httplib-dev nlohmann-json3-dev
-  dataset-fashion-mnist
+  dataset-fashion-mnist bible-kjv
 )
 # What only the tests need (INSTALL_TEST_PACKAGES=1, as scripts/test.sh and scripts/fuzz.sh set):
 # certificates, the fuzzers' compiler, /metrics scraping, network namespaces, and the container
@@ -56,6 +56,14 @@ fi
 
 # SETUP_ONLY=1: packages only (scripts/fuzz.sh builds with another compiler).
 if [[ "${SETUP_ONLY:-0}" == "1" ]]; then exit 0; fi
+
+# The language model's default corpus (--data text, data/text/kjv.txt): the King James Bible from
+# Debian's bible-kjv, one verse per line, without the book, chapter and verse references.
+if [[ ! -s data/text/kjv.txt ]]; then
+  mkdir -p data/text
+  bible -l100000 "Gen1:1-Rev22:21" | sed -n 's/^  [0-9]\+ //p' >data/text/kjv.txt.tmp
+  mv data/text/kjv.txt.tmp data/text/kjv.txt
+fi
 
 BUILD_DIR="${BUILD_DIR:-build}"
 JOBS="${JOBS:-$(nproc)}"

@@ -225,6 +225,9 @@ absl::StatusOr<bool> EvaluateJob(Model& model, Device& device, ParameterClient& 
   if (stats.auc >= 0) {  // a click model: its loss is the log-loss
     out.Add("test_auc", stats.auc).Add("test_logloss", stats.loss_sum / stats.count);
   }
+  if (model.labels_per_sample() > 1) {  // a language model: nats per token of the held-out text
+    out.Add("val_loss", stats.loss_sum / stats.count).Add("val_tokens", stats.count);
+  }
   AddWork(work, require_all, &out);
   AddShardTotals(reports, &out);
   AddSparseTotals(reports, &out);

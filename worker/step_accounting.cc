@@ -92,6 +92,7 @@ absl::Status StepAccounting::WriteStepLine(const CompletedStep& done) {
       .Add("push_bytes", done.pushed.payload_bytes)
       .Add("pull_bytes", done.pulled.payload_bytes);
   if (done.unique_keys >= 0) line.Add("unique_keys", done.unique_keys);
+  if (done.batch.grad_norm >= 0) line.Add("grad_norm", done.batch.grad_norm);
   line.Add("wall_s", absl::ToDoubleSeconds(absl::Now() - start_));
   return metrics_->Write(line);
 }

@@ -1,5 +1,7 @@
 #include "worker/step_gradient.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 
@@ -16,6 +18,11 @@ absl::StatusOr<std::unique_ptr<StepGradient>> StepGradient::Create(Model& model,
     return absl::InvalidArgumentError(absl::StrCat(
         "the data has ", train.features(), " features, the model takes ", model.input_size()));
   }
+  if (train.shape().labels != model.labels_per_sample()) {
+    return absl::InvalidArgumentError(absl::StrCat("the data has ", train.shape().labels,
+                                                   " labels per sample, the model takes ",
+                                                   model.labels_per_sample()));
+  }
   ASSIGN_OR_RETURN(BatchPlan plan, BatchPlan::Create(options));
   std::unique_ptr<StepGradient> g(new StepGradient(model, device, train, std::move(plan),
                                                    options.batch_size, options.accumulate,
@@ -25,9 +32,10 @@ absl::StatusOr<std::unique_ptr<StepGradient>> StepGradient::Create(Model& model,
   ASSIGN_OR_RETURN(g->params_dev_, device.Allocate(n * sizeof(float)));
   ASSIGN_OR_RETURN(g->grads_dev_, device.Allocate(n * sizeof(float)));
   ASSIGN_OR_RETURN(g->x_dev_, device.Allocate(sizeof(float) * g->batch_ * features));
-  ASSIGN_OR_RETURN(g->y_dev_, device.Allocate(sizeof(int32_t) * g->batch_));
+  const int64_t labels = int64_t{g->batch_} * train.shape().labels;
+  ASSIGN_OR_RETURN(g->y_dev_, device.Allocate(sizeof(int32_t) * labels));
   ASSIGN_OR_RETURN(g->x_host_, device.AllocateHost(sizeof(float) * g->batch_ * features));
-  ASSIGN_OR_RETURN(g->y_host_, device.AllocateHost(sizeof(int32_t) * g->batch_));
+  ASSIGN_OR_RETURN(g->y_host_, device.AllocateHost(sizeof(int32_t) * labels));
   ASSIGN_OR_RETURN(g->sums_dev_, device.Allocate(2 * sizeof(double) * g->accumulate_));
   ASSIGN_OR_RETURN(g->sums_host_, device.AllocateHost(2 * sizeof(double) * g->accumulate_));
   const std::vector<SparseTableSpec>& tables = model.description().sparse();
@@ -135,12 +143,32 @@ absl::StatusOr<BatchStats> StepGradient::Compute(int64_t step, absl::Span<const 
     return absl::FailedPreconditionError(
         absl::StrCat("model ", model_.name(), " needs the step's rows (Compute with rows)"));
   }
-  // Host memory is the device's own: forward reads `params` and backward writes `grads` in place.
-  if (device_.host_addressable()) return Run(step, nullptr, params.data(), grads.data(), grads);
-  if (overlap_copies_) return RunOverlapped(step, params, grads, LayerCallbacks());
-  RETURN_IF_ERROR(device_.CopyToDevice(params.data(), model_.layout().total() * sizeof(float),
-                                       params_dev_.as<float>()));
-  return Run(step, nullptr, params_dev_.as<float>(), grads_dev_.as<float>(), grads);
+  absl::StatusOr<BatchStats> stats;
+  if (device_.host_addressable()) {
+    // Host memory is the device's own: forward reads `params`, backward writes `grads` in place.
+    stats = Run(step, nullptr, params.data(), grads.data(), grads);
+  } else if (overlap_copies_) {
+    stats = RunOverlapped(step, params, grads, LayerCallbacks());
+  } else {
+    RETURN_IF_ERROR(device_.CopyToDevice(params.data(), model_.layout().total() * sizeof(float),
+                                         params_dev_.as<float>()));
+    stats = Run(step, nullptr, params_dev_.as<float>(), grads_dev_.as<float>(), grads);
+  }
+  if (stats.ok() && clip_norm_ > 0) stats->grad_norm = ClipGradient(grads, sparse_row_grads_);
+  return stats;
+}
+
+double StepGradient::ClipGradient(absl::Span<float> grads, absl::Span<float> row_grads) const {
+  double squares = 0;
+  for (float g : grads) squares += static_cast<double>(g) * g;
+  for (float g : row_grads) squares += static_cast<double>(g) * g;
+  const double norm = std::sqrt(squares);
+  if (norm > clip_norm_) {
+    const float scale = static_cast<float>(clip_norm_ / norm);
+    for (float& g : grads) g *= scale;
+    for (float& g : row_grads) g *= scale;
+  }
+  return norm;
 }
 
 absl::StatusOr<BatchStats> StepGradient::ComputeByLayer(int64_t step,
@@ -259,7 +287,7 @@ absl::StatusOr<BatchStats> StepGradient::Run(int64_t step,
   float* x = x_host_.as<float>();
   int32_t* y = y_host_.as<int32_t>();
   const size_t x_bytes = sizeof(float) * batch_ * features;
-  const size_t y_bytes = sizeof(int32_t) * batch_;
+  const size_t y_bytes = sizeof(int32_t) * batch_ * train_.shape().labels;
   BatchStats stats;
   // Overlapped: a batch goes in on the copy stream once the ops before it (the previous batch's,
   // which read x_dev_) are done, and the host gathers the next batch as soon as that copy is

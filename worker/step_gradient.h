@@ -68,7 +68,17 @@ class StepGradient {
 
   const BatchPlan& plan() const { return plan_; }
 
+  // Global gradient-norm clipping (0: off): Compute scales the step's whole gradient (dense and
+  // rows) so that its L2 norm is at most `max_norm`, and reports the norm before
+  // (BatchStats::grad_norm). ComputeByLayer sends layers before the norm is known: it does not
+  // clip (the trainer refuses the combination).
+  void set_clip_norm(double max_norm) { clip_norm_ = max_norm; }
+  double clip_norm() const { return clip_norm_; }
+
  private:
+  // Scales both to a joint L2 norm of at most clip_norm_; returns the norm before.
+  double ClipGradient(absl::Span<float> grads, absl::Span<float> row_grads) const;
+  double clip_norm_ = 0;
   StepGradient(Model& model, Device& device, const Dataset& train, BatchPlan plan, int batch,
                int accumulate, bool overlap_copies)
       : model_(model),

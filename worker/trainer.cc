@@ -137,8 +137,9 @@ absl::StatusOr<BatchStats> EvaluateDataset(Model& model, Device& device, const f
                                            const Dataset& data, const RowSource& rows) {
   const int batch = model.max_batch();
   const int64_t features = data.features();
+  const int labels_per_sample = data.shape().labels;
   std::vector<float> x(static_cast<size_t>(batch) * features);
-  std::vector<int32_t> y(batch);
+  std::vector<int32_t> y(static_cast<size_t>(batch) * labels_per_sample);
   std::vector<int32_t> indices(batch);
   ASSIGN_OR_RETURN(DeviceBuffer x_dev, device.Allocate(x.size() * sizeof(float)));
   ASSIGN_OR_RETURN(DeviceBuffer y_dev, device.Allocate(y.size() * sizeof(int32_t)));
@@ -153,7 +154,8 @@ absl::StatusOr<BatchStats> EvaluateDataset(Model& model, Device& device, const f
     data.Gather(indices.data(), n, x.data(), y.data());
     RETURN_IF_ERROR(sparse.Bind(data, indices.data(), n));
     RETURN_IF_ERROR(device.CopyToDevice(x.data(), sizeof(float) * n * features, x_dev.as<float>()));
-    RETURN_IF_ERROR(device.CopyToDevice(y.data(), sizeof(int32_t) * n, y_dev.as<int32_t>()));
+    RETURN_IF_ERROR(device.CopyToDevice(y.data(), sizeof(int32_t) * n * labels_per_sample,
+                                        y_dev.as<int32_t>()));
     ASSIGN_OR_RETURN(BatchStats s,
                      model.Evaluate(params, x_dev.as<float>(), y_dev.as<int32_t>(), n));
     total.loss_sum += s.loss_sum;
@@ -265,12 +267,19 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   ASSIGN_OR_RETURN(std::unique_ptr<StepGradient> gradient,
                    StepGradient::Create(model_, device_, train_, PlanOptions(cluster.num_workers),
                                         options_.overlap_copies));
+  gradient->set_clip_norm(options_.clip_norm);
   const BatchPlan& plan = gradient->plan();
-  const int64_t total_steps = plan.steps_per_epoch() * options_.epochs;
+  const int64_t total_steps =
+      options_.steps > 0 ? options_.steps : plan.steps_per_epoch() * options_.epochs;
   DeclareWork(cluster, total_steps);
   const Schedule schedule = ChooseSchedule(options_.schedule, cluster.mode, cluster.staleness);
   const std::vector<SparseTableSpec>& tables = model_.description().sparse();
   const int64_t row_dim = tables.empty() ? 0 : tables[0].dim;
+  if (options_.clip_norm > 0 && schedule == Schedule::kPriority) {
+    return absl::InvalidArgumentError(
+        "--clip_norm needs the whole gradient before the push; --priority pushes each layer as "
+        "backward produces it: drop one of them");
+  }
   if (row_dim > 0 && !CarriesRows(schedule)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model ", model_.name(), " pulls and pushes sparse rows with each step, which the ",

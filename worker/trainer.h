@@ -33,8 +33,10 @@ struct TrainerOptions {
   int batch_size = 32;  // per micro-batch
   int accumulate = 1;   // micro-batches per push
   int epochs = 5;
-  uint64_t seed = 1;    // fixes the initial weights and every epoch's sample order
-  DelayOptions delays;  // injected slowness (straggler, jitter, pause); none by default
+  int64_t steps = 0;     // global steps to train instead of `epochs`; 0: epochs
+  double clip_norm = 0;  // StepGradient::set_clip_norm; 0: off
+  uint64_t seed = 1;     // fixes the initial weights and every epoch's sample order
+  DelayOptions delays;   // injected slowness (straggler, jitter, pause); none by default
   bool evaluate_each_epoch = false;  // measure test accuracy at each epoch end (rank 0)
   int64_t evaluate_every = 0;        // also every this many steps (0: never); "eval" metric lines
   int eval_batch = 1000;             // rows per forward pass when evaluating

@@ -34,6 +34,9 @@ ABSL_FLAG(int32_t, connections, 1, "TCP connections per shard over which the chu
 ABSL_FLAG(bool, fault_duplicate_pushes, false,
           "Fault injection for tests: send every push twice and fail unless the second comes "
           "back as a duplicate from every shard.");
+ABSL_FLAG(double, clip_norm, 0,
+          "Clip each step's whole gradient (dense and rows) to this L2 norm before pushing it "
+          "(0: off); not with --priority, which pushes layers before the norm is known.");
 ABSL_FLAG(int64_t, eval_every, 0,
           "Rank 0 also measures test accuracy every this many steps (0: only at epoch ends).");
 ABSL_FLAG(double, max_seconds, 0,

@@ -179,6 +179,9 @@ absl::StatusOr<ps::TrainerOptions> TrainerOptionsFromFlags(int rank, const ps::W
   o.batch_size = w.batch_size;
   o.accumulate = w.accumulate;
   o.epochs = w.epochs;
+  o.steps = w.steps;
+  o.clip_norm = absl::GetFlag(FLAGS_clip_norm);
+  if (o.clip_norm < 0) return absl::InvalidArgumentError("--clip_norm must be >= 0");
   o.seed = w.seed;
   o.schedule = ps::ScheduleRequest{absl::GetFlag(FLAGS_overlap), absl::GetFlag(FLAGS_async_push),
                                    absl::GetFlag(FLAGS_push_pull), absl::GetFlag(FLAGS_priority)};

@@ -36,6 +36,11 @@ uint64_t Rng::Below(uint64_t n) {
 
 double UniformOpen(Rng& rng) { return (static_cast<double>(rng.NextU64() >> 11) + 0.5) * 0x1p-53; }
 
+double StandardNormal(Rng& rng) {
+  const double u = UniformOpen(rng), v = UniformOpen(rng);
+  return std::sqrt(-2.0 * std::log(u)) * std::cos(2.0 * M_PI * v);
+}
+
 int64_t ZipfRank(Rng& rng, int64_t n, double exponent) {
   const double a = 1.0 - exponent;
   const double top = std::pow(static_cast<double>(n) + 1.0, a);

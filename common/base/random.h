@@ -42,6 +42,9 @@ inline uint64_t Mix64(uint64_t x) {
 // Uniform in (0, 1) with 53 random bits (never 0, so its log is finite).
 double UniformOpen(Rng& rng);
 
+// A standard normal draw (Box-Muller).
+double StandardNormal(Rng& rng);
+
 // A popularity rank in [0, n), n >= 1: the continuous power law of `exponent` (> 0, != 1) cut at
 // n and inverted, so rank r is drawn about (r + 1)^-exponent as often as rank 0 (Zipf's law).
 int64_t ZipfRank(Rng& rng, int64_t n, double exponent);

@@ -3,13 +3,16 @@
 #include "absl/flags/flag.h"
 #include "common/base/status_macros.h"
 
-ABSL_FLAG(std::string, optimizer, "adam", "Update rule: sgd, momentum or adam.");
+ABSL_FLAG(std::string, optimizer, "adam",
+          "Update rule: sgd, momentum, adam or adamw (Adam with decoupled --weight_decay).");
 ABSL_FLAG(double, lr, 0.001, "Learning rate (peak, after warmup).");
 ABSL_FLAG(double, momentum, 0.9, "Momentum coefficient (--optimizer momentum).");
 ABSL_FLAG(double, beta1, 0.9, "Adam beta1.");
 ABSL_FLAG(double, beta2, 0.999, "Adam beta2.");
 ABSL_FLAG(double, epsilon, 1e-8, "Adam epsilon.");
-ABSL_FLAG(double, weight_decay, 0.0, "L2 weight decay added to the gradient.");
+ABSL_FLAG(double, weight_decay, 0.0,
+          "Weight decay: an L2 penalty added to the gradient (sgd, momentum, adam), or adamw's "
+          "decoupled decay (the weights shrink by lr x weight_decay per update).");
 ABSL_FLAG(std::string, lr_schedule, "cosine",
           "After warmup: constant, or cosine (decays to 0 at --decay_updates).");
 ABSL_FLAG(int64_t, decay_updates, 0,

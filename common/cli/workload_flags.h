@@ -3,8 +3,8 @@
 
 // The flags that say what is trained, defined once for ps_worker, ps_replay, ps_launch (which
 // passes them all on: ForwardedFlagsOf("common/cli/workload_flags.cc")) and the training bench:
-// --data, --train_limit, --test_limit, --model, --hidden, --batch_size, --accumulate, --epochs,
-// --seed. For main() files only.
+// --data, --train_limit, --test_limit, --model, --hidden, --embedding_dim, --layers, --heads,
+// --dim, --context, --batch_size, --accumulate, --epochs, --steps, --seed. For main() files only.
 
 #include <memory>
 #include <string>
@@ -25,7 +25,9 @@ struct Workload {
   int batch_size = 32;  // per micro-batch
   int accumulate = 1;   // micro-batches per push
   int epochs = 5;
+  int64_t steps = 0;  // global steps instead of epochs; 0: epochs
   uint64_t seed = 1;
+  int context = 64;  // a language model's window, in tokens (text data)
 };
 
 // The flags' values, checked: INVALID_ARGUMENT naming the flag for an unknown data kind or model,

@@ -24,10 +24,7 @@ constexpr double kBias = -0.75;
 // Uniform in (0, 1), never 0 (a log follows).
 double Uniform(Rng& rng) { return UniformOpen(rng); }
 
-double Normal(Rng& rng) {
-  const double u = Uniform(rng), v = Uniform(rng);
-  return std::sqrt(-2.0 * std::log(u)) * std::cos(2.0 * M_PI * v);
-}
+double Normal(Rng& rng) { return StandardNormal(rng); }
 
 double Sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
 

@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
 #include "common/data/ctr_dataset.h"
+#include "common/data/text_dataset.h"
 #include "spdlog/spdlog.h"
 
 namespace ps {
@@ -32,6 +33,18 @@ absl::StatusOr<std::unique_ptr<Dataset>> OpenCriteo(const std::string& dir, Spli
   return std::make_unique<CtrDataset>(std::move(data));
 }
 
+absl::StatusOr<std::unique_ptr<Dataset>> OpenText(const std::string& file, Split split,
+                                                  const DataOptions& options) {
+  if (options.context < 1) {
+    return absl::InvalidArgumentError(
+        "--data text:FILE is for a language model: it needs --context (tokens per window)");
+  }
+  ASSIGN_OR_RETURN(TextDataset data,
+                   TextDataset::Load(file, split == Split::kTrain, options.context));
+  data.Truncate(options.limit);
+  return std::make_unique<TextDataset>(std::move(data));
+}
+
 struct DataKind {
   const char* name;
   const char* default_path;  // used when the spec names none
@@ -44,6 +57,7 @@ const std::vector<DataKind>& Kinds() {
   static const std::vector<DataKind> kinds = {
       {"fashion-mnist", kDefaultFashionMnistDir, &OpenFashionMnist},
       {"criteo", "data/criteo", &OpenCriteo},
+      {"text", "data/text/kjv.txt", &OpenText},
   };
   return kinds;
 }

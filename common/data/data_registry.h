@@ -27,6 +27,7 @@ enum class Split { kTrain, kTest };
 struct DataOptions {
   int64_t limit = 0;            // samples to keep (0: all); a streamed kind reads no further
   bool skip_bad_lines = false;  // text kinds: skip and count malformed lines instead of failing
+  int context = 0;              // a language model's window, in tokens (`text` needs it)
 };
 
 // Loads `split` of the data `spec` names; the kind's loader explains a missing or bad file.

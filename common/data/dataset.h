@@ -26,6 +26,7 @@ struct SampleShape {
   int num_classes = 0;   // labels in [0, num_classes)
   ImageShape image;      // the features as an image, for the models that convolve them
   int keys = 0;          // sparse keys per sample (Dataset::keys_per_sample())
+  int labels = 1;        // labels per sample: a language model's window has one per position
 };
 
 // A labelled data set that a worker draws its batches from by index (BatchPlan). Kinds of data
@@ -39,7 +40,7 @@ class Dataset {
   virtual SampleShape shape() const = 0;
   int64_t features() const { return shape().features; }
   // Writes samples `indices` (each in [0, size())) as dense features x (n, features) and their
-  // labels y (n).
+  // labels y (n, shape().labels).
   virtual void Gather(const int32_t* indices, int n, float* x, int32_t* y) const = 0;
   // Sparse keys per sample (categorical values that a model looks up in an embedding table);
   // 0 for data without them.

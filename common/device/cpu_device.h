@@ -56,6 +56,24 @@ class CpuDevice final : public Device {
                             float* loss_per_row, float* correct_per_row) override;
   absl::Status LogisticLossBackward(int rows, const float* probs, const int32_t* labels,
                                     float scale, float* dlogits) override;
+  // Transformer ops: cpu_transformer_ops.cc.
+  absl::Status Axpy(int64_t n, float alpha, const float* x, float* y) override;
+  absl::Status LayerNormForward(int rows, int dim, const float* x, const float* gamma,
+                                const float* beta, float* y, float* mean, float* rstd) override;
+  absl::Status LayerNormBackward(int rows, int dim, const float* x, const float* gamma,
+                                 const float* mean, const float* rstd, const float* dy, float* dx,
+                                 float* dgamma, float* dbeta, float grads_beta) override;
+  absl::Status GeluForward(int64_t n, const float* x, float* y) override;
+  absl::Status GeluBackward(int64_t n, const float* x, const float* dy, float* dx) override;
+  absl::Status CausalAttentionForward(int batch, int t, int heads, int head_dim, const float* qkv,
+                                      float* att, float* out) override;
+  absl::Status CausalAttentionBackward(int batch, int t, int heads, int head_dim, const float* qkv,
+                                       const float* att, const float* dout, float* dqkv) override;
+  absl::Status TokenEmbeddingForward(int batch, int t, int dim, int vocab, const float* ids,
+                                     const float* wte, const float* wpe, float* y) override;
+  absl::Status TokenEmbeddingBackward(int batch, int t, int dim, int vocab, const float* ids,
+                                      const float* dy, float* dwte, float* dwpe,
+                                      float grads_beta) override;
 };
 
 }  // namespace ps

@@ -8,33 +8,35 @@
 namespace ps {
 
 std::vector<TensorSpec> Linear::ParamSpecs() const {
+  if (!bias_) return {{name_ + ".weight", {in_, out_}}};
   return {{name_ + ".weight", {in_, out_}}, {name_ + ".bias", {out_}}};
 }
 
 void Linear::InitParams(Rng& rng, float* params) const {
   const float bound = 1.0f / std::sqrt(static_cast<float>(in_));
-  for (int64_t i = 0; i < in_ * out_ + out_; ++i) params[i] = rng.Uniform(-bound, bound);
+  for (int64_t i = 0; i < in_ * out_ + (bias_ ? out_ : 0); ++i) {
+    params[i] = rng.Uniform(-bound, bound);
+  }
 }
 
 absl::Status Linear::Forward(Device& dev, const float* params, const float* x, int batch,
                              float* y) {
-  const float* w = params;
-  const float* b = params + in_ * out_;
-  RETURN_IF_ERROR(dev.Gemm(false, false, batch, out_, in_, 1.0f, x, w, 0.0f, y));
-  return dev.AddBias(batch, out_, b, y);
+  const int rows = static_cast<int>(batch * positions_);
+  RETURN_IF_ERROR(dev.Gemm(false, false, rows, out_, in_, 1.0f, x, params, 0.0f, y));
+  if (!bias_) return absl::OkStatus();
+  return dev.AddBias(rows, out_, params + in_ * out_, y);
 }
 
 absl::Status Linear::Backward(Device& dev, const float* params, const float* x, const float*,
                               const float* dy, int batch, float* dx, float* grads,
                               float grads_beta) {
-  float* dw = grads;
-  float* db = grads + in_ * out_;
-  // dW (in, out) = beta dW + x^T (in, batch) dy (batch, out); db = beta db + column sums of dy.
-  RETURN_IF_ERROR(dev.Gemm(true, false, in_, out_, batch, 1.0f, x, dy, grads_beta, dw));
-  RETURN_IF_ERROR(dev.SumRows(batch, out_, dy, grads_beta, db));
+  const int rows = static_cast<int>(batch * positions_);
+  // dW (in, out) = beta dW + x^T (in, rows) dy (rows, out); db = beta db + column sums of dy.
+  RETURN_IF_ERROR(dev.Gemm(true, false, in_, out_, rows, 1.0f, x, dy, grads_beta, grads));
+  if (bias_) RETURN_IF_ERROR(dev.SumRows(rows, out_, dy, grads_beta, grads + in_ * out_));
   if (dx == nullptr) return absl::OkStatus();
-  // dx (batch, in) = dy (batch, out) W^T (out, in).
-  return dev.Gemm(false, true, batch, in_, out_, 1.0f, dy, params, 0.0f, dx);
+  // dx (rows, in) = dy (rows, out) W^T (out, in).
+  return dev.Gemm(false, true, rows, in_, out_, 1.0f, dy, params, 0.0f, dx);
 }
 
 absl::Status Relu::Forward(Device& dev, const float*, const float* x, int batch, float* y) {

@@ -64,12 +64,15 @@ class ParameterFreeLayer : public Layer {
 };
 
 // y = x W + b with W (in, out) and b (out). Initialised like PyTorch's nn.Linear:
-// W and b uniform in [-1/sqrt(in), 1/sqrt(in)).
+// W and b uniform in [-1/sqrt(in), 1/sqrt(in)). With `positions` > 1 a sample is that many rows
+// of `in` (a sequence's tokens), each mapped alike: input positions x in, output positions x out.
+// Without `bias` there is no b.
 class Linear final : public Layer {
  public:
-  Linear(std::string name, int64_t in, int64_t out) : name_(std::move(name)), in_(in), out_(out) {}
-  int64_t input_size() const override { return in_; }
-  int64_t output_size() const override { return out_; }
+  Linear(std::string name, int64_t in, int64_t out, int64_t positions = 1, bool bias = true)
+      : name_(std::move(name)), in_(in), out_(out), positions_(positions), bias_(bias) {}
+  int64_t input_size() const override { return positions_ * in_; }
+  int64_t output_size() const override { return positions_ * out_; }
   std::vector<TensorSpec> ParamSpecs() const override;
   void InitParams(Rng& rng, float* params) const override;
   absl::Status Forward(Device& dev, const float* params, const float* x, int batch,
@@ -82,6 +85,8 @@ class Linear final : public Layer {
   std::string name_;
   int64_t in_;
   int64_t out_;
+  int64_t positions_;
+  bool bias_;
 };
 
 // y = max(x, 0).

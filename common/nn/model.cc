@@ -8,9 +8,16 @@ namespace ps {
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name,
                                                      std::vector<std::unique_ptr<Layer>> layers,
-                                                     Device& device, int max_batch, Loss loss) {
+                                                     Device& device, int max_batch, Loss loss,
+                                                     int labels_per_sample) {
   if (layers.empty()) return absl::InvalidArgumentError("a model needs at least one layer");
   if (max_batch <= 0) return absl::InvalidArgumentError("max_batch must be positive");
+  if (labels_per_sample < 1 || layers.back()->output_size() % labels_per_sample != 0 ||
+      (loss == Loss::kLogistic && labels_per_sample != 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(labels_per_sample, " labels per sample do not divide the last layer's ",
+                     layers.back()->output_size(), " outputs (or the loss takes one)"));
+  }
   if (loss == Loss::kLogistic && layers.back()->output_size() != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the logistic loss takes one logit; the last layer has ", layers.back()->output_size()));
@@ -29,8 +36,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name,
   ASSIGN_OR_RETURN(ParamLayout layout, ParamLayout::Create(std::move(specs)));
   ASSIGN_OR_RETURN(ParamDescription params,
                    ParamDescription::Create(std::move(layout), std::move(tables)));
-  std::unique_ptr<Model> model(
-      new Model(std::move(name), std::move(layers), std::move(params), device, max_batch, loss));
+  std::unique_ptr<Model> model(new Model(std::move(name), std::move(layers), std::move(params),
+                                         device, max_batch, loss, labels_per_sample));
   for (const auto& layer : model->layers_) {
     RETURN_IF_ERROR(layer->Prepare(device, max_batch));
     const size_t bytes = sizeof(float) * max_batch * layer->output_size();
@@ -39,21 +46,23 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name,
     model->activations_.push_back(std::move(act));
     model->gradients_.push_back(std::move(grad));
   }
-  const int64_t classes = model->num_classes();
-  ASSIGN_OR_RETURN(model->probs_, device.Allocate(sizeof(float) * max_batch * classes));
-  ASSIGN_OR_RETURN(model->loss_rows_, device.Allocate(sizeof(float) * max_batch));
-  ASSIGN_OR_RETURN(model->correct_rows_, device.Allocate(sizeof(float) * max_batch));
+  const int64_t predictions = int64_t{max_batch} * labels_per_sample;
+  ASSIGN_OR_RETURN(model->probs_,
+                   device.Allocate(sizeof(float) * predictions * model->num_classes()));
+  ASSIGN_OR_RETURN(model->loss_rows_, device.Allocate(sizeof(float) * predictions));
+  ASSIGN_OR_RETURN(model->correct_rows_, device.Allocate(sizeof(float) * predictions));
   return model;
 }
 
 Model::Model(std::string name, std::vector<std::unique_ptr<Layer>> layers, ParamDescription params,
-             Device& device, int max_batch, Loss loss)
+             Device& device, int max_batch, Loss loss, int labels_per_sample)
     : name_(std::move(name)),
       layers_(std::move(layers)),
       params_(std::move(params)),
       device_(device),
       max_batch_(max_batch),
-      loss_(loss) {
+      loss_(loss),
+      labels_per_sample_(labels_per_sample) {
   int64_t offset = 0;
   for (const auto& layer : layers_) {
     param_offsets_.push_back(offset);
@@ -101,23 +110,24 @@ absl::StatusOr<BatchStats> Model::Forward(const float* params, const float* x,
     RETURN_IF_ERROR(layers_[i]->Forward(device_, params + param_offsets_[i], in, batch, out));
     in = out;
   }
+  const int predictions = batch * labels_per_sample_;
   if (loss_ == Loss::kLogistic) {
     RETURN_IF_ERROR(device_.LogisticLoss(batch, in, labels, probs_.as<float>(),
                                          loss_rows_.as<float>(), correct_rows_.as<float>()));
   } else {
-    RETURN_IF_ERROR(device_.SoftmaxCrossEntropy(batch, num_classes(), in, labels,
+    RETURN_IF_ERROR(device_.SoftmaxCrossEntropy(predictions, num_classes(), in, labels,
                                                 probs_.as<float>(), loss_rows_.as<float>(),
                                                 correct_rows_.as<float>()));
   }
   BatchStats stats;
-  stats.count = batch;
+  stats.count = predictions;
   if (sums_on_device != nullptr) {
-    RETURN_IF_ERROR(device_.SumTo(batch, loss_rows_.as<float>(), sums_on_device));
-    RETURN_IF_ERROR(device_.SumTo(batch, correct_rows_.as<float>(), sums_on_device + 1));
+    RETURN_IF_ERROR(device_.SumTo(predictions, loss_rows_.as<float>(), sums_on_device));
+    RETURN_IF_ERROR(device_.SumTo(predictions, correct_rows_.as<float>(), sums_on_device + 1));
     return stats;
   }
-  ASSIGN_OR_RETURN(stats.loss_sum, device_.Sum(batch, loss_rows_.as<float>()));
-  ASSIGN_OR_RETURN(stats.correct, device_.Sum(batch, correct_rows_.as<float>()));
+  ASSIGN_OR_RETURN(stats.loss_sum, device_.Sum(predictions, loss_rows_.as<float>()));
+  ASSIGN_OR_RETURN(stats.correct, device_.Sum(predictions, correct_rows_.as<float>()));
   return stats;
 }
 
@@ -137,9 +147,10 @@ absl::StatusOr<BatchStats> Model::ForwardBackward(const float* params, const flo
     RETURN_IF_ERROR(device_.LogisticLossBackward(batch, probs_.as<float>(), labels,
                                                  grad_scale / batch, gradients_[last].as<float>()));
   } else {
-    RETURN_IF_ERROR(device_.SoftmaxCrossEntropyBackward(batch, num_classes(), probs_.as<float>(),
-                                                        labels, grad_scale / batch,
-                                                        gradients_[last].as<float>()));
+    const int predictions = batch * labels_per_sample_;
+    RETURN_IF_ERROR(device_.SoftmaxCrossEntropyBackward(
+        predictions, num_classes(), probs_.as<float>(), labels, grad_scale / predictions,
+        gradients_[last].as<float>()));
   }
   for (size_t i = last + 1; i-- > 0;) {
     const float* in = i == 0 ? x : activations_[i - 1].as<float>();

@@ -18,6 +18,7 @@ constexpr RegisteredModel kModels[] = {
     {"mlp", &BuildMlp},
     {"cnn", &BuildCnn},
     {"dlrm", &BuildDlrm},
+    {"gpt", &BuildGpt},
 };
 
 }  // namespace

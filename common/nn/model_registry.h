@@ -21,6 +21,10 @@ struct ModelSpec {
   std::string name = "mlp";     // a registered name (ModelNames())
   std::vector<int64_t> hidden;  // hidden fully connected widths; empty: the model's default
   int64_t embedding_dim = 16;   // models with sparse tables: the rows' width
+  // The transformer (gpt): blocks, attention heads per block, and the model's width.
+  int layers = 4;
+  int heads = 4;
+  int dim = 128;
 };
 
 // The model `spec` names, built for samples of `sample`'s shape. INVALID_ARGUMENT for an unknown
@@ -64,6 +68,17 @@ absl::StatusOr<std::unique_ptr<Model>> MakeDlrm(int64_t dense_features, int fiel
 // Bottom MLP 64 -> --embedding_dim; --hidden the top MLP's widths (default 64).
 absl::StatusOr<std::unique_ptr<Model>> BuildDlrm(const ModelSpec& spec, const SampleShape& sample,
                                                  Device& device, int max_batch);
+
+// A GPT-style language model (gpt_model.cc) over windows of `context` tokens of a `vocab`-token
+// vocabulary: token and position embeddings -> `layers` pre-LayerNorm transformer blocks
+// (causal self-attention with `heads` heads, a 4 x dim GELU MLP) -> a final LayerNorm -> a
+// linear head without bias to the vocabulary's logits at every position -> softmax cross
+// entropy against the next token. Tensors: wte, wpe, h0.*, h1.*, ..., ln_f.*, lm_head.weight.
+absl::StatusOr<std::unique_ptr<Model>> MakeGpt(int vocab, int context, int layers, int heads,
+                                               int dim, Device& device, int max_batch);
+// For text windows (--data text:FILE): --layers, --heads, --dim; the window is the data's.
+absl::StatusOr<std::unique_ptr<Model>> BuildGpt(const ModelSpec& spec, const SampleShape& sample,
+                                                Device& device, int max_batch);
 
 }  // namespace ps
 

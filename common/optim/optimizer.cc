@@ -15,7 +15,8 @@ namespace {
 
 constexpr EnumName<OptimizerKind> kOptimizerNames[] = {{OptimizerKind::kSgd, "sgd"},
                                                        {OptimizerKind::kMomentum, "momentum"},
-                                                       {OptimizerKind::kAdam, "adam"}};
+                                                       {OptimizerKind::kAdam, "adam"},
+                                                       {OptimizerKind::kAdamW, "adamw"}};
 constexpr EnumName<LrSchedule> kScheduleNames[] = {{LrSchedule::kConstant, "constant"},
                                                    {LrSchedule::kCosine, "cosine"}};
 
@@ -84,7 +85,9 @@ Optimizer::Optimizer(const OptimizerOptions& options, int64_t size)
     : options_(options), size_(size) {
   assert(ValidateOptimizerOptions(options).ok());
   if (options.kind != OptimizerKind::kSgd) slot0_.assign(size, 0.0f);
-  if (options.kind == OptimizerKind::kAdam) slot1_.assign(size, 0.0f);
+  if (options.kind == OptimizerKind::kAdam || options.kind == OptimizerKind::kAdamW) {
+    slot1_.assign(size, 0.0f);
+  }
 }
 
 absl::Status Optimizer::RestoreSlots(std::vector<float> slot0, std::vector<float> slot1) {
@@ -175,7 +178,8 @@ void Optimizer::ApplyRange(int64_t update_index, float lr, float wd, int64_t fir
       });
       break;
     }
-    case OptimizerKind::kAdam: {
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW: {
       float* m = slot0_.data();
       float* v = slot1_.data();
       const float b1 = options_.beta1;
@@ -187,6 +191,17 @@ void Optimizer::ApplyRange(int64_t update_index, float lr, float wd, int64_t fir
       const float step = lr / c1;
       const float inv_sqrt_c2 = 1.0f / std::sqrt(c2);
       const float eps = options_.epsilon;
+      if (options_.kind == OptimizerKind::kAdamW) {
+        // Decoupled weight decay (Loshchilov & Hutter; PyTorch's AdamW): the weights shrink by
+        // lr * wd before the Adam step, and the decay never enters the moments.
+        const float keep = 1.0f - lr * wd;
+        ApplyElementwise<E>(first, n, data, w, 0.0f, [&](int64_t i, float gi) {
+          m[i] = b1 * m[i] + (1.0f - b1) * gi;
+          v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+          w[i] = w[i] * keep - step * m[i] / (std::sqrt(v[i]) * inv_sqrt_c2 + eps);
+        });
+        break;
+      }
       ApplyElementwise<E>(first, n, data, w, wd, [&](int64_t i, float gi) {
         m[i] = b1 * m[i] + (1.0f - b1) * gi;
         v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;

@@ -15,7 +15,9 @@
 
 namespace ps {
 
-enum class OptimizerKind { kSgd, kMomentum, kAdam };
+// kAdamW: Adam with decoupled weight decay (weight_decay shrinks the weights by lr * weight_decay
+// each update instead of entering the gradient).
+enum class OptimizerKind { kSgd, kMomentum, kAdam, kAdamW };
 // After warmup the learning rate stays constant, or decays along a half cosine to zero at
 // update `decay_updates` (and stays there).
 enum class LrSchedule { kConstant, kCosine };
@@ -26,12 +28,14 @@ absl::StatusOr<LrSchedule> ParseLrSchedule(const std::string& name);
 
 struct OptimizerOptions {
   OptimizerKind kind = OptimizerKind::kSgd;
-  float lr = 0.01f;            // peak learning rate
-  float momentum = 0.9f;       // kMomentum: v = momentum * v + g; w -= lr * v (PyTorch's form)
-  float beta1 = 0.9f;          // kAdam
-  float beta2 = 0.999f;        // kAdam
-  float epsilon = 1e-8f;       // kAdam
-  float weight_decay = 0.0f;   // L2 penalty: g += weight_decay * w before the rule (all kinds)
+  float lr = 0.01f;       // peak learning rate
+  float momentum = 0.9f;  // kMomentum: v = momentum * v + g; w -= lr * v (PyTorch's form)
+  float beta1 = 0.9f;     // kAdam, kAdamW
+  float beta2 = 0.999f;   // kAdam, kAdamW
+  float epsilon = 1e-8f;  // kAdam, kAdamW
+  // L2 penalty: g += weight_decay * w before the rule (kSgd, kMomentum, kAdam); kAdamW: the
+  // decoupled decay w *= 1 - lr * weight_decay.
+  float weight_decay = 0.0f;
   int64_t warmup_updates = 0;  // lr ramps linearly from lr/warmup to lr over the first updates
   LrSchedule schedule = LrSchedule::kConstant;
   // kCosine: the update at which lr reaches 0, > warmup_updates; 0: not known yet (the shard

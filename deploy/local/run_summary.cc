@@ -1,5 +1,6 @@
 #include "deploy/local/run_summary.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -29,10 +30,11 @@ std::string ReadFile(const std::string& path) {
 
 // Totals over the "step" lines of a worker's metrics file.
 struct WorkerTotals {
-  int64_t samples = 0;
-  double step_ms = 0;         // whole steps, injected delays included
-  double server_wait_ms = 0;  // of it, pulls held by the shards for consistency
-  int64_t sparse_steps = 0;   // steps of a sparse model, and their distinct rows
+  int64_t samples = 0;         // predictions: a language model's tokens
+  std::vector<double> losses;  // each step's mean loss, in step order
+  double step_ms = 0;          // whole steps, injected delays included
+  double server_wait_ms = 0;   // of it, pulls held by the shards for consistency
+  int64_t sparse_steps = 0;    // steps of a sparse model, and their distinct rows
   int64_t unique_keys = 0;
 };
 
@@ -44,6 +46,7 @@ WorkerTotals TotalsOf(const std::string& path) {
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object() || j.value("kind", "") != "step") continue;
     t.samples += j.value("samples", int64_t{0});
+    t.losses.push_back(j.value("loss", 0.0));
     t.step_ms += j.value("step_ms", 0.0);
     t.server_wait_ms += j.value("server_wait_ms", 0.0);
     if (j.contains("unique_keys")) {
@@ -64,6 +67,7 @@ nlohmann::json Configuration(const ClusterSpec& spec) {
           {"data", DataSpecText(spec.workload.data)},
           {"model", spec.workload.model.name},
           {"epochs", spec.workload.epochs},
+          {"steps", spec.workload.steps},
           {"batch_size", spec.workload.batch_size},
           {"accumulate", spec.workload.accumulate},
           {"effective_batch", spec.per_push * spec.workers},
@@ -94,6 +98,9 @@ absl::StatusOr<nlohmann::json> SummarizeRun(const ClusterSpec& spec, const RunOu
   // Wait share: the part of each worker's step time its pulls spent held by the shards.
   int64_t samples = 0, sparse_steps = 0, unique_keys = 0;
   double step_ms = 0, wait_ms = 0;
+  // The training loss at the end: the mean over the last tenth of each worker's steps.
+  double tail_loss = 0;
+  int64_t tail_steps = 0;
   std::vector<double> wait_shares;
   for (int r = 0; r < spec.workers; ++r) {
     const WorkerTotals t = TotalsOf(spec.RunFile(absl::StrCat("worker-", r, ".jsonl")));
@@ -102,6 +109,11 @@ absl::StatusOr<nlohmann::json> SummarizeRun(const ClusterSpec& spec, const RunOu
     wait_ms += t.server_wait_ms;
     sparse_steps += t.sparse_steps;
     unique_keys += t.unique_keys;
+    const size_t tail = std::max<size_t>(1, t.losses.size() / 10);
+    for (size_t i = t.losses.size() > tail ? t.losses.size() - tail : 0; i < t.losses.size(); ++i) {
+      tail_loss += t.losses[i];
+      ++tail_steps;
+    }
     wait_shares.push_back(t.step_ms > 0 ? t.server_wait_ms / t.step_ms : 0.0);
   }
   const double wall_s = absl::ToDoubleSeconds(outcome.train_wall);
@@ -124,6 +136,9 @@ absl::StatusOr<nlohmann::json> SummarizeRun(const ClusterSpec& spec, const RunOu
   if (sparse_steps > 0) {
     summary["unique_keys_per_step"] = static_cast<double>(unique_keys) / sparse_steps;
   }
+  if (tail_steps > 0) summary["train_loss"] = tail_loss / tail_steps;
+  // A language model's predictions are its tokens.
+  if (eval.contains("val_loss")) summary["tokens_per_sec"] = samples / wall_s;
   // eval.json's fields (test_accuracy, final_loss, staleness, the work account, ...) complete it.
   summary.update(eval);
   return summary;

@@ -13,31 +13,15 @@
 #include "common/nn/sparse_lookup.h"
 #include "gtest/gtest.h"
 #include "tests/common/base/random_vector.h"
+#include "tests/common/nn/finite_difference.h"
 
 namespace ps {
 namespace {
 
-constexpr float kH = 1e-2f;
-
-// sum(y * r) for the layer's forward pass: its gradient wrt y is r.
+// sum(y * r) for a parameter-free layer's forward pass.
 double Weighted(Layer& layer, CpuDevice& dev, const std::vector<float>& x, int batch,
                 const std::vector<float>& r) {
-  std::vector<float> y(batch * layer.output_size());
-  EXPECT_TRUE(layer.Forward(dev, nullptr, x.data(), batch, y.data()).ok());
-  double s = 0;
-  for (size_t i = 0; i < y.size(); ++i) s += static_cast<double>(y[i]) * r[i];
-  return s;
-}
-
-template <typename F>
-double Central(std::vector<float>& v, size_t i, F objective) {
-  const float keep = v[i];
-  v[i] = keep + kH;
-  const double up = objective();
-  v[i] = keep - kH;
-  const double down = objective();
-  v[i] = keep;
-  return (up - down) / (2 * kH);
+  return Weighted(layer, dev, nullptr, x, batch, r);
 }
 
 TEST(DeduplicateKeys, UniqueKeysInFirstSeenOrderAndLookupsGroupedByRow) {

@@ -366,7 +366,7 @@ TEST(Model, RejectsMismatchedLayerSizes) {
 // Every registered model builds by name for a data set's sample shape, with its default widths.
 TEST(ModelRegistry, BuildsEveryRegisteredModelByName) {
   CpuDevice dev;
-  EXPECT_EQ(ModelNames(), "mlp|cnn|dlrm");
+  EXPECT_EQ(ModelNames(), "mlp|cnn|dlrm|gpt");  // dlrm and gpt: dlrm_test, gpt_test
   const SampleShape images{28 * 28, 10, ImageShape{28, 28, 1}};
   auto mlp = MakeModel(ModelSpec{"mlp", {}}, images, dev, 4);
   ASSERT_TRUE(mlp.ok()) << mlp.status();

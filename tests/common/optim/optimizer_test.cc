@@ -70,6 +70,23 @@ TEST(Optimizer, AdamMatchesHandComputedSteps) {
   EXPECT_NEAR(w[0], 0.99 - 0.01 * m_hat / (std::sqrt(v_hat) + 1e-8), 1e-6);
 }
 
+TEST(Optimizer, AdamWDecaysTheWeightsApartFromTheMoments) {
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kAdamW;
+  o.lr = 0.01f;
+  o.weight_decay = 0.5f;
+  Optimizer opt(o, 2);
+  // PyTorch's AdamW: w *= 1 - lr * wd, then Adam's step (lr * sign(g) at the first update); a
+  // zero gradient moves the weight by the decay alone.
+  std::vector<float> w = {2.0f, 2.0f};
+  const std::vector<float> g = {0.5f, 0.0f};
+  opt.Apply(0, g, absl::MakeSpan(w));
+  EXPECT_NEAR(w[0], 2.0 * (1 - 0.005) - 0.01, 1e-6);
+  EXPECT_NEAR(w[1], 2.0 * (1 - 0.005), 1e-6);
+  EXPECT_EQ(*ParseOptimizerKind("adamw"), OptimizerKind::kAdamW);
+  EXPECT_EQ(OptimizerKindName(OptimizerKind::kAdamW), "adamw");
+}
+
 TEST(Optimizer, LrScaleScalesOneUpdate) {
   OptimizerOptions o;
   o.lr = 1.0f;

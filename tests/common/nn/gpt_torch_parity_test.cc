@@ -1,0 +1,108 @@
+// The gpt model against a PyTorch reference of the same weights (bench/peers/pytorch_gpt.py,
+// computed in float64): the logits, the loss and every gradient agree to 1e-4 relative. Skipped
+// where /usr/bin/python3 has no torch (Debian's python3-torch).
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/device/cpu_device.h"
+#include "common/nn/model_registry.h"
+#include "gtest/gtest.h"
+#include "tests/common/base/random_vector.h"
+
+#ifndef PS_PYTORCH_GPT
+#error "PS_PYTORCH_GPT: the path of bench/peers/pytorch_gpt.py"
+#endif
+
+namespace ps {
+namespace {
+
+template <typename T>
+void WriteRaw(const std::string& path, const std::vector<T>& v) {
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(v.data()),
+             static_cast<std::streamsize>(v.size() * sizeof(T)));
+}
+
+std::vector<float> ReadFloats(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  std::vector<float> v(static_cast<size_t>(in.tellg()) / sizeof(float));
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(v.data()),
+          static_cast<std::streamsize>(v.size() * sizeof(float)));
+  return v;
+}
+
+// |got - want| <= 1e-4 |want|, with a floor of 1e-4 of the largest |want| of the tensor (values
+// that cancel to near zero carry their operands' rounding, not their own).
+void ExpectClose(const float* got, const float* want, size_t n, const std::string& what) {
+  double scale = 0;
+  for (size_t i = 0; i < n; ++i) scale = std::max(scale, std::abs(static_cast<double>(want[i])));
+  int reported = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double tolerance = 1e-4 * std::max(std::abs(static_cast<double>(want[i])), 1e-2 * scale);
+    if (std::abs(static_cast<double>(got[i]) - want[i]) > tolerance && reported++ < 5) {
+      ADD_FAILURE() << what << "[" << i << "]: " << got[i] << " vs PyTorch's " << want[i];
+    }
+  }
+}
+
+TEST(GptTorchParity, LogitsLossAndEveryGradientMatchPyTorch) {
+  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "no python3-torch";
+  }
+  const int vocab = 11, context = 8, layers = 2, heads = 2, dim = 16, batch = 3;
+  CpuDevice dev;
+  auto made = MakeGpt(vocab, context, layers, heads, dim, dev, batch);
+  ASSERT_TRUE(made.ok()) << made.status();
+  Model& model = **made;
+  std::vector<float> params(model.layout().total());
+  model.InitParams(5, params.data());
+  // Weights larger than the init's, so that the attention is not near uniform.
+  const std::vector<float> noise = RandomVector(params.size(), 6, -0.2f, 0.2f);
+  for (size_t i = 0; i < params.size(); ++i) params[i] += noise[i];
+  std::vector<int32_t> tokens(batch * context), labels(batch * context);
+  Rng rng(7);
+  for (int i = 0; i < batch * context; ++i) {
+    tokens[i] = static_cast<int32_t>(rng.Below(vocab));
+    labels[i] = static_cast<int32_t>(rng.Below(vocab));
+  }
+  const std::vector<float> x(tokens.begin(), tokens.end());
+  std::vector<float> grads(params.size());
+  auto stats = model.ForwardBackward(params.data(), x.data(), labels.data(), batch, 1.0f,
+                                     grads.data(), {}, /*overwrite_grads=*/true);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  const std::vector<float> logits(model.logits(), model.logits() + batch * context * vocab);
+
+  const std::string dir = testing::TempDir() + "/ps_gpt_parity_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/meta.json")
+      << "{\"vocab\":" << vocab << ",\"context\":" << context << ",\"layers\":" << layers
+      << ",\"heads\":" << heads << ",\"dim\":" << dim << ",\"batch\":" << batch << "}";
+  WriteRaw(dir + "/params.f32", params);
+  WriteRaw(dir + "/tokens.i32", tokens);
+  WriteRaw(dir + "/labels.i32", labels);
+  const std::string command = std::string("/usr/bin/python3 ") + PS_PYTORCH_GPT + " --check " + dir;
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  const std::vector<float> reference = ReadFloats(dir + "/torch.f32");
+  ASSERT_EQ(reference.size(), logits.size() + 1 + params.size());
+  ExpectClose(logits.data(), reference.data(), logits.size(), "logits");
+  const float loss = static_cast<float>(stats->loss_sum / stats->count);
+  ExpectClose(&loss, reference.data() + logits.size(), 1, "loss");
+  int64_t at = 0;
+  for (const TensorSpec& t : model.layout().tensors()) {
+    ExpectClose(grads.data() + at, reference.data() + logits.size() + 1 + at, t.NumElements(),
+                "d " + t.name);
+    at += t.NumElements();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ps
