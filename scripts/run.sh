@@ -33,6 +33,6 @@ fi
 if [[ "$model" == gpt && "$has_data" == false ]]; then
   defaults+=(--data text:data/text/kjv.txt --layers 4 --heads 4 --dim 128 --context 64
     --batch_size 6 --steps 2000 --optimizer adamw --lr 0.001 --weight_decay 0.01
-    --clip_norm 1.0 --eval_every 500)
+    --clip_norm 1.0)
 fi
 exec build/bin/ps_launch "${defaults[@]}" "$@"

@@ -285,8 +285,11 @@ int main(int argc, char** argv) {
   if (!workload.ok()) return Fail(workload.status());
   auto test = ps::OpenWorkloadData(*workload, ps::Split::kTest);
   if (!test.ok()) return FailInput(test.status());
+  // Evaluation batches of about kEvalBatch predictions: a language model's window holds one per
+  // position, and its layers keep scratch memory per position.
+  const int eval_batch = std::max(1, kEvalBatch / (*test)->shape().labels);
   auto model = ps::MakeModel(workload->model, (*test)->shape(), **device,
-                             evaluate ? kEvalBatch : std::max(workload->batch_size, kEvalBatch));
+                             evaluate ? eval_batch : std::max(workload->batch_size, eval_batch));
   if (!model.ok()) return Fail(model.status());
   auto client_options = ClientOptionsFromFlags(**model, rank);
   if (!client_options.ok()) return Fail(client_options.status());

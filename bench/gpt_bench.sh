@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Language-model training throughput against the PyTorch reference (bench/peers/pytorch_gpt.py:
+# the same model, one process, one thread), interleaved round by round on the same text, global
+# batch 12 windows of 64 characters: 1 worker + 1 shard (batch 12) and 2 workers + 2 shards
+# (batch 6 each), BSP, AdamW with clipping at 1.0. One JSON line per measurement; the project's
+# lines carry ratio_vs_pytorch against the peer of the same round. Tokens/s count every position
+# of every window (a prediction each).
+#   bench/gpt_bench.sh [--data FILE] [--steps 300] [--rounds 2]   (default data/text/kjv.txt,
+#                                                                scripts/setup.sh writes it)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+data=data/text/kjv.txt
+steps=300
+rounds=2
+while (($#)); do
+  case "$1" in
+    --data) data="$2"; shift 2 ;;
+    --steps) steps="$2"; shift 2 ;;
+    --rounds) rounds="$2"; shift 2 ;;
+    *) echo "usage: bench/gpt_bench.sh [--data FILE] [--steps N] [--rounds N]" >&2; exit 2 ;;
+  esac
+done
+shape=(--layers 4 --heads 4 --dim 128 --context 64)
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$@"; }
+for round in $(seq 1 "$rounds"); do
+  peer="$(/usr/bin/python3 bench/peers/pytorch_gpt.py --train --data "$data" "${shape[@]}" \
+    --batch 12 --steps "$steps")"
+  echo "${peer%\}}, \"round\": $round}"
+  peer_rate="$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['tokens_per_sec'])" "$peer")"
+  for config in "1 12" "2 6"; do
+    set -- $config
+    dir="$work/r$round-$1"
+    build/bin/ps_launch --shards "$1" --workers "$1" --mode bsp --model gpt --data "text:$data" \
+      "${shape[@]}" --batch_size "$2" --steps "$steps" --optimizer adamw --lr 0.001 \
+      --weight_decay 0.01 --clip_norm 1.0 --metrics_dir "$dir" --quiet >/dev/null
+    rate="$(field "$dir/summary.json" tokens_per_sec)"
+    python3 -c "import json,sys; r=float(sys.argv[3]); print(json.dumps({'bench':'gpt','round':int(sys.argv[1]),'workers':int(sys.argv[2]),'shards':int(sys.argv[2]),'batch_size':int(sys.argv[4]),'tokens_per_sec':r,'val_loss':float(sys.argv[5]),'ratio_vs_pytorch':r/float(sys.argv[6])}))" \
+      "$round" "$1" "$rate" "$2" "$(field "$dir/summary.json" val_loss)" "$peer_rate"
+  done
+done
