@@ -15,6 +15,7 @@
 #include "common/base/json_lines.h"
 #include "common/base/logging.h"
 #include "common/base/malloc_tuning.h"
+#include "common/base/random.h"
 #include "common/base/shutdown_signal.h"
 #include "common/base/status_macros.h"
 #include "common/cli/cli.h"
@@ -112,10 +113,17 @@ int FailInput(const absl::Status& s) {
   return 2;
 }
 
-absl::StatusOr<ps::GrpcClientOptions> ClientOptionsFromFlags(const ps::Model& model, int rank) {
+// The fingerprint the shards check: the model's parameters, and what the data's ids mean (a
+// text's vocabulary), so a worker whose corpus has another vocabulary of the same size is
+// refused (FAILED_PRECONDITION) instead of training other characters into the same rows.
+absl::StatusOr<ps::GrpcClientOptions> ClientOptionsFromFlags(const ps::Model& model,
+                                                             const ps::Dataset& data, int rank) {
   ps::GrpcClientOptions o;
   o.servers = absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipEmpty());
   o.fingerprint = model.description().fingerprint();
+  if (data.meaning_fingerprint() != 0) {
+    o.fingerprint = ps::Mix64(o.fingerprint ^ ps::Mix64(data.meaning_fingerprint()));
+  }
   o.total_params = model.layout().total();
   o.tables = model.description().sparse();
   o.rank = rank;
@@ -291,7 +299,7 @@ int main(int argc, char** argv) {
   auto model = ps::MakeModel(workload->model, (*test)->shape(), **device,
                              evaluate ? eval_batch : std::max(workload->batch_size, eval_batch));
   if (!model.ok()) return Fail(model.status());
-  auto client_options = ClientOptionsFromFlags(**model, rank);
+  auto client_options = ClientOptionsFromFlags(**model, **test, rank);
   if (!client_options.ok()) return Fail(client_options.status());
   auto client = ps::GrpcParameterClient::Create(*client_options);
   if (!client.ok()) return Fail(client.status());

@@ -49,6 +49,9 @@ class Dataset {
   virtual void GatherKeys(const int32_t* /*indices*/, int /*n*/, uint64_t* /*keys*/) const {}
   // Keeps the first `n` samples (all when n <= 0 or n >= size()).
   virtual void Truncate(int64_t n) = 0;
+  // What the data's samples mean beyond their shape, which every process of a job must share (a
+  // text's vocabulary: the same ids must be the same characters); 0 when the shape says all.
+  virtual uint64_t meaning_fingerprint() const { return 0; }
 };
 
 // `size()` images of rows x cols uint8 pixels with int32 labels in [0, num_classes).

@@ -27,6 +27,7 @@ class TextDataset final : public Dataset {
   SampleShape shape() const override;
   void Gather(const int32_t* indices, int n, float* x, int32_t* y) const override;
   void Truncate(int64_t n) override;
+  uint64_t meaning_fingerprint() const override { return vocabulary_fingerprint(); }
 
   int context() const { return context_; }
   // The characters of the vocabulary, as Unicode code points, sorted; id i is vocabulary()[i].
