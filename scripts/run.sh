@@ -7,7 +7,9 @@
 # data/criteo/truth.json holds the best possible AUC), one epoch, 128 samples per worker.
 # With --model gpt and no --data, the language model: a 4-layer, 4-head, 128-wide transformer on
 # the King James Bible (data/text/kjv.txt, which scripts/setup.sh writes), windows of 64
-# characters, 6 per worker and step, 2000 steps, AdamW with gradient clipping at 1.0.
+# characters, 6 per worker and step, 2000 steps, AdamW with gradient clipping at 1.0, and the
+# learning rate 0.001 for an update of 12 windows (--base_batch 12: SSP and ASP, whose updates are
+# one worker's 6, take half of it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh >/dev/null
@@ -33,6 +35,6 @@ fi
 if [[ "$model" == gpt && "$has_data" == false ]]; then
   defaults+=(--data text:data/text/kjv.txt --layers 4 --heads 4 --dim 128 --context 64
     --batch_size 6 --steps 2000 --optimizer adamw --lr 0.001 --weight_decay 0.01
-    --clip_norm 1.0)
+    --clip_norm 1.0 --base_batch 12)
 fi
 exec build/bin/ps_launch "${defaults[@]}" "$@"

@@ -28,12 +28,14 @@
 #include "common/cli/workload_flags.h"
 #include "common/codec/tensor_codec.h"
 #include "common/data/dataset.h"
+#include "common/data/text_dataset.h"
 #include "common/metrics/prometheus.h"
 #include "common/nn/model.h"
 #include "spdlog/spdlog.h"
 #include "worker/device_select.h"
 #include "worker/grpc_parameter_client.h"
 #include "worker/job_evaluation.h"
+#include "worker/text_generation.h"
 #include "worker/trainer.h"
 #include "worker/worker_flags.h"
 
@@ -48,6 +50,14 @@ ABSL_FLAG(bool, eval_each_epoch, true, "Rank 0 measures test accuracy at each ep
 ABSL_FLAG(bool, evaluate, false,
           "Observer mode: read the current weights, evaluate the test set, write --summary_out.");
 ABSL_FLAG(std::string, summary_out, "", "--evaluate: write the result as one JSON object here.");
+ABSL_FLAG(int32_t, generate, 0,
+          "Observer mode for a language model (--model gpt, --data text): read the shards' "
+          "current weights and print this many characters continuing --prompt.");
+ABSL_FLAG(std::string, prompt, "\n",
+          "--generate: the text to continue (in the corpus's characters).");
+ABSL_FLAG(double, temperature, 0.8,
+          "--generate: the logits are divided by it before sampling (0: the most likely "
+          "character each time). The draws follow --seed.");
 ABSL_FLAG(int32_t, wait_for_job_s, 0,
           "--evaluate: first wait up to this many seconds until no worker can add to the result "
           "(each has pushed all its steps or is gone); 0: evaluate at once.");
@@ -248,6 +258,33 @@ void PrintEpoch(const ps::EpochReport& r) {
 }
 
 // Trains this rank to the end; the exit code.
+// --generate: the shards' weights as they are now, then text continuing --prompt on stdout.
+int Generate(ps::Model& model, ps::Device& device, ps::GrpcParameterClient& client,
+             const ps::Dataset& data, uint64_t seed) {
+  const auto* text = dynamic_cast<const ps::TextDataset*>(&data);
+  if (text == nullptr) {
+    return Fail(absl::InvalidArgumentError("--generate needs a language model on --data text"));
+  }
+  absl::StatusOr<std::vector<int32_t>> prompt = text->Encode(absl::GetFlag(FLAGS_prompt));
+  if (!prompt.ok()) return FailInput(prompt.status());
+  const int64_t n = model.layout().total();
+  std::vector<float> params(n);
+  absl::Status s = client.Pull(0, /*no_wait=*/true, absl::MakeSpan(params)).status();
+  absl::StatusOr<ps::DeviceBuffer> params_dev = device.Allocate(n * sizeof(float));
+  if (s.ok()) s = params_dev.status();
+  if (s.ok()) s = device.CopyToDevice(params.data(), n * sizeof(float), params_dev->as<float>());
+  if (!s.ok()) return Fail(s);
+  ps::GenerationOptions options;
+  options.tokens = absl::GetFlag(FLAGS_generate);
+  options.temperature = absl::GetFlag(FLAGS_temperature);
+  options.seed = seed;
+  absl::StatusOr<std::vector<int32_t>> ids =
+      ps::GenerateTokens(model, device, params_dev->as<float>(), *prompt, options);
+  if (!ids.ok()) return Fail(ids.status());
+  std::printf("%s%s\n", absl::GetFlag(FLAGS_prompt).c_str(), text->Decode(*ids).c_str());
+  return 0;
+}
+
 int Train(ps::Model& model, ps::Device& device, ps::GrpcParameterClient& client,
           const ps::Workload& workload, const ps::Dataset& test, int rank,
           const std::atomic<bool>& stop) {
@@ -311,6 +348,9 @@ int main(int argc, char** argv) {
     stop.store(true);
     raw_client->Cancel();
   });
+  if (absl::GetFlag(FLAGS_generate) > 0) {
+    return Generate(**model, **device, **client, **test, workload->seed);
+  }
   if (!evaluate) return Train(**model, **device, **client, *workload, **test, rank, stop);
   ps::JobEvaluationOptions evaluation;
   evaluation.wait_for_job = absl::Seconds(absl::GetFlag(FLAGS_wait_for_job_s));

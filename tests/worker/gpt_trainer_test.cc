@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <filesystem>
@@ -17,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "server/shard.h"
 #include "tests/support/in_process_client.h"
+#include "worker/text_generation.h"
 #include "worker/trainer.h"
 
 namespace ps {
@@ -155,6 +157,40 @@ TEST(GptTrainer, ClippingBoundsEachStepAndRefusesPriorityScheduling) {
   ScheduleRequest priority;
   priority.priority = true;
   EXPECT_EQ(Train(refused, 1, 6, 10, 1.0, priority).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TextGeneration, SamplesReproduciblyAndTheColdestDrawIsTheArgMax) {
+  CpuDevice dev;
+  std::unique_ptr<Model> model = Gpt(dev, 1);
+  std::vector<float> params(model->layout().total());
+  model->InitParams(4, params.data());  // nearly uniform logits: every draw counts
+  auto prompt = Corpus().Encode("the king");
+  ASSERT_TRUE(prompt.ok());
+  GenerationOptions o;
+  o.tokens = 3 * kContext;  // past the window: the model reads the last kContext tokens
+  o.temperature = 1.0;
+  o.seed = 7;
+  auto a = GenerateTokens(*model, dev, params.data(), *prompt, o);
+  auto b = GenerateTokens(*model, dev, params.data(), *prompt, o);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(*a, *b);
+  EXPECT_EQ(a->size(), static_cast<size_t>(3 * kContext));
+  o.seed = 8;
+  EXPECT_NE(*GenerateTokens(*model, dev, params.data(), *prompt, o), *a);
+  // Temperature 0: each token is the argmax of the logits at the window's last position.
+  for (float& p : params) p *= 20.0f;  // sharp logits: the argmax is well separated
+  o.temperature = 0;
+  o.tokens = 2;
+  auto cold = GenerateTokens(*model, dev, params.data(), *prompt, o);
+  ASSERT_TRUE(cold.ok());
+  std::vector<float> x(kContext, 0.0f);
+  for (int t = 0; t < kContext; ++t) x[t] = static_cast<float>((*prompt)[t]);  // "the king" is 8
+  std::vector<int32_t> labels(kContext, 0);
+  ASSERT_TRUE(model->Evaluate(params.data(), x.data(), labels.data(), 1).ok());
+  const float* last = model->logits() + (kContext - 1) * model->num_classes();
+  EXPECT_EQ((*cold)[0], std::max_element(last, last + model->num_classes()) - last);
+  EXPECT_EQ(GenerateTokens(*model, dev, params.data(), {}, o).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
