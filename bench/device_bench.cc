@@ -1,12 +1,13 @@
-// ps_bench_device: forward+backward throughput of the MLP and the CNN on each device this build
-// and machine have (cpu always; cuda when a GPU is visible), at batch 64 and 512, with the share
+// ps_bench_device: forward+backward throughput of the MLP and the CNN (batch 64 and 512) and of
+// the 6-layer, 6-head, 384-wide language model at context 256 (batch 4; 64 on a GPU) on each
+// device this build and machine have (cpu always; cuda when a GPU is visible), with the share
 // of a training step spent in host<->device copies, and the SGEMM rate of the CNN's largest
 // layer (conv2 as im2col + GEMM). One JSON line per measurement; GPU lines carry ratio_vs_cpu,
 // against the CPU figure measured in the same run. "train_step" lines time the trainer's whole
 // step (StepGradient) with the copies overlapped with compute and without, alternating, and
 // print speedup_overlapped (serial / overlapped step time, same run).
 //
-//   ps_bench_device [--seconds 1.5] [--devices cpu,cuda]
+//   ps_bench_device [--seconds 1.5] [--devices cpu,cuda] [--gpt_context 256]
 
 #include <algorithm>
 #include <cstdio>
@@ -27,38 +28,54 @@
 
 ABSL_FLAG(double, seconds, 1.5, "Minimum measuring time per figure.");
 ABSL_FLAG(std::string, devices, "cpu,cuda", "Devices to measure; unavailable ones are skipped.");
+ABSL_FLAG(int, gpt_context, 256, "The language model's context (gpt lines).");
 
 namespace {
 
 struct StepTimes {
   double samples_per_sec = 0;  // forward + backward only
+  double tokens_per_sec = 0;   // predictions per second: samples times labels per sample
   double copy_share = 0;       // host<->device copies / whole step
   double step_ms = 0;
 };
 
+// The samples a model is measured on: Fashion-MNIST-shaped images, or for the language model
+// windows of `context` token ids over a 65-character vocabulary (the King James text's size).
+ps::SampleShape ShapeFor(const ps::ModelSpec& spec, int context) {
+  if (spec.name != "gpt") return ps::SampleShape{28 * 28, 10, ps::ImageShape{28, 28, 1}};
+  ps::SampleShape text;
+  text.features = context;
+  text.labels = context;
+  text.num_classes = 65;
+  return text;
+}
+
 // Times training steps of `spec` at `batch`: copy weights and a batch in, forward+backward,
 // copy the gradient out.
-absl::StatusOr<StepTimes> MeasureSteps(ps::Device& dev, const ps::ModelSpec& spec, int batch,
-                                       double seconds) {
-  const ps::SampleShape shape{28 * 28, 10, ps::ImageShape{28, 28, 1}};
+absl::StatusOr<StepTimes> MeasureSteps(ps::Device& dev, const ps::ModelSpec& spec,
+                                       const ps::SampleShape& shape, int batch, double seconds) {
   auto model = ps::MakeModel(spec, shape, dev, batch);
   if (!model.ok()) return model.status();
   const int64_t n = (*model)->layout().total();
+  const int64_t labels = int64_t{batch} * shape.labels;
   // Host buffers as the trainer has them: the device's preferred (pinned, for CUDA) memory.
   auto params_h = dev.AllocateHost(n * sizeof(float));
   auto grads_h = dev.AllocateHost(n * sizeof(float));
   auto x_h = dev.AllocateHost(sizeof(float) * batch * shape.features);
-  auto y_h = dev.AllocateHost(sizeof(int32_t) * batch);
+  auto y_h = dev.AllocateHost(sizeof(int32_t) * labels);
   if (!params_h.ok() || !grads_h.ok() || !x_h.ok() || !y_h.ok()) {
     return absl::ResourceExhaustedError("host allocation");
   }
   const absl::Span<float> params(params_h->as<float>(), n), grads(grads_h->as<float>(), n);
   const absl::Span<float> x(x_h->as<float>(), batch * shape.features);
-  const absl::Span<int32_t> y(y_h->as<int32_t>(), batch);
+  const absl::Span<int32_t> y(y_h->as<int32_t>(), labels);
   (*model)->InitParams(1, params.data());
   ps::Rng rng(2);
-  for (float& v : x) v = rng.Uniform(-1, 1);
-  for (int i = 0; i < batch; ++i) y[i] = i % 10;
+  const bool ids = shape.labels > 1;  // token windows: the inputs are ids as floats
+  for (float& v : x) {
+    v = ids ? static_cast<float>(rng.Below(shape.num_classes)) : rng.Uniform(-1, 1);
+  }
+  for (int64_t i = 0; i < labels; ++i) y[i] = static_cast<int32_t>(rng.Below(shape.num_classes));
   auto p = dev.Allocate(n * sizeof(float));
   auto g = dev.Allocate(n * sizeof(float));
   auto xd = dev.Allocate(x.size() * sizeof(float));
@@ -90,6 +107,7 @@ absl::StatusOr<StepTimes> MeasureSteps(ps::Device& dev, const ps::ModelSpec& spe
   }
   StepTimes out;
   out.samples_per_sec = steps * batch / absl::ToDoubleSeconds(compute);
+  out.tokens_per_sec = out.samples_per_sec * shape.labels;
   out.copy_share = absl::ToDoubleSeconds(copies) / absl::ToDoubleSeconds(copies + compute);
   out.step_ms = absl::ToDoubleMilliseconds(copies + compute) / steps;
   return out;
@@ -198,31 +216,57 @@ int main(int argc, char** argv) {
       continue;
     }
     const bool is_cpu = name == "cpu";
-    for (const char* model : {"mlp", "cnn"}) {
-      for (int batch : {64, 512}) {
-        auto t = MeasureSteps(**dev, ps::ModelSpec{model, {}}, batch, seconds);
-        if (!t.ok()) {
-          std::fprintf(stderr, "%s %s %d: %s\n", std::string(name).c_str(), model, batch,
-                       t.status().ToString().c_str());
-          ++failures;
-          continue;
-        }
-        const std::string key = std::string(model) + "/" + std::to_string(batch);
-        if (is_cpu) cpu_rate[key] = t->samples_per_sec;
-        ps::JsonObject line;
-        line.Add("bench", "fwd_bwd")
-            .Add("device", (*dev)->name())
-            .Add("model", model)
-            .Add("batch", batch)
-            .Add("samples_per_sec", t->samples_per_sec)
-            .Add("step_ms", t->step_ms)
-            .Add("copy_share", t->copy_share);
-        if (!is_cpu && cpu_rate.count(key)) {
-          line.Add("ratio_vs_cpu", t->samples_per_sec / cpu_rate[key]);
-        }
-        std::printf("%s\n", line.str().c_str());
-        std::fflush(stdout);
+    // The MLP and the CNN at batch 64 and 512; the language model in nanoGPT's Shakespeare shape
+    // (6 layers, 6 heads, 384 wide, context 256) at batch 4 everywhere (the CPU reference: a
+    // step there takes seconds) and at nanoGPT's batch 64 on a GPU.
+    const int context = absl::GetFlag(FLAGS_gpt_context);
+    ps::ModelSpec gpt{"gpt", {}};
+    gpt.layers = 6;
+    gpt.heads = 6;
+    gpt.dim = 384;
+    struct Shape {
+      ps::ModelSpec spec;
+      int batch;
+    };
+    std::vector<Shape> shapes = {{ps::ModelSpec{"mlp", {}}, 64},
+                                 {ps::ModelSpec{"mlp", {}}, 512},
+                                 {ps::ModelSpec{"cnn", {}}, 64},
+                                 {ps::ModelSpec{"cnn", {}}, 512},
+                                 {gpt, 4}};
+    if (!is_cpu) shapes.push_back({gpt, 64});
+    for (const Shape& m : shapes) {
+      const std::string& model = m.spec.name;
+      const int batch = m.batch;
+      const ps::SampleShape shape = ShapeFor(m.spec, context);
+      auto t = MeasureSteps(**dev, m.spec, shape, batch, seconds);
+      if (!t.ok()) {
+        std::fprintf(stderr, "%s %s %d: %s\n", std::string(name).c_str(), model.c_str(), batch,
+                     t.status().ToString().c_str());
+        ++failures;
+        continue;
       }
+      const std::string key = model + "/" + std::to_string(batch);
+      if (is_cpu) cpu_rate[key] = t->samples_per_sec;
+      ps::JsonObject line;
+      line.Add("bench", "fwd_bwd")
+          .Add("device", (*dev)->name())
+          .Add("model", model)
+          .Add("batch", batch)
+          .Add("samples_per_sec", t->samples_per_sec)
+          .Add("step_ms", t->step_ms)
+          .Add("copy_share", t->copy_share);
+      if (model == "gpt") {
+        line.Add("layers", gpt.layers)
+            .Add("heads", gpt.heads)
+            .Add("dim", gpt.dim)
+            .Add("context", context)
+            .Add("tokens_per_sec", t->tokens_per_sec);
+      }
+      if (!is_cpu && cpu_rate.count(key)) {
+        line.Add("ratio_vs_cpu", t->samples_per_sec / cpu_rate[key]);
+      }
+      std::printf("%s\n", line.str().c_str());
+      std::fflush(stdout);
     }
     // The trainer's whole step, copies overlapped with compute or not. On a host-addressable
     // device (cpu) there is nothing to copy: both are the same step, a noise reference.

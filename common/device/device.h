@@ -187,74 +187,46 @@ class Device {
   virtual absl::Status LogisticLossBackward(int rows, const float* probs, const int32_t* labels,
                                             float scale, float* dlogits) = 0;
 
-  // Transformer ops (the gpt model). A device that lacks them answers UNIMPLEMENTED (the CUDA
-  // device, for now): the model cannot run there.
+  // Transformer ops (the gpt model).
   // y += alpha * x, elementwise over n.
-  virtual absl::Status Axpy(int64_t n, float alpha, const float* x, float* y) {
-    return Unimplemented("Axpy", n, alpha, x, y);
-  }
+  virtual absl::Status Axpy(int64_t n, float alpha, const float* x, float* y) = 0;
   // Layer normalisation of `rows` rows of `dim`: y = (x - mean) * rstd * gamma + beta with
   // rstd = 1 / sqrt(var + 1e-5) (the biased variance, as PyTorch's LayerNorm); mean and rstd
   // (rows) are kept for the backward pass.
   virtual absl::Status LayerNormForward(int rows, int dim, const float* x, const float* gamma,
-                                        const float* beta, float* y, float* mean, float* rstd) {
-    return Unimplemented("LayerNormForward", rows, dim, x, gamma, beta, y, mean, rstd);
-  }
+                                        const float* beta, float* y, float* mean, float* rstd) = 0;
   // Its gradient: dx overwritten; dgamma and dbeta (dim) = grads_beta * themselves + the sums
   // over rows (grads_beta 0: only written).
   virtual absl::Status LayerNormBackward(int rows, int dim, const float* x, const float* gamma,
                                          const float* mean, const float* rstd, const float* dy,
-                                         float* dx, float* dgamma, float* dbeta, float grads_beta) {
-    return Unimplemented("LayerNormBackward", rows, dim, x, gamma, mean, rstd, dy, dx, dgamma,
-                         dbeta, grads_beta);
-  }
+                                         float* dx, float* dgamma, float* dbeta,
+                                         float grads_beta) = 0;
   // GELU with the tanh approximation (GPT-2's; PyTorch's GELU(approximate="tanh")):
   // y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise over n.
-  virtual absl::Status GeluForward(int64_t n, const float* x, float* y) {
-    return Unimplemented("GeluForward", n, x, y);
-  }
+  virtual absl::Status GeluForward(int64_t n, const float* x, float* y) = 0;
   // dx = dy * GELU'(x), elementwise; dx may alias dy.
-  virtual absl::Status GeluBackward(int64_t n, const float* x, const float* dy, float* dx) {
-    return Unimplemented("GeluBackward", n, x, dy, dx);
-  }
+  virtual absl::Status GeluBackward(int64_t n, const float* x, const float* dy, float* dx) = 0;
   // Causal multi-head self-attention. qkv (batch, t, 3 * c) holds each position's query, key
   // and value, c = heads * head_dim, head h's in columns [h hd, (h + 1) hd) of each third.
   // att (batch, heads, t, t) receives the attention weights: for query position i the softmax
   // over keys j <= i of q_i . k_j / sqrt(head_dim), zero for j > i; out (batch, t, c) = the
   // weighted sum of the values, heads side by side.
   virtual absl::Status CausalAttentionForward(int batch, int t, int heads, int head_dim,
-                                              const float* qkv, float* att, float* out) {
-    return Unimplemented("CausalAttentionForward", batch, t, heads, head_dim, qkv, att, out);
-  }
+                                              const float* qkv, float* att, float* out) = 0;
   // Its gradient: dqkv (batch, t, 3 * c) overwritten, from qkv, att and dout (batch, t, c).
   virtual absl::Status CausalAttentionBackward(int batch, int t, int heads, int head_dim,
                                                const float* qkv, const float* att,
-                                               const float* dout, float* dqkv) {
-    return Unimplemented("CausalAttentionBackward", batch, t, heads, head_dim, qkv, att, dout,
-                         dqkv);
-  }
+                                               const float* dout, float* dqkv) = 0;
   // Token and position embeddings: ids (batch, t) token ids as floats, wte (vocab, dim), wpe
   // (t, dim); y (batch, t, dim) = wte[id] + wpe[position]. Ids outside [0, vocab):
   // INVALID_ARGUMENT, when SoftmaxCrossEntropy would report a label.
   virtual absl::Status TokenEmbeddingForward(int batch, int t, int dim, int vocab, const float* ids,
-                                             const float* wte, const float* wpe, float* y) {
-    return Unimplemented("TokenEmbeddingForward", batch, t, dim, vocab, ids, wte, wpe, y);
-  }
+                                             const float* wte, const float* wpe, float* y) = 0;
   // Its gradient: dwte (vocab, dim) and dwpe (t, dim) = grads_beta * themselves + the sums of
   // dy's rows onto their token's and position's rows, in (batch, position) order.
   virtual absl::Status TokenEmbeddingBackward(int batch, int t, int dim, int vocab,
                                               const float* ids, const float* dy, float* dwte,
-                                              float* dwpe, float grads_beta) {
-    return Unimplemented("TokenEmbeddingBackward", batch, t, dim, vocab, ids, dy, dwte, dwpe,
-                         grads_beta);
-  }
-
- private:
-  template <typename... Args>
-  absl::Status Unimplemented(const char* op, Args&&...) const {
-    return absl::UnimplementedError(
-        absl::StrCat("device ", name(), " has no ", op, " (the gpt model runs on the CPU)"));
-  }
+                                              float* dwpe, float grads_beta) = 0;
 };
 
 // Gemm's size check, the same on every device: INVALID_ARGUMENT for a negative size; false when

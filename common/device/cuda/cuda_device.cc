@@ -7,24 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/device/cuda/cuda_status.h"
 #include "common/device/cuda/kernels.cuh"
 
 namespace ps {
-
-namespace {
-
-absl::Status CudaStatus(cudaError_t err, const char* call) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat(call, ": ", cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
-}
-
-absl::Status CublasStatus(cublasStatus_t st, const char* call) {
-  if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(call, ": cuBLAS status ", static_cast<int>(st)));
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int ordinal) {
   int count = 0;
@@ -59,6 +45,7 @@ CudaDevice::~CudaDevice() {
   if (cublas_ != nullptr) cublasDestroy(cublas_);
   if (bad_label_ != nullptr) cudaFree(bad_label_);
   if (sum_ != nullptr) cudaFree(sum_);
+  if (scratch_ != nullptr) cudaFree(scratch_);
   for (cudaEvent_t e : copy_events_) cudaEventDestroy(e);
   if (ops_mark_ != nullptr) cudaEventDestroy(ops_mark_);
   if (copy_stream_ != nullptr) cudaStreamDestroy(copy_stream_);
@@ -231,7 +218,8 @@ absl::Status CudaDevice::CheckLabels() {
   RETURN_IF_ERROR(
       CudaStatus(cudaMemsetAsync(bad_label_, 0, sizeof(int), stream_), "cudaMemsetAsync"));
   return absl::InvalidArgumentError(
-      absl::StrCat(op, " (or a loss op before it): a label is outside [0, classes)"));
+      absl::StrCat(op, " (or a loss or embedding op before it): a label is outside [0, classes)",
+                   " or a token id outside [0, vocab)"));
 }
 
 absl::Status CudaDevice::SoftmaxCrossEntropy(int rows, int classes, const float* logits,

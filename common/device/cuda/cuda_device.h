@@ -72,17 +72,46 @@ class CudaDevice final : public Device {
                             float* loss_per_row, float* correct_per_row) override;
   absl::Status LogisticLossBackward(int rows, const float* probs, const int32_t* labels,
                                     float scale, float* dlogits) override;
+  // The transformer ops (cuda_transformer_ops.cc). Attention is cuBLAS strided-batched GEMMs
+  // over the heads of each sequence around causal-softmax kernels.
+  absl::Status Axpy(int64_t n, float alpha, const float* x, float* y) override;
+  absl::Status LayerNormForward(int rows, int dim, const float* x, const float* gamma,
+                                const float* beta, float* y, float* mean, float* rstd) override;
+  absl::Status LayerNormBackward(int rows, int dim, const float* x, const float* gamma,
+                                 const float* mean, const float* rstd, const float* dy, float* dx,
+                                 float* dgamma, float* dbeta, float grads_beta) override;
+  absl::Status GeluForward(int64_t n, const float* x, float* y) override;
+  absl::Status GeluBackward(int64_t n, const float* x, const float* dy, float* dx) override;
+  absl::Status CausalAttentionForward(int batch, int t, int heads, int head_dim, const float* qkv,
+                                      float* att, float* out) override;
+  absl::Status CausalAttentionBackward(int batch, int t, int heads, int head_dim, const float* qkv,
+                                       const float* att, const float* dout, float* dqkv) override;
+  absl::Status TokenEmbeddingForward(int batch, int t, int dim, int vocab, const float* ids,
+                                     const float* wte, const float* wpe, float* y) override;
+  absl::Status TokenEmbeddingBackward(int batch, int t, int dim, int vocab, const float* ids,
+                                      const float* dy, float* dwte, float* dwpe,
+                                      float grads_beta) override;
 
  private:
   explicit CudaDevice(int ordinal) : ordinal_(ordinal) {}
-  // After the op stream has been waited for: if a softmax kernel ran since the last check, reads
-  // and clears the kernels' bad-label flag (INVALID_ARGUMENT if it was set).
+  // After the op stream has been waited for: if a loss or token-embedding kernel ran since the
+  // last check, reads and clears the kernels' bad-label flag (INVALID_ARGUMENT if it was set).
   absl::Status CheckLabels();
   // Copies on the copy stream, after the ops issued so far when `after_ops`, and records a new
   // ticket's event.
   absl::StatusOr<CopyTicket> CopyOnCopyStream(const void* from, size_t bytes, void* to,
                                               cudaMemcpyKind kind, bool after_ops);
   absl::StatusOr<cudaEvent_t> TicketEvent(CopyTicket ticket) const;
+  // `floats` floats of device memory for one op's intermediate results, valid until the next
+  // Scratch call. Ops are ordered on one stream, so one op's use ends before the next op's
+  // begins; growing waits for the stream before freeing the old buffer.
+  absl::StatusOr<float*> Scratch(int64_t floats);
+  // `count` row-major products C_i = alpha op(A_i) op(B_i) + beta C_i, C_i (m, n), with leading
+  // dimensions (row lengths) and strides between consecutive i in floats.
+  absl::Status StridedGemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                           const float* a, int lda, int64_t stride_a, const float* b, int ldb,
+                           int64_t stride_b, float beta, float* c, int ldc, int64_t stride_c,
+                           int count);
 
   // Tickets index `copy_events_`; Synchronize() frees them all for reuse, so the pool only grows
   // to the most copies issued between two synchronisations (kMaxCopiesInFlight at most).
@@ -95,9 +124,11 @@ class CudaDevice final : public Device {
   std::vector<cudaEvent_t> copy_events_;
   size_t copies_in_flight_ = 0;  // tickets issued since the last Synchronize()
   cublasHandle_t cublas_ = nullptr;
-  int* bad_label_ = nullptr;                   // device flag written by the softmax kernels
+  int* bad_label_ = nullptr;  // device flag set by the loss kernels (labels), embeddings (ids)
   const char* unchecked_labels_op_ = nullptr;  // the last softmax op since the flag was read
   double* sum_ = nullptr;                      // device scalar written by the Sum kernel
+  float* scratch_ = nullptr;
+  int64_t scratch_floats_ = 0;
 };
 
 }  // namespace ps

@@ -1,17 +1,11 @@
 #include <cfloat>
 
+#include "common/device/cuda/grid.cuh"
 #include "common/device/cuda/kernels.cuh"
 
 namespace ps::cuda {
 
 namespace {
-
-constexpr int kThreads = 256;
-
-int BlocksFor(int64_t n) {
-  const int64_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<int>(blocks < 65535 ? (blocks < 1 ? 1 : blocks) : 65535);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Kernels. Every elementwise kernel uses a grid-stride loop, so any grid covers any n.

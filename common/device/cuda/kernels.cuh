@@ -64,6 +64,41 @@ cudaError_t LaunchLogisticLossBackward(int rows, const float* probs, const int32
                                        float scale, float* dlogits, int* bad_label,
                                        cudaStream_t stream);
 
+// Transformer ops (transformer_kernels.cu).
+cudaError_t LaunchAxpy(int64_t n, float alpha, const float* x, float* y, cudaStream_t stream);
+// One warp per row.
+cudaError_t LaunchLayerNormForward(int rows, int dim, const float* x, const float* gamma,
+                                   const float* beta, float* y, float* mean, float* rstd,
+                                   cudaStream_t stream);
+// dx by one warp per row; dgamma and dbeta in two passes without atomics: partial column sums
+// over `chunks` blocks of rows into `partials` (2 * chunks * dim floats of scratch), then each
+// column's partials added in chunk order. LayerNormParamChunks says how many chunks.
+int LayerNormParamChunks(int rows);
+cudaError_t LaunchLayerNormBackward(int rows, int dim, const float* x, const float* gamma,
+                                    const float* mean, const float* rstd, const float* dy, float* dx,
+                                    float* dgamma, float* dbeta, float grads_beta, float* partials,
+                                    cudaStream_t stream);
+cudaError_t LaunchGeluForward(int64_t n, const float* x, float* y, cudaStream_t stream);
+cudaError_t LaunchGeluBackward(int64_t n, const float* x, const float* dy, float* dx,
+                               cudaStream_t stream);
+// scores (rows, t) hold scaled dot products, row r being query position r % t: each row becomes
+// the softmax over its first r % t + 1 entries, zeros after. One warp per row.
+cudaError_t LaunchCausalSoftmax(int64_t rows, int t, float* scores, cudaStream_t stream);
+// dweights (rows, t) = d loss / d attention weight on entry; becomes d loss / d score:
+// att * (dweights - sum_j att_j dweights_j) * scale, zero past the causal limit. One warp per row.
+cudaError_t LaunchCausalSoftmaxBackward(int64_t rows, int t, const float* att, float scale,
+                                        float* dweights, cudaStream_t stream);
+// One thread per output element. Sets *bad_id to 1 when an id is not an integer in [0, vocab).
+cudaError_t LaunchTokenEmbeddingForward(int batch, int t, int dim, int vocab, const float* ids,
+                                        const float* wte, const float* wpe, float* y, int* bad_id,
+                                        cudaStream_t stream);
+// dwpe: one thread per element, adding its position's rows in batch order; dwte: one block per
+// token, adding the rows of its occurrences in (batch, position) order (CpuDevice's order, so the
+// sums are the same to the bit). No atomics.
+cudaError_t LaunchTokenEmbeddingBackward(int batch, int t, int dim, int vocab, const float* ids,
+                                         const float* dy, float* dwte, float* dwpe,
+                                         float grads_beta, int* bad_id, cudaStream_t stream);
+
 }  // namespace ps::cuda
 
 #endif  // PS_COMMON_CUDA_KERNELS_CUH_

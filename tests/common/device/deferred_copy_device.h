@@ -165,6 +165,42 @@ class DeferredCopyDevice final : public Device {
                                     float scale, float* dlogits) override {
     return cpu_.LogisticLossBackward(rows, probs, labels, scale, dlogits);
   }
+  absl::Status Axpy(int64_t n, float alpha, const float* x, float* y) override {
+    return cpu_.Axpy(n, alpha, x, y);
+  }
+  absl::Status LayerNormForward(int rows, int dim, const float* x, const float* gamma,
+                                const float* beta, float* y, float* mean, float* rstd) override {
+    return cpu_.LayerNormForward(rows, dim, x, gamma, beta, y, mean, rstd);
+  }
+  absl::Status LayerNormBackward(int rows, int dim, const float* x, const float* gamma,
+                                 const float* mean, const float* rstd, const float* dy, float* dx,
+                                 float* dgamma, float* dbeta, float grads_beta) override {
+    return cpu_.LayerNormBackward(rows, dim, x, gamma, mean, rstd, dy, dx, dgamma, dbeta,
+                                  grads_beta);
+  }
+  absl::Status GeluForward(int64_t n, const float* x, float* y) override {
+    return cpu_.GeluForward(n, x, y);
+  }
+  absl::Status GeluBackward(int64_t n, const float* x, const float* dy, float* dx) override {
+    return cpu_.GeluBackward(n, x, dy, dx);
+  }
+  absl::Status CausalAttentionForward(int batch, int t, int heads, int head_dim, const float* qkv,
+                                      float* att, float* out) override {
+    return cpu_.CausalAttentionForward(batch, t, heads, head_dim, qkv, att, out);
+  }
+  absl::Status CausalAttentionBackward(int batch, int t, int heads, int head_dim, const float* qkv,
+                                       const float* att, const float* dout, float* dqkv) override {
+    return cpu_.CausalAttentionBackward(batch, t, heads, head_dim, qkv, att, dout, dqkv);
+  }
+  absl::Status TokenEmbeddingForward(int batch, int t, int dim, int vocab, const float* ids,
+                                     const float* wte, const float* wpe, float* y) override {
+    return cpu_.TokenEmbeddingForward(batch, t, dim, vocab, ids, wte, wpe, y);
+  }
+  absl::Status TokenEmbeddingBackward(int batch, int t, int dim, int vocab, const float* ids,
+                                      const float* dy, float* dwte, float* dwpe,
+                                      float grads_beta) override {
+    return cpu_.TokenEmbeddingBackward(batch, t, dim, vocab, ids, dy, dwte, dwpe, grads_beta);
+  }
 
  private:
   struct Copy {
