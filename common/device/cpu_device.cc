@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/device/cpu_clones.h"
 
 namespace ps {
 
@@ -18,6 +19,23 @@ absl::Status CheckLabel(int32_t label, int row, int classes) {
   if (label >= 0 && label < classes) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("label ", label, " of row ", row, " is outside [0, ", classes, ")"));
+}
+
+// The bias and its gradient's loops, cloned per instruction set (cpu_clones.h).
+PS_CPU_CLONES void AddBiasLoops(int rows, int cols, const float* bias, float* x) {
+  for (int r = 0; r < rows; ++r) {
+    float* row = x + static_cast<int64_t>(r) * cols;
+    for (int j = 0; j < cols; ++j) row[j] += bias[j];
+  }
+}
+
+PS_CPU_CLONES void SumRowsLoops(int rows, int cols, const float* x, float beta, float* out) {
+  // beta 0: `out` is not read (BLAS's convention), so whatever it held (NaN too) is gone.
+  for (int j = 0; j < cols; ++j) out[j] = beta == 0.0f ? 0.0f : out[j] * beta;
+  for (int r = 0; r < rows; ++r) {
+    const float* row = x + static_cast<int64_t>(r) * cols;
+    for (int j = 0; j < cols; ++j) out[j] += row[j];
+  }
 }
 
 }  // namespace
@@ -63,20 +81,12 @@ absl::Status CpuDevice::Gemm(bool trans_a, bool trans_b, int m, int n, int k, fl
 }
 
 absl::Status CpuDevice::AddBias(int rows, int cols, const float* bias, float* x) {
-  for (int r = 0; r < rows; ++r) {
-    float* row = x + static_cast<int64_t>(r) * cols;
-    for (int j = 0; j < cols; ++j) row[j] += bias[j];
-  }
+  AddBiasLoops(rows, cols, bias, x);
   return absl::OkStatus();
 }
 
 absl::Status CpuDevice::SumRows(int rows, int cols, const float* x, float beta, float* out) {
-  // beta 0: `out` is not read (BLAS's convention), so whatever it held (NaN too) is gone.
-  for (int j = 0; j < cols; ++j) out[j] = beta == 0.0f ? 0.0f : out[j] * beta;
-  for (int r = 0; r < rows; ++r) {
-    const float* row = x + static_cast<int64_t>(r) * cols;
-    for (int j = 0; j < cols; ++j) out[j] += row[j];
-  }
+  SumRowsLoops(rows, cols, x, beta, out);
   return absl::OkStatus();
 }
 
