@@ -1,16 +1,21 @@
 // ps_bench_train: training throughput of the whole system on loopback: S shards (ps_server's
 // ShardServer) and W workers (ps_worker's Trainer and gRPC client, one thread and one BLAS thread
-// each), all in this process with real TCP between them, on Fashion-MNIST. One JSON line per
-// (model, workers x shards, gradient encoding) with samples/s, the share of step time spent
+// each), all in this process with real TCP between them, on Fashion-MNIST (the MLP, the CNN) or
+// a text corpus (the gpt language model: AdamW and clipping, as it trains). One JSON line per
+// (model, workers x shards, gradient encoding) with samples/s (and tokens/s), the share of step
+// time spent
 // waiting on communication (pull + push), bytes per step, and the ratio to a reference measured
 // in the same run: the same model trained locally on the same batches with no parameter server.
-// With --vs_pytorch, the MLP's f32 runs are also compared with PyTorch on the same data, batch,
-// optimizer and threads (bench/peers/pytorch_mlp.py: one process for 1 worker, DDP with gloo and
-// W processes for W workers), run by Debian's python3.
+// With --vs_pytorch, the MLP's and gpt's f32 runs are also compared with PyTorch on the same
+// data, batch, optimizer and threads (bench/peers/pytorch_mlp.py: one process for 1 worker, DDP
+// with gloo and W processes for W workers; bench/peers/pytorch_gpt.py: one process and thread
+// with the whole global batch), run by Debian's python3.
 //
-//   ps_bench_train [--models mlp,cnn] [--configs 1x1,2x1,2x2,4x2] [--encodings f32,bf16]
+//   ps_bench_train [--models mlp,cnn,gpt] [--configs 1x1,2x1,2x2,4x2] [--encodings f32,bf16]
 //                  [--mode bsp] [--overlap] [--async_push] [--push_pull=false|--compare_push_pull]
-//                  [--schedules whole,priority] [--steps 200] [--cnn_steps 40] [--vs_pytorch]
+//                  [--schedules whole,priority] [--steps 200] [--cnn_steps 40] [--gpt_steps 40]
+//                  [--text data/text/kjv.txt] [--layers 4 --heads 4 --dim 128 --context 64]
+//                  [--vs_pytorch]
 
 #include <atomic>
 #include <cstdio>
@@ -38,6 +43,7 @@
 #include "common/cli/workload_flags.h"
 #include "common/codec/tensor_codec.h"
 #include "common/data/dataset.h"
+#include "common/data/text_dataset.h"
 #include "common/device/cpu_device.h"
 #include "common/nn/model.h"
 #include "common/optim/optimizer.h"
@@ -50,7 +56,11 @@
 #include "worker/worker_flags.h"
 
 ABSL_FLAG(std::vector<std::string>, models, std::vector<std::string>({"mlp", "cnn"}),
-          "Models: mlp, cnn.");
+          "Models: mlp, cnn (Fashion-MNIST), gpt (the --text corpus, the workload's --layers, "
+          "--heads, --dim and --context).");
+ABSL_FLAG(std::string, text, "data/text/kjv.txt",
+          "The gpt model's corpus (scripts/setup.sh writes the default).");
+ABSL_FLAG(int32_t, gpt_steps, 40, "gpt training steps per worker per measurement.");
 ABSL_FLAG(std::vector<std::string>, configs, std::vector<std::string>({"1x1", "2x1", "2x2", "4x2"}),
           "WORKERSxSHARDS configurations.");
 ABSL_FLAG(std::vector<std::string>, encodings, std::vector<std::string>({"f32", "bf16"}),
@@ -71,21 +81,20 @@ ABSL_FLAG(std::string, peers_dir, "bench/peers", "Folder of the peer scripts.");
 namespace {
 
 // The local reference: the same batches through the same model (CPU device, so host memory is
-// device memory), SGD applied in place.
+// device memory), the shards' optimizer applied in place.
 absl::StatusOr<double> LocalSamplesPerSec(ps::Model& model, const ps::Dataset& train, int batch,
-                                          int steps) {
+                                          int steps, const ps::OptimizerOptions& oo) {
   const int64_t n = model.layout().total();
   std::vector<float> params(n), grads(n);
   model.InitParams(1, params.data());
-  ps::OptimizerOptions oo;
-  ps::Optimizer sgd(oo, n);
+  ps::Optimizer optimizer(oo, n);
   ps::BatchPlanOptions po;
   po.dataset_size = train.size();
   po.batch_size = batch;
   auto plan = ps::BatchPlan::Create(po);
   if (!plan.ok()) return plan.status();
   std::vector<float> x(static_cast<size_t>(batch) * train.features());
-  std::vector<int32_t> y(batch), idx;
+  std::vector<int32_t> y(static_cast<size_t>(batch) * train.shape().labels), idx;
   const absl::Time start = absl::Now();
   for (int s = 0; s < steps; ++s) {
     plan->MicroBatch(s, 0, &idx);
@@ -93,7 +102,7 @@ absl::StatusOr<double> LocalSamplesPerSec(ps::Model& model, const ps::Dataset& t
     std::fill(grads.begin(), grads.end(), 0.0f);
     auto st = model.ForwardBackward(params.data(), x.data(), y.data(), batch, 1.0f, grads.data());
     if (!st.ok()) return st.status();
-    sgd.Apply(s, grads, absl::MakeSpan(params));
+    optimizer.Apply(s, grads, absl::MakeSpan(params));
   }
   return static_cast<double>(steps) * batch / absl::ToDoubleSeconds(absl::Now() - start);
 }
@@ -109,12 +118,11 @@ struct RunResult {
   int64_t pull_bytes_per_step = 0;
 };
 
-// W trainer threads against S fresh shards; every worker runs `steps` steps of one epoch.
-absl::StatusOr<RunResult> RunCluster(const ps::ModelSpec& spec, const ps::ImageDataset& train,
+// W trainer threads against S fresh shards (optimizer `oo`); every worker runs `steps` steps.
+absl::StatusOr<RunResult> RunCluster(const ps::ModelSpec& spec, const ps::Dataset& data,
                                      int workers, int shards, int steps, int batch,
+                                     const ps::OptimizerOptions& oo, double clip_norm,
                                      ps::TensorEncoding encoding, bool priority, bool push_pull) {
-  ps::ImageDataset data = train;
-  data.Truncate(int64_t{steps} * batch * workers);
   ASSIGN_OR_RETURN(ps::ConsistencyMode mode, ps::ParseConsistencyMode(absl::GetFlag(FLAGS_mode)));
   std::vector<std::unique_ptr<ps::ShardServer>> servers;
   std::vector<std::string> addresses;
@@ -126,7 +134,7 @@ absl::StatusOr<RunResult> RunCluster(const ps::ModelSpec& spec, const ps::ImageD
     so.shard.consistency.staleness =
         mode == ps::ConsistencyMode::kSsp ? absl::GetFlag(FLAGS_staleness) : 0;
     so.shard.consistency.num_workers = workers;
-    so.shard.optimizer.lr = 0.01f;
+    so.shard.optimizer = oo;
     ASSIGN_OR_RETURN(auto server, ps::ShardServer::Start(so));
     addresses.push_back(absl::StrCat("127.0.0.1:", server->port()));
     servers.push_back(std::move(server));
@@ -160,7 +168,8 @@ absl::StatusOr<RunResult> RunCluster(const ps::ModelSpec& spec, const ps::ImageD
       ps::TrainerOptions to;
       to.rank = w;
       to.batch_size = batch;
-      to.epochs = 1;
+      to.steps = steps;
+      to.clip_norm = clip_norm;
       to.schedule = ps::ScheduleRequest{absl::GetFlag(FLAGS_overlap),
                                         absl::GetFlag(FLAGS_async_push), push_pull, priority};
       to.priority_min_part = absl::GetFlag(FLAGS_priority_min_part);
@@ -187,7 +196,8 @@ absl::StatusOr<RunResult> RunCluster(const ps::ModelSpec& spec, const ps::ImageD
     push_bytes += t.push_bytes;
     pull_bytes += t.pull_bytes;
   }
-  r.samples_per_sec = samples / longest;
+  // The trainer counts predictions; a text window makes one per token.
+  r.samples_per_sec = static_cast<double>(samples) / data.shape().labels / longest;
   r.comm_share = (pull + push) / total;
   r.pull_share = pull / total;
   r.compute_share = compute / total;
@@ -198,30 +208,51 @@ absl::StatusOr<RunResult> RunCluster(const ps::ModelSpec& spec, const ps::ImageD
   return r;
 }
 
-// samples/s of bench/peers/pytorch_mlp.py, or an error naming what is missing.
-absl::StatusOr<double> PytorchSamplesPerSec(int workers, int steps, int batch,
-                                            const std::string& data_dir) {
-  const std::string command = absl::StrCat(
-      absl::GetFlag(FLAGS_python), " ", absl::GetFlag(FLAGS_peers_dir), "/pytorch_mlp.py --mode ",
-      workers == 1 ? "single" : "ddp", " --procs ", workers, " --steps ", steps, " --batch_size ",
-      batch, " --threads 1 --data_dir ", data_dir);
+// The value of `key` in the JSON line that `command` (a peer script) prints, or an error naming
+// what is missing.
+absl::StatusOr<double> PeerRate(const std::string& command, const std::string& key) {
   std::FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return absl::UnavailableError(absl::StrCat("cannot run: ", command));
   std::string out;
   char buf[4096];
   while (std::fgets(buf, sizeof(buf), pipe) != nullptr) out += buf;
   const int rc = pclose(pipe);
-  const size_t at = out.find("\"samples_per_sec\": ");
+  const std::string label = absl::StrCat("\"", key, "\": ");
+  const size_t at = out.find(label);
   double rate = 0;
   if (rc != 0 || at == std::string::npos ||
-      !absl::SimpleAtod(
-          absl::StripAsciiWhitespace(out.substr(at + 19, out.find_first_of(",}", at) - at - 19)),
-          &rate)) {
+      !absl::SimpleAtod(absl::StripAsciiWhitespace(out.substr(
+                            at + label.size(), out.find_first_of(",}", at) - at - label.size())),
+                        &rate)) {
     return absl::UnavailableError(absl::StrCat("'", command, "' failed (rc ", rc,
                                                "); install python3-torch (INSTALL_BENCH_PACKAGES=1 "
                                                "scripts/setup.sh) or pass --python"));
   }
   return rate;
+}
+
+// samples/s of bench/peers/pytorch_mlp.py (one process for 1 worker, DDP for more).
+absl::StatusOr<double> PytorchMlpSamplesPerSec(int workers, int steps, int batch,
+                                               const std::string& data_dir) {
+  return PeerRate(absl::StrCat(absl::GetFlag(FLAGS_python), " ", absl::GetFlag(FLAGS_peers_dir),
+                               "/pytorch_mlp.py --mode ", workers == 1 ? "single" : "ddp",
+                               " --procs ", workers, " --steps ", steps, " --batch_size ", batch,
+                               " --threads 1 --data_dir ", data_dir),
+                  "samples_per_sec");
+}
+
+// samples/s (windows/s) of bench/peers/pytorch_gpt.py: the same model in one process and thread
+// with the whole global batch, AdamW and clipping as the shards and workers here.
+absl::StatusOr<double> PytorchGptSamplesPerSec(const ps::ModelSpec& spec, int context, int steps,
+                                               int global_batch) {
+  ASSIGN_OR_RETURN(
+      const double tokens_per_sec,
+      PeerRate(absl::StrCat(absl::GetFlag(FLAGS_python), " ", absl::GetFlag(FLAGS_peers_dir),
+                            "/pytorch_gpt.py --train --data ", absl::GetFlag(FLAGS_text),
+                            " --layers ", spec.layers, " --heads ", spec.heads, " --dim ", spec.dim,
+                            " --context ", context, " --batch ", global_batch, " --steps ", steps),
+               "tokens_per_sec"));
+  return tokens_per_sec / context;
 }
 
 int Fail(const absl::Status& s) {
@@ -265,28 +296,53 @@ int main(int argc, char** argv) {
   auto workload = ps::WorkloadFromFlags();
   if (!workload.ok()) return Fail(workload.status());
   if (workload->data.kind != "fashion-mnist") {
-    return Fail(absl::InvalidArgumentError("the training bench measures Fashion-MNIST only"));
+    return Fail(absl::InvalidArgumentError(
+        "the training bench measures Fashion-MNIST (mlp, cnn) and --text (gpt) only"));
   }
   const std::string data_dir =
       workload->data.path.empty() ? ps::kDefaultFashionMnistDir : workload->data.path;
   const int batch = workload->batch_size;
   // The workload's --steps: the MLP's training steps per worker per measurement (0: 200).
   const int mlp_steps = workload->steps > 0 ? static_cast<int>(workload->steps) : 200;
-  if (batch < 1 || absl::GetFlag(FLAGS_cnn_steps) < 1) {
-    return Fail(absl::InvalidArgumentError("--batch_size and --cnn_steps must be >= 1"));
+  if (batch < 1 || absl::GetFlag(FLAGS_cnn_steps) < 1 || absl::GetFlag(FLAGS_gpt_steps) < 1) {
+    return Fail(
+        absl::InvalidArgumentError("--batch_size, --cnn_steps and --gpt_steps must be >= 1"));
   }
-  auto train = ps::LoadFashionMnist(data_dir, "train");
-  if (!train.ok()) return Fail(train.status());
+  // Each model's data, loaded once: images for the MLP and the CNN, the corpus for gpt.
+  std::unique_ptr<ps::ImageDataset> images;
+  std::unique_ptr<ps::TextDataset> text;
   for (const std::string& model_name : absl::GetFlag(FLAGS_models)) {
-    ps::ModelSpec spec;
+    ps::ModelSpec spec = workload->model;
     spec.name = model_name;
-    const int steps = model_name == "cnn" ? absl::GetFlag(FLAGS_cnn_steps) : mlp_steps;
+    const bool gpt = model_name == "gpt";
+    if (gpt && text == nullptr) {
+      auto loaded = ps::TextDataset::Load(absl::GetFlag(FLAGS_text), true, workload->context);
+      if (!loaded.ok()) return Fail(loaded.status());
+      text = std::make_unique<ps::TextDataset>(*std::move(loaded));
+    }
+    if (!gpt && images == nullptr) {
+      auto loaded = ps::LoadFashionMnist(data_dir, "train");
+      if (!loaded.ok()) return Fail(loaded.status());
+      images = std::make_unique<ps::ImageDataset>(*std::move(loaded));
+    }
+    const ps::Dataset& train = gpt ? static_cast<const ps::Dataset&>(*text) : *images;
+    const int steps = model_name == "cnn" ? absl::GetFlag(FLAGS_cnn_steps)
+                      : gpt               ? absl::GetFlag(FLAGS_gpt_steps)
+                                          : mlp_steps;
+    // The language model trains as bench/gpt_bench.sh and scripts/run.sh train it: AdamW,
+    // decoupled decay 0.01, gradients clipped at norm 1. The others: SGD at 0.01.
+    ps::OptimizerOptions oo;
+    double clip_norm = 0;
+    if (gpt) {
+      oo.kind = ps::OptimizerKind::kAdamW;
+      oo.lr = 0.001f;
+      oo.weight_decay = 0.01f;
+      clip_norm = 1.0;
+    }
     ps::CpuDevice dev(1);
-    auto model = ps::MakeModel(spec, train->shape(), dev, batch);
+    auto model = ps::MakeModel(spec, train.shape(), dev, batch);
     if (!model.ok()) return Fail(model.status());
-    ps::ImageDataset local_data = *train;
-    local_data.Truncate(int64_t{steps} * batch);
-    auto local = LocalSamplesPerSec(**model, local_data, batch, steps);
+    auto local = LocalSamplesPerSec(**model, train, batch, steps, oo);
     if (!local.ok()) return Fail(local.status());
     for (const std::string& config : absl::GetFlag(FLAGS_configs)) {
       std::vector<std::string> parts = absl::StrSplit(config, 'x');
@@ -311,7 +367,7 @@ int main(int argc, char** argv) {
           std::optional<double> separate_rate;
           absl::StatusOr<RunResult> r;
           for (const bool push_pull : push_pulls) {
-            r = RunCluster(spec, *train, workers, shards, steps, batch, *encoding,
+            r = RunCluster(spec, train, workers, shards, steps, batch, oo, clip_norm, *encoding,
                            schedule == "priority", push_pull);
             if (!r.ok()) return Fail(r.status());
             ps::JsonObject line;
@@ -339,6 +395,7 @@ int main(int argc, char** argv) {
                 .Add("pull_bytes_per_step", r->pull_bytes_per_step)
                 .Add("local_samples_per_sec", *local)
                 .Add("ratio_vs_local", r->samples_per_sec / *local);
+            if (gpt) line.Add("tokens_per_sec", r->samples_per_sec * train.shape().labels);
             if (schedule == "whole") whole_rate = r->samples_per_sec;
             if (schedule == "priority" && whole_rate.has_value()) {
               line.Add("ratio_vs_whole", r->samples_per_sec / *whole_rate);
@@ -350,10 +407,12 @@ int main(int argc, char** argv) {
             std::printf("%s\n", line.str().c_str());
             std::fflush(stdout);
           }
-          if (absl::GetFlag(FLAGS_vs_pytorch) && model_name == "mlp" &&
+          if (absl::GetFlag(FLAGS_vs_pytorch) && model_name != "cnn" &&
               *encoding == ps::TensorEncoding::kF32) {
             if (!theirs.has_value()) {
-              auto rate = PytorchSamplesPerSec(workers, steps, batch, data_dir);
+              auto rate =
+                  gpt ? PytorchGptSamplesPerSec(spec, workload->context, steps, batch * workers)
+                      : PytorchMlpSamplesPerSec(workers, steps, batch, data_dir);
               if (!rate.ok()) return Fail(rate.status());
               theirs = *rate;
             }
@@ -365,7 +424,9 @@ int main(int argc, char** argv) {
                 .Add("schedule", schedule)
                 .Add("shared_memory", absl::GetFlag(FLAGS_shared_memory))
                 .Add("samples_per_sec", r->samples_per_sec)
-                .Add("pytorch_mode", workers == 1 ? "single" : "ddp_gloo")
+                .Add("pytorch_mode", gpt            ? "single_global_batch"
+                                     : workers == 1 ? "single"
+                                                    : "ddp_gloo")
                 .Add("pytorch_samples_per_sec", *theirs)
                 .Add("ratio_vs_pytorch", r->samples_per_sec / *theirs);
             std::printf("%s\n", vs.str().c_str());
