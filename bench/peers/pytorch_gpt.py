@@ -135,8 +135,16 @@ def train(args):
     shapes = layout(len(vocab), args.context, args.layers, args.dim)
     p = init_params(shapes, args.layers, args.seed)
     params = [p[name] for name, _ in shapes]
-    opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.999), eps=1e-8,
-                            weight_decay=args.weight_decay)
+    if args.decay_matrices_only:
+        # nanoGPT's grouping: decay the 2-D weights; spare LayerNorm gains, biases and (here)
+        # the position embeddings.
+        decayed = [p[n] for n, shape in shapes if len(shape) == 2 and n != "wpe"]
+        spared = [p[n] for n, shape in shapes if len(shape) != 2 or n == "wpe"]
+        groups = [{"params": decayed, "weight_decay": args.weight_decay},
+                  {"params": spared, "weight_decay": 0.0}]
+    else:
+        groups = [{"params": params, "weight_decay": args.weight_decay}]
+    opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.999), eps=1e-8)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, args.steps) / args.steps)))
     g = torch.Generator().manual_seed(args.seed)
@@ -190,6 +198,8 @@ def main():
     parser.add_argument("--lr", type=float, default=0.001)
     parser.add_argument("--weight_decay", type=float, default=0.01)
     parser.add_argument("--clip", type=float, default=1.0)
+    parser.add_argument("--decay_matrices_only", action="store_true",
+                        help="weight decay on the 2-D weights only (the project decays all)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(1)

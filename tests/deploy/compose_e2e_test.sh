@@ -10,7 +10,8 @@
 #      workers wait for it, nothing is lost;
 #   4. a worker container removed by an operator (`docker kill`): the summary still runs, names
 #      the exact samples skipped, and the command exits 3 (BSP requires all work);
-#   5. `up` again over the checkpoints of the finished job: refused with a message, exit 1.
+#   5. `up` again over the checkpoints of the finished job: refused with a message, exit 1;
+# and between 1 and 5, a short language-model job in the image on its own corpus.
 #
 # It brings what it needs and leaves nothing running: Debian's docker.io and docker-compose
 # (scripts/setup.sh with INSTALL_TEST_PACKAGES=1 installs them), and a dockerd of its own (own
@@ -164,6 +165,18 @@ check_all_work "undisturbed: accuracy >= 0.87, every gradient applied"
 # run's last update (2340 BSP steps).
 decay="$( (summary_json || echo '{}') | python3 -c 'import json,sys; print(json.load(sys.stdin).get("decay_updates"))')"
 if [[ "$decay" == 2340 ]]; then pass "cosine schedule ends at update 2340"; else fail "decay_updates $decay, not 2340"; fi
+
+# --- 1b. The image carries the language model's corpus: a short gpt job inside it, on the
+# default `--data text` (data/text/kjv.txt relative to the image's working folder).
+rc=0
+"$DOCKER" run --rm --pull never --entrypoint /usr/local/bin/ps_launch ps-train:cpu \
+  --model gpt --data text --layers 1 --heads 2 --dim 32 --context 32 --batch_size 4 --steps 20 \
+  --shards 1 --workers 1 --mode bsp --metrics_dir /tmp/gpt >"$WORK/gpt.log" 2>&1 || rc=$?
+if [[ "$rc" == 0 ]] && grep -q "work: 20 of 20 gradients applied" "$WORK/gpt.log"; then
+  pass "the image trains the language model on its own corpus"
+else
+  fail "the image trains the language model on its own corpus (exit $rc)"; tail -20 "$WORK/gpt.log"
+fi
 
 # --- 5. up again over the finished job's checkpoints: refused, not reprinted as new.
 LAST=again
