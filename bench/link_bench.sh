@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# ps_bench_link: priority scheduling where communication is waiting on a link, not CPU work.
+# ps_bench_link: training and the message path where communication crosses a link, not loopback.
 # On loopback the transfer itself is CPU time (copies and syscalls on the same two cores that
 # compute), so overlapping it with compute gains nothing there; on a real network the bytes
-# travel while the CPU is free. This bench builds that network: one shard and one worker, each in
-# its own Linux network namespace, joined by a veth pair shaped by a token bucket (tbf) to
-# --rate_mbit in each direction. For each model it trains the same steps with the step's tensors
-# sent whole (after backward; pulled before forward), with priority scheduling (ps_worker
-# --priority), and as the ASP pipeline (--overlap --async_push: one PushPull per step in flight
-# while the next step computes; the shard in ASP whatever --mode says), and prints one JSON line
-# per run; the priority and pipeline lines carry ratio_vs_whole, measured in the same run. Needs
-# root (exit 77 otherwise); leaves no process or namespace.
+# travel while the CPU is free, and there are no loopback shortcuts. This bench builds that
+# network: one shard and one worker, each in its own Linux network namespace, joined by a veth
+# pair, shaped by a token bucket (tbf) to --rate_mbit in each direction (0: unshaped, as fast as
+# the kernel moves it). For each model it trains the same steps with the step's tensors sent
+# whole (after backward; pulled before forward), with priority scheduling (ps_worker --priority),
+# and as the ASP pipeline (--overlap --async_push: one PushPull per step in flight while the next
+# step computes; the shard in ASP whatever --mode says), and prints one JSON line per run; the
+# priority and pipeline lines carry ratio_vs_whole, measured in the same run. Payloads always
+# travel in the gRPC messages (--shared_memory=false). With --transport, it also runs
+# ps_bench_transport across the same pair (its shards in the server's namespace, its workers in
+# the worker's; --transport_args are passed on) before training. Needs root (exit 77
+# otherwise); leaves no process or namespace.
 #
-#   bench/link_bench.sh [--rate_mbit 1000] [--models mlp,cnn] [--mode bsp] [--steps 150]
-#                       [--cnn_steps 60] [--batch_size 32] [--bin_dir build/bin] [--data fashion-mnist:DIR]
+#   bench/link_bench.sh [--rate_mbit 1000] [--models mlp,cnn] [--schedules whole,priority,pipeline]
+#                       [--mode bsp] [--steps 150] [--cnn_steps 60] [--batch_size 32]
+#                       [--transport] [--transport_args "--configs 1x1 --small"]
+#                       [--bin_dir build/bin] [--data_dir DIR]
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BIN="$ROOT/build/bin"
@@ -23,6 +29,9 @@ MODE=bsp
 STEPS=150
 CNN_STEPS=60
 BATCH=32
+SCHEDULES=whole,priority,pipeline
+TRANSPORT=false
+TRANSPORT_ARGS="--configs 1x1 --mib 1,16,64 --small --rounds 3"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rate_mbit) RATE="$2"; shift 2 ;;
@@ -31,12 +40,22 @@ while [[ $# -gt 0 ]]; do
     --steps) STEPS="$2"; shift 2 ;;
     --cnn_steps) CNN_STEPS="$2"; shift 2 ;;
     --batch_size) BATCH="$2"; shift 2 ;;
+    --schedules) SCHEDULES="$2"; shift 2 ;;
+    --transport) TRANSPORT=true; shift ;;
+    --transport_args) TRANSPORT_ARGS="$2"; shift 2 ;;
     --bin_dir) BIN="$2"; shift 2 ;;
     --data_dir) DATA="$2"; shift 2 ;;
     *) echo "link_bench: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
-[[ "$RATE" =~ ^[0-9]+$ && "$RATE" -gt 0 ]] || { echo "--rate_mbit must be a positive integer" >&2; exit 2; }
+[[ "$RATE" =~ ^[0-9]+$ ]] || { echo "--rate_mbit must be a whole number (0: unshaped)" >&2; exit 2; }
+IFS=, read -r -a schedules <<<"$SCHEDULES"
+for schedule in "${schedules[@]}"; do
+  case "$schedule" in
+    whole | priority | pipeline) ;;
+    *) echo "--schedules: '$schedule' is not whole, priority or pipeline" >&2; exit 2 ;;
+  esac
+done
 [[ -x "$BIN/ps_server" && -x "$BIN/ps_worker" ]] || { echo "no ps_server/ps_worker in $BIN: build first" >&2; exit 1; }
 
 TAG="lb$$"
@@ -68,8 +87,17 @@ for pair in "$NS_SERVER ${TAG}a 1" "$NS_WORKER ${TAG}b 2"; do
   ip -n "$ns" addr add "$NET.$host/24" dev "$dev"
   ip -n "$ns" link set "$dev" up
   # Egress shaping on both ends: RATE Mbit/s each way, a burst of 64 KiB, at most 100 ms queued.
-  ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "${RATE}mbit" burst 64kb latency 100ms
+  if [[ "$RATE" -gt 0 ]]; then
+    ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "${RATE}mbit" burst 64kb latency 100ms
+  fi
 done
+
+if [[ "$TRANSPORT" == true ]]; then
+  [[ -x "$BIN/ps_bench_transport" ]] || { echo "no ps_bench_transport in $BIN: build first" >&2; exit 1; }
+  # shellcheck disable=SC2086  # the arguments are meant to split
+  ip netns exec "$NS_WORKER" "$BIN/ps_bench_transport" --server_netns "$NS_SERVER" --host "$NET.1" \
+    --transports grpc $TRANSPORT_ARGS
+fi
 
 # Trains `steps` steps of `model` with `schedule`; prints the JSON line.
 run_one() {
@@ -121,14 +149,19 @@ IFS=, read -r -a models <<<"$MODELS"
 for model in "${models[@]}"; do
   steps="$STEPS"
   [[ "$model" == cnn ]] && steps="$CNN_STEPS"
-  whole="$(run_one "$model" "$steps" whole)"
-  echo "$whole"
-  for schedule in priority pipeline; do
-    other="$(run_one "$model" "$steps" "$schedule")"
+  whole=""
+  for schedule in "${schedules[@]}"; do
+    line="$(run_one "$model" "$steps" "$schedule")"
+    if [[ "$schedule" == whole ]]; then
+      whole="$line"
+      echo "$line"
+      continue
+    fi
+    [[ -z "$whole" ]] && { echo "$line"; continue; }
     python3 -c '
 import json, sys
 whole, other = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 other["ratio_vs_whole"] = other["samples_per_sec"] / whole["samples_per_sec"]
-print(json.dumps(other))' "$whole" "$other"
+print(json.dumps(other))' "$whole" "$line"
   done
 done
