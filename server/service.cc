@@ -57,20 +57,27 @@ std::vector<grpc::Slice> EncodeValues(TensorEncoding encoding, absl::Span<const 
 
 }  // namespace
 
-// Where a pull's values go: fresh reply slices, or the worker's shared region (the one copy a
-// pull makes either way, taken under the shard's lock).
+// Where a pull's values go: the worker's shared region (one copy, under the shard's lock), the
+// reply straight from the shard's weights (float32: no copy, the pull holds a loan of them), or
+// fresh reply slices (other encodings: the encoding is the copy).
 struct PullSink {
   TensorEncoding encoding = TensorEncoding::kF32;
   std::shared_ptr<SharedMemory> memory;  // when set, the values are written at `at`
   char* at = nullptr;
   std::atomic<int64_t>* shared_payloads = nullptr;  // counts the values written at `at`
   std::vector<grpc::Slice> payload;
+  absl::Span<const float> lent;  // the values read, sent from the shard's buffer (Lends())
   std::vector<SparseRows> rows;  // asked for: the reply names their tables and keys
+
+  // Whether the reply is sent from the shard's weights (the pull asks for a loan of them).
+  bool Lends() const { return memory == nullptr && encoding == TensorEncoding::kF32; }
 
   void Fill(absl::Span<const float> values) {
     if (memory != nullptr) {
       EncodeDense(encoding, values, at);
       shared_payloads->fetch_add(1);
+    } else if (Lends()) {
+      lent = values;
     } else {
       payload = EncodeValues(encoding, values);
     }
@@ -78,6 +85,8 @@ struct PullSink {
 
   // A PullResponse, or with `pushed` (PushPull) a PushPullResponse carrying both answers.
   grpc::ByteBuffer Reply(const Shard::PullResult& r, const ps::v1::PushResponse* pushed) {
+    if (!lent.empty())
+      payload.push_back(LendSlice(lent.data(), lent.size() * sizeof(float), r.loan));
     ps::v1::PullResponse header;
     header.set_version(r.version);
     header.set_min_clock(r.min_clock);
@@ -333,7 +342,7 @@ grpc::ServerUnaryReactor* ParameterServerService::Pull(grpc::CallbackServerConte
   return ServePull(ctx, resp,
                    [&](ParsedPull* pull, PullSink* sink, std::optional<ps::v1::PushResponse>*) {
                      ASSIGN_OR_RETURN(*pull, ParsePull(*req));
-                     ASSIGN_OR_RETURN(*sink, SinkFor(*pull));
+                     ASSIGN_OR_RETURN(*sink, SinkFor(&*pull));
                      return absl::OkStatus();
                    });
 }
@@ -402,7 +411,7 @@ grpc::Status ParameterServerService::HandleInit(const ps::v1::InitRequest& req,
 grpc::Status ParameterServerService::HandlePull(const grpc::ByteBuffer& req, absl::Time deadline,
                                                 grpc::ByteBuffer* resp) {
   absl::StatusOr<ParsedPull> pull = ParsePull(req);
-  absl::StatusOr<PullSink> sink = pull.ok() ? SinkFor(*pull) : pull.status();
+  absl::StatusOr<PullSink> sink = pull.ok() ? SinkFor(&*pull) : pull.status();
   if (!sink.ok()) return ToGrpcStatus(sink.status());
   absl::StatusOr<Shard::PullResult> r =
       shard_.Pull(pull->args, std::min(deadline, absl::Now() + options_.max_pull_wait),
@@ -437,7 +446,7 @@ absl::Status ParameterServerService::PushThenPreparePull(const grpc::ByteBuffer&
   // The pull is checked before the push, so that a pull that could not be answered (malformed,
   // or outside the worker's region) changes nothing.
   ASSIGN_OR_RETURN(*pull, ParsePull(header.pull()));
-  ASSIGN_OR_RETURN(*sink, SinkFor(*pull));
+  ASSIGN_OR_RETURN(*sink, SinkFor(&*pull));
   ASSIGN_OR_RETURN(*pushed, ApplyPush(header.push(), split));
   return absl::OkStatus();
 }
@@ -536,11 +545,15 @@ grpc::Status ParameterServerService::HandleAttachSharedMemory(
 
 int ParameterServerService::shared_memory_workers() const { return regions_.size(); }
 
-absl::StatusOr<PullSink> ParameterServerService::SinkFor(const ParsedPull& pull) {
+absl::StatusOr<PullSink> ParameterServerService::SinkFor(ParsedPull* pull_to_read) {
+  const ParsedPull& pull = *pull_to_read;
   PullSink sink;
   sink.encoding = pull.encoding;
   sink.rows = pull.args.rows;
-  if (!pull.into_shared_memory) return sink;
+  if (!pull.into_shared_memory) {
+    pull_to_read->args.lend = sink.Lends();
+    return sink;
+  }
   ASSIGN_OR_RETURN(WorkerRegions::Region shared,
                    regions_.Of(pull.args.caller.rank, pull.args.caller.incarnation));
   if (!shared.layout.Holds(pull.shared_slot, pull.args.range.begin, pull.args.range.end)) {

@@ -123,8 +123,9 @@ class ParameterServerService final : public ParameterServerServiceBase {
 
  private:
   class PullReactor;
-  // Where `pull`'s values go: the reply, or the caller's attached region.
-  absl::StatusOr<PullSink> SinkFor(const ParsedPull& pull);
+  // Where `pull`'s values go: the reply, or the caller's attached region. Asks the shard for a
+  // loan of its values (pull->args.lend) when the reply is sent from them.
+  absl::StatusOr<PullSink> SinkFor(ParsedPull* pull);
   // Pull and PushPull: the token, then `prepare` (parses the request into the pull and its sink;
   // PushPull also applies its push and sets the answer to send with the pull's), then the pull in
   // a reactor that holds no thread while it waits.

@@ -209,7 +209,7 @@ absl::StatusOr<Shard::InitResult> Shard::Init(uint64_t fingerprint, int64_t tota
   used_ = true;
   fingerprint_ = fingerprint;
   range_ = range;
-  values_.assign(values.begin(), values.end());
+  values_.Assign({values.begin(), values.end()});
   optimizer_ = std::make_unique<Optimizer>(options_.optimizer, range.size());
   optimizer_->set_decay_updates(decay_updates_);
   round_sum_.assign(range.size(), 0.0f);
@@ -418,12 +418,11 @@ Shard::PushResult Shard::ActOnPushLocked(const PushArgs& args, PushAction action
 
 void Shard::ApplyGradient(const EncodedTensor& gradient, float lr_scale) {
   if (gradient.dense()) {
-    optimizer_->Apply(version_, gradient, absl::MakeSpan(values_), lr_scale);
+    optimizer_->Apply(version_, gradient, values_.Mutable(), lr_scale);
   } else {
     dense_scratch_.resize(values_.size());
     gradient.DecodeInto(absl::MakeSpan(dense_scratch_));
-    optimizer_->Apply(version_, absl::MakeConstSpan(dense_scratch_), absl::MakeSpan(values_),
-                      lr_scale);
+    optimizer_->Apply(version_, absl::MakeConstSpan(dense_scratch_), values_.Mutable(), lr_scale);
   }
   ++version_;
   // BSP snapshots wait for the round's bookkeeping (MaybeApplyRound calls MaybeSnapshot).
@@ -458,7 +457,8 @@ bool Shard::ApplyStale(int rank, int64_t clock, int64_t base_version, const Enco
       if (backup.size() != values_.size()) break;  // never pulled: nothing to compensate against
       compensated_.resize(values_.size());
       gradient.DecodeInto(absl::MakeSpan(compensated_));
-      DelayCompensate(rule.dc_lambda, compensated_, values_, backup, absl::MakeSpan(compensated_));
+      DelayCompensate(rule.dc_lambda, compensated_, values_.view(), backup,
+                      absl::MakeSpan(compensated_));
       staleness_[rank].Record(staleness);
       ApplyRowsLocked(rows);  // rows are not compensated: no copy of them is kept per worker
       ApplyGradient(EncodedTensor::OfFloats(compensated_));
@@ -588,7 +588,7 @@ KeyRange Shard::range() const {
 
 std::vector<float> Shard::Values() const {
   absl::MutexLock lock(&mu_);
-  return values_;
+  return values_.values();
 }
 
 }  // namespace ps

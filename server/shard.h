@@ -29,6 +29,7 @@
 #include "common/optim/optimizer.h"
 #include "common/optim/sparse_table.h"
 #include "server/consistency.h"
+#include "server/lendable_values.h"
 #include "server/staleness_histogram.h"
 #include "server/update_rule.h"
 
@@ -189,12 +190,17 @@ class Shard {
     bool no_wait = false;  // observer read: at once, whatever the mode; the caller is ignored
     // Rows to read with the slice (keys only), each owned by this shard (ShardOfKey).
     std::vector<SparseRows> rows;
+    // The result holds a loan of the buffer `read` saw (PullResult::loan): those values stay
+    // alive and unchanged while the loan is held, so they may be sent after the lock without a
+    // copy. A push meanwhile writes a copy (LendableValues).
+    bool lend = false;
   };
   struct PullResult {
     int64_t version = 0;
     int64_t min_clock = 0;
     absl::Duration waited;                 // zero when the pull did not have to wait
     std::vector<std::vector<float>> rows;  // the values of args.rows, entry by entry
+    LendableValues::Loan loan;             // with args.lend: the buffer `read` saw
   };
   // Waits until the mode allows step args.clock (or `deadline`: DEADLINE_EXCEEDED), then copies
   // args.range of the slice into `out` (range.size() floats). UNAVAILABLE after Shutdown().
@@ -368,7 +374,7 @@ class Shard {
   bool initialized_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t fingerprint_ ABSL_GUARDED_BY(mu_) = 0;
   KeyRange range_ ABSL_GUARDED_BY(mu_);
-  std::vector<float> values_ ABSL_GUARDED_BY(mu_);
+  LendableValues values_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t rejected_nonfinite_ ABSL_GUARDED_BY(mu_) = 0;

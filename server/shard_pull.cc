@@ -94,12 +94,12 @@ absl::StatusOr<Shard::PullResult> Shard::ReadSliceLocked(const PullArgs& args, a
                                                          absl::Time now, const SliceReader& read) {
   const int64_t offset = args.range.begin - range_.begin;
   const absl::Span<const float> part =
-      absl::MakeConstSpan(values_).subspan(offset, args.range.size());
+      values_.view().subspan(offset, args.range.size());
   read(part);
   if (!args.no_wait && !pulled_values_.empty()) {
     std::vector<float>& backup = pulled_values_[args.caller.rank];
     if (args.range == range_) {
-      backup = values_;
+      backup = values_.values();
     } else if (backup.size() == values_.size()) {
       std::copy(part.begin(), part.end(), backup.begin() + offset);
     }  // a first pull in pieces: DC-ASGD compensates once the worker has pulled the slice whole
@@ -111,6 +111,7 @@ absl::StatusOr<Shard::PullResult> Shard::ReadSliceLocked(const PullArgs& args, a
     ++sparse_timing_.pulls;
     sparse_timing_.pull_seconds += absl::ToDoubleSeconds(absl::Now() - rows_start);
   }
+  if (args.lend) result.loan = values_.Lend();
   result.version = version_;
   result.min_clock = controller_.MinClock();
   result.waited = now - start;

@@ -201,7 +201,7 @@ void Shard::EncodeSnapshotLocked(int64_t base_version, std::string* out) const {
   w.I64(rejected_nonfinite_);
   w.I64(pushes_accepted_);
   w.I64(pushes_duplicate_);
-  w.Floats(values_);
+  w.Floats(values_.view());
   w.Floats(optimizer_ != nullptr ? optimizer_->slot0() : absl::Span<const float>());
   w.Floats(optimizer_ != nullptr ? optimizer_->slot1() : absl::Span<const float>());
   for (int r = 0; r < workers; ++r) {
@@ -431,7 +431,7 @@ absl::Status Shard::RestoreSnapshot(absl::string_view payload, const BaseLoader&
   initialized_ = p.initialized == 1;
   fingerprint_ = p.fingerprint;
   range_ = KeyRange{p.begin, p.end};
-  values_ = std::move(p.values);
+  values_.Assign(std::move(p.values));
   optimizer_ = std::move(p.optimizer);
   tables_ = std::move(p.tables);
   round_rows_ = std::move(p.round_rows);

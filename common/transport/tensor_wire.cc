@@ -29,6 +29,14 @@ void BorrowedPayload::WaitUntilReleased() {
       +[](int* outstanding) { return *outstanding == 0; }, &outstanding_));
 }
 
+grpc::Slice LendSlice(const void* data, size_t size, std::shared_ptr<const void> owner) {
+  auto* held = new std::shared_ptr<const void>(std::move(owner));
+  grpc_slice s = grpc_slice_new_with_user_data(
+      const_cast<void*>(data), size,
+      [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); }, held);
+  return grpc::Slice(s, grpc::Slice::STEAL_REF);
+}
+
 std::vector<grpc::Slice> AllocatePayloadSlices(size_t bytes, size_t unit) {
   const size_t chunk = kPayloadSliceBytes / unit * unit;
   std::vector<grpc::Slice> slices;

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,10 @@ class BorrowedPayload {
   absl::Mutex mu_;
   int outstanding_ ABSL_GUARDED_BY(mu_) = 0;
 };
+
+// A slice over [data, data + size) without a copy that keeps `owner` (which must keep those bytes
+// alive and unchanged) until gRPC releases the slice.
+grpc::Slice LendSlice(const void* data, size_t size, std::shared_ptr<const void> owner);
 
 // Fresh slices for `bytes` bytes, each at most kPayloadSliceBytes and a multiple of `unit`.
 std::vector<grpc::Slice> AllocatePayloadSlices(size_t bytes, size_t unit);

@@ -3,6 +3,7 @@
 
 #include "server/service.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -498,6 +499,54 @@ TEST_F(ServiceTest, ClientFailsFastWhenAShardIsListedInTheWrongPlace) {
   ASSERT_TRUE(client.ok());
   EXPECT_EQ((*client)->Register(0, absl::Seconds(5)).status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// A pull's reply is sent from the shard's weights (no snapshot copy): pushes that land while it
+// is on its way must not show in it. Every value of a reply equals the version it reports
+// (weights start at 0, each push adds 1).
+TEST(ServiceLending, RepliesSentFromTheWeightsAreConsistentWhilePushesGoOn) {
+  constexpr int64_t kTotal = 1 << 20;  // 4 MiB: long enough on the wire to overlap pushes
+  ShardServerOptions so;
+  so.shard.consistency.mode = ConsistencyMode::kAsp;
+  so.shard.consistency.num_workers = 2;
+  so.shard.optimizer.lr = 1.0f;
+  so.max_message_bytes = 64 << 20;
+  auto server = ShardServer::Start(so);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::vector<std::unique_ptr<GrpcParameterClient>> clients;
+  for (int rank = 0; rank < 2; ++rank) {
+    GrpcClientOptions o;
+    o.servers = {"127.0.0.1:" + std::to_string((*server)->port())};
+    o.fingerprint = kFp;
+    o.total_params = kTotal;
+    o.max_message_bytes = 64 << 20;
+    o.shared_memory = false;
+    auto client = GrpcParameterClient::Create(o);
+    ASSERT_TRUE(client.ok()) << client.status();
+    ASSERT_TRUE((*client)->Register(rank, absl::Seconds(5)).ok());
+    clients.push_back(std::move(*client));
+  }
+  ASSERT_TRUE(clients[0]->Init(std::vector<float>(kTotal, 0.0f)).ok());
+  constexpr int kPushes = 40;
+  std::thread pusher([&] {
+    const std::vector<float> minus_one(kTotal, -1.0f);
+    for (int clock = 0; clock < kPushes; ++clock) {
+      auto pushed = clients[0]->Push(clock, {0}, 1, minus_one);
+      ASSERT_TRUE(pushed.ok()) << pushed.status();
+    }
+  });
+  std::vector<float> w(kTotal);
+  int64_t last_version = 0;
+  for (int clock = 0; last_version < kPushes; ++clock) {
+    auto pulled = clients[1]->Pull(clock, false, absl::MakeSpan(w));
+    ASSERT_TRUE(pulled.ok()) << pulled.status();
+    last_version = pulled->versions[0];
+    const float expected = static_cast<float>(last_version);
+    const auto wrong = std::find_if(w.begin(), w.end(), [&](float v) { return v != expected; });
+    ASSERT_EQ(wrong, w.end()) << "value " << *wrong << " at " << (wrong - w.begin())
+                              << " in a reply of version " << last_version;
+  }
+  pusher.join();
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
+#include "server/lendable_values.h"
 
 namespace ps {
 namespace {
@@ -799,6 +800,72 @@ TEST(Pieces, ARegisteringProcessDiscardsThePiecesOfTheOneItReplaces) {
     EXPECT_FALSE(r->duplicate);
   }
   EXPECT_EQ(shard->Values(), (std::vector<float>{0, 1, 2, 3}));
+}
+
+TEST(LendableValues, WritesInPlaceWhileNothingIsLent) {
+  LendableValues v;
+  v.Assign({1, 2, 3});
+  const float* before = v.view().data();
+  v.Mutable()[0] = 7;
+  EXPECT_EQ(v.view().data(), before);
+  EXPECT_EQ(v.values(), (std::vector<float>{7, 2, 3}));
+  { LendableValues::Loan ended = v.Lend(); }
+  v.Mutable()[1] = 8;
+  EXPECT_EQ(v.view().data(), before);
+  EXPECT_EQ(v.copies_on_write(), 0);
+}
+
+TEST(LendableValues, ALentBufferIsNeverWrittenAndTheSpareIsReusedOnceReturned) {
+  LendableValues v;
+  v.Assign({1, 2, 3});
+  LendableValues::Loan first = v.Lend();
+  v.Mutable()[0] = 7;  // copies: the loan keeps the old values
+  EXPECT_EQ(*first, (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(v.values(), (std::vector<float>{7, 2, 3}));
+  EXPECT_NE(v.view().data(), first->data());
+  EXPECT_EQ(v.copies_on_write(), 1);
+  const float* first_buffer = first->data();
+  LendableValues::Loan second = v.Lend();
+  first.reset();       // the spare is free again
+  v.Mutable()[1] = 8;  // copies into the spare, not into a fresh buffer
+  EXPECT_EQ(v.view().data(), first_buffer);
+  EXPECT_EQ(*second, (std::vector<float>{7, 2, 3}));
+  EXPECT_EQ(v.values(), (std::vector<float>{7, 8, 3}));
+  LendableValues::Loan third = v.Lend();
+  v.Mutable()[2] = 9;  // both buffers lent: a fresh one
+  EXPECT_EQ(*second, (std::vector<float>{7, 2, 3}));
+  EXPECT_EQ(*third, (std::vector<float>{7, 8, 3}));
+  EXPECT_EQ(v.values(), (std::vector<float>{7, 8, 9}));
+  EXPECT_EQ(v.copies_on_write(), 3);
+  // Assigning over a lent buffer leaves the loan alone too.
+  v.Assign({5});
+  EXPECT_EQ(*third, (std::vector<float>{7, 8, 3}));
+  EXPECT_EQ(v.values(), (std::vector<float>{5}));
+}
+
+TEST(Shard, APullsLoanKeepsTheValuesItReadWhilePushesGoOn) {
+  auto shard = MakeShard(ConsistencyMode::kAsp, 1);
+  InitAndRegister(*shard, 1);
+  Shard::PullArgs a;
+  a.caller.rank = 0;
+  a.fingerprint = kFp;
+  a.range = KeyRange{1, 3};
+  a.lend = true;
+  absl::Span<const float> read;
+  auto pulled = shard->Pull(a, absl::InfiniteFuture(),
+                            [&](absl::Span<const float> values) { read = values; });
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  ASSERT_NE(pulled->loan, nullptr);
+  ASSERT_TRUE(shard->Push(PushOf(0, 0, 0, {1, 1, 1, 1})).ok());  // lr 1
+  EXPECT_EQ(shard->Values(), (std::vector<float>{0, 1, 2, 3}));
+  // The span the reader saw lies in the loan and still holds the values of the pull.
+  EXPECT_EQ(std::vector<float>(read.begin(), read.end()), (std::vector<float>{2, 3}));
+  EXPECT_GE(read.data(), pulled->loan->data());
+  EXPECT_LE(read.data() + read.size(), pulled->loan->data() + pulled->loan->size());
+  a.lend = false;
+  auto plain = shard->Pull(a, absl::InfiniteFuture(), [](absl::Span<const float>) {});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->loan, nullptr);
 }
 
 }  // namespace
