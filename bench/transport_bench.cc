@@ -6,12 +6,12 @@
 //   server of the same ps.v1 messages whose handlers copy the payload in and out of protobuf
 //   `bytes` fields, and a client that does the same (ratio_vs_grpc);
 // - memcpy of the same number of bytes, warm buffers, one thread (ratio_vs_memcpy).
-// "push" and "pull" are the cluster's real path: ps_server's shard and service (ASP, plain SGD, so
-// a push includes the shard applying the update) and ps_worker's client, over TCP, with the
-// payloads in the messages ("transport":"grpc"), through shared memory ("shm"), and through
-// shared memory with the caller's buffers being the region's ("shm_direct", zero copy).
-// W workers (threads, each its own client and channels) and S shards; a worker moves the whole
-// model per call, split over the shards; gbps counts the bytes of all workers. One JSON line per
+// "push" and "pull" are the cluster's real path: ps_server's shard and service (ASP or --mode bsp,
+// plain SGD, so a push includes the shard applying the update) and ps_worker's client, over TCP,
+// with the payloads in the messages ("transport":"grpc"), through shared memory ("shm"), and
+// through shared memory with the caller's buffers being the region's ("shm_direct", zero copy). W
+// workers (threads, each its own client and channels) and S shards; a worker moves the whole model
+// per call, split over the shards; gbps counts the bytes of all workers. One JSON line per
 // measurement:
 //   {"bench":"transport","op":"push","transport":"grpc","mib":16,"workers":1,"shards":1,
 //    "gbps":...,"tcp_gbps":...,"grpc_gbps":...,"memcpy_gbps":...,"ratio_vs_tcp":...,...}
@@ -72,6 +72,9 @@ ABSL_FLAG(double, chunk_mib, 0,
           "Our client: each shard's range travels in calls of at most this many MiB, all in "
           "flight together (0: one call per shard).");
 ABSL_FLAG(int32_t, connections, 1, "Our client: TCP connections per shard for the chunks.");
+ABSL_FLAG(bool, split_lone_pulls, true,
+          "Our client: pulls from a lone shard in 2 MiB calls over two connections (as ps_worker's "
+          "default).");
 ABSL_FLAG(std::vector<std::string>, transports,
           std::vector<std::string>({"grpc", "shm", "shm_direct"}),
           "Our client's payload paths: grpc (in the messages), shm (through shared memory, the "
@@ -83,6 +86,13 @@ ABSL_FLAG(bool, small, false,
           "Also measure small messages: the 64 KiB push and pull round trips and a burst of 1 000 "
           "calls of 1 KiB, per config and transport.");
 ABSL_FLAG(bool, bulk, true, "Measure the --mib payloads (false: only --small's).");
+ABSL_FLAG(std::string, mode, "asp",
+          "The shards' consistency mode: asp (workers never wait), or bsp with one worker (its "
+          "rounds of one push apply at once; pulls from a lone shard are split only under BSP, "
+          "see --split_lone_pulls).");
+ABSL_FLAG(bool, references, true,
+          "Measure the references (TCP stream, plain gRPC, memcpy); false measures only the "
+          "project's path, for a profiler (the ratios are then left out).");
 ABSL_FLAG(std::string, server_netns, "",
           "Start every server in this network namespace (/var/run/netns/NAME; needs root); the "
           "workers stay in this process's and dial --host.");
@@ -348,6 +358,8 @@ Cluster StartCluster(const Sites& sites, int workers, int shards, int64_t total,
                      bool shared_memory) {
   Cluster c;
   const uint64_t fingerprint = 0xbe4c4;
+  const ps::ConsistencyMode mode =
+      absl::GetFlag(FLAGS_mode) == "bsp" ? ps::ConsistencyMode::kBsp : ps::ConsistencyMode::kAsp;
   std::vector<std::string> servers;
   AtServers(sites, [&] {
     for (int s = 0; s < shards; ++s) {
@@ -355,7 +367,7 @@ Cluster StartCluster(const Sites& sites, int workers, int shards, int64_t total,
       o.host = sites.bind_host;
       o.shard.shard_id = s;
       o.shard.num_shards = shards;
-      o.shard.consistency.mode = ps::ConsistencyMode::kAsp;
+      o.shard.consistency.mode = mode;
       o.shard.consistency.num_workers = workers;
       o.shard.optimizer.lr = 1e-9f;
       o.shard.lease = absl::Minutes(10);
@@ -375,6 +387,7 @@ Cluster StartCluster(const Sites& sites, int workers, int shards, int64_t total,
     o.max_message_bytes = kMaxMessage;
     o.chunk_bytes = static_cast<int64_t>(absl::GetFlag(FLAGS_chunk_mib) * (1 << 20));
     o.connections = absl::GetFlag(FLAGS_connections);
+    o.split_lone_pulls = absl::GetFlag(FLAGS_split_lone_pulls);
     o.shared_memory = shared_memory;
     auto client = ps::GrpcParameterClient::Create(o);
     absl::Status s = client.status();
@@ -516,6 +529,7 @@ ps::JsonObject Line(const char* op, const std::string& transport, int workers, i
       .Add("op", op)
       .Add("transport", transport)
       .Add("path", absl::GetFlag(FLAGS_server_netns).empty() ? "loopback" : "netns")
+      .Add("mode", absl::GetFlag(FLAGS_mode))
       .Add("workers", workers)
       .Add("shards", shards);
   return line;
@@ -591,6 +605,7 @@ void MeasureBulk(const Sites& sites, int workers, int shards, int mib,
   double best_plain[2] = {0, 0};
   double memcpy_gbps = 0, tcp_gbps = 0;
   const double per_call = static_cast<double>(bytes) / 1e9;
+  const bool references = absl::GetFlag(FLAGS_references);
   for (int round = 0; round < rounds; ++round) {
     for (int op = 0; op < 2; ++op) {
       if (!do_op[op]) continue;
@@ -599,11 +614,13 @@ void MeasureBulk(const Sites& sites, int workers, int shards, int mib,
                                               op == 0 ? rig.Push(c, w) : rig.Pull(c, w);
                                             }));
       }
+      if (!references) continue;
       best_plain[op] =
           std::max(best_plain[op], per_call * CallsPerSecond(workers, seconds, [&](int w) {
                                      op == 0 ? rig.PlainPush(w) : rig.PlainPull(w);
                                    }));
     }
+    if (!references) continue;
     tcp_gbps = std::max(tcp_gbps, TcpStreamsGbps(sites.dial_host, sink->port(), workers, seconds));
     memcpy_gbps = std::max(memcpy_gbps, MemcpyGbps(bytes, seconds / 2));
   }
@@ -611,12 +628,17 @@ void MeasureBulk(const Sites& sites, int workers, int shards, int mib,
     if (!do_op[op]) continue;
     for (size_t c = 0; c < rig.clusters(); ++c) {
       const double ours = best[op][c];
-      Print(Line(op == 0 ? "push" : "pull", transports[c], workers, shards)
-                .Add("mib", mib)
-                .Add("chunk_mib", absl::GetFlag(FLAGS_chunk_mib))
-                .Add("connections", absl::GetFlag(FLAGS_connections))
-                .Add("gbps", ours)
-                .Add("tcp_gbps", tcp_gbps)
+      ps::JsonObject line = Line(op == 0 ? "push" : "pull", transports[c], workers, shards);
+      line.Add("mib", mib)
+          .Add("chunk_mib", absl::GetFlag(FLAGS_chunk_mib))
+          .Add("connections", absl::GetFlag(FLAGS_connections))
+          .Add("split_lone_pulls", absl::GetFlag(FLAGS_split_lone_pulls))
+          .Add("gbps", ours);
+      if (!references) {
+        Print(line);
+        continue;
+      }
+      Print(line.Add("tcp_gbps", tcp_gbps)
                 .Add("grpc_gbps", best_plain[op])
                 .Add("memcpy_gbps", memcpy_gbps)
                 .Add("ratio_vs_tcp", ours / tcp_gbps)
@@ -642,6 +664,11 @@ int main(int argc, char** argv) {
   sites.netns = absl::GetFlag(FLAGS_server_netns);
   sites.dial_host = absl::GetFlag(FLAGS_host);
   sites.bind_host = sites.netns.empty() ? sites.dial_host : "0.0.0.0";
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  if (mode != "asp" && mode != "bsp") {
+    std::fprintf(stderr, "--mode: '%s' is not asp or bsp\n", mode.c_str());
+    return 2;
+  }
   const std::vector<std::string> transports = absl::GetFlag(FLAGS_transports);
   for (const std::string& t : transports) {
     if (t != "grpc" && t != "shm" && t != "shm_direct") {
@@ -660,6 +687,10 @@ int main(int argc, char** argv) {
     if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &workers) ||
         !absl::SimpleAtoi(parts[1], &shards) || workers < 1 || shards < 1) {
       std::fprintf(stderr, "--configs: '%s' is not WORKERSxSHARDS\n", config.c_str());
+      return 2;
+    }
+    if (mode == "bsp" && workers != 1) {
+      std::fprintf(stderr, "--mode bsp: one worker only (its pushes are rounds of one)\n");
       return 2;
     }
     configs.emplace_back(workers, shards);

@@ -62,7 +62,13 @@ GrpcParameterClient::GrpcParameterClient(const GrpcClientOptions& options)
     stubs_.push_back(ps::v1::ParameterServer::NewStub(channel));
     raw_stubs_.emplace_back();
     raw_stubs_.back().push_back(std::make_unique<grpc::GenericStub>(channel));
-    for (int c = 1; c < options_.connections; ++c) {
+    // A lone shard gets a second connection for split pulls (split_lone_pulls); channels
+    // connect at their first call, so an unused one costs nothing.
+    const int connections =
+        options_.split_lone_pulls && options_.chunk_bytes == 0 && options.servers.size() == 1
+            ? std::max(options_.connections, 2)
+            : options_.connections;
+    for (int c = 1; c < connections; ++c) {
       raw_stubs_.back().push_back(std::make_unique<grpc::GenericStub>(
           grpc::CreateCustomChannel(server, options_.security.credentials, args)));
     }
@@ -211,6 +217,7 @@ absl::StatusOr<ClusterInfo> GrpcParameterClient::Register(int rank, absl::Durati
   for (size_t s = 0; s < responses.size(); ++s) {
     shard_incarnation[s] = responses[s].shard_incarnation();
   }
+  bsp_.store(info.mode == ConsistencyMode::kBsp);
   {
     absl::MutexLock lock(&mu_);
     shard_incarnations_ = shard_incarnation;

@@ -14,6 +14,7 @@
 // shard process it registered with, so a shard that restarted answers ABORTED and the trainer
 // registers again.
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -67,6 +68,12 @@ struct GrpcClientOptions {
   int64_t chunk_bytes = 0;
   // TCP connections per shard; a transfer's chunks are spread over them round-robin.
   int connections = 1;
+  // With chunk_bytes 0, under BSP: a pull of at least 512 KiB from a worker's only shard, payload
+  // in the messages, travels as two or more calls of at most 2 MiB over two connections. One HTTP/2
+  // stream leaves its two ends waiting on each other on a two-core host; two in flight measured
+  // 1.45x on loopback and 1.5x across a veth pair at 16 and 64 MiB (docs/performance.md).
+  // Pushes stay whole: chunked pushes cost the shard a staging slice per worker.
+  bool split_lone_pulls = true;
   // Move payloads through a shared-memory region (common/shm/shared_memory.h) with every shard that
   // can open it, i.e. runs on this host; the others, and any call that finds its part of the
   // region lent to another call, carry them in the gRPC messages.
@@ -141,7 +148,11 @@ class GrpcParameterClient final : public ParameterClient {
   KeyRange range(int shard) const;
   // `parts` cut at the shards' boundaries and into chunks of at most chunk_bytes, in order.
   // INVALID_ARGUMENT for an empty part or one outside the layout.
-  absl::StatusOr<std::vector<Piece>> SplitAtShards(absl::Span<const KeyRange> parts) const;
+  // `pull`: the plan of a pull, which split_lone_pulls may cut further.
+  absl::StatusOr<std::vector<Piece>> SplitAtShards(absl::Span<const KeyRange> parts,
+                                                   bool pull = false) const;
+  // Whether a pull of `bytes` is cut as split_lone_pulls says.
+  bool SplitsLonePull(int64_t bytes) const;
   // A piece's push: its header, and its payload (empty when in the region).
   struct PreparedPush {
     ps::v1::PushRequest header;
@@ -234,6 +245,8 @@ class GrpcParameterClient final : public ParameterClient {
     return region_ == nullptr ? -1 : region_->DirectSlot(area, data);
   }
   std::unique_ptr<SharedRegion> region_;
+  // The shards run BSP (as the last Register found): a split pull's pieces read one version.
+  std::atomic<bool> bsp_{false};
 
   mutable absl::Mutex mu_;
   int64_t planned_steps_ ABSL_GUARDED_BY(mu_) = 0;

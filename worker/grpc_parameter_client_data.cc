@@ -14,10 +14,25 @@
 
 namespace ps {
 
+bool GrpcParameterClient::SplitsLonePull(int64_t bytes) const {
+  // Only under BSP: every piece then reads the same version (the round cannot close before this
+  // worker pushes again), while under SSP and ASP pushes landing between the pieces would give
+  // the worker a mix of two versions.
+  return options_.split_lone_pulls && options_.chunk_bytes == 0 && stubs_.size() == 1 &&
+         bsp_.load() && shared_memory_shards() == 0 && LonePullChunkBytes(bytes) > 0;
+}
+
 absl::StatusOr<std::vector<Piece>> GrpcParameterClient::SplitAtShards(
-    absl::Span<const KeyRange> parts) const {
-  return PlanPieces(parts, PiecePlanOptions{options_.total_params, static_cast<int>(stubs_.size()),
-                                            options_.chunk_bytes, options_.connections});
+    absl::Span<const KeyRange> parts, bool pull) const {
+  PiecePlanOptions plan{options_.total_params, static_cast<int>(stubs_.size()),
+                        options_.chunk_bytes, options_.connections};
+  int64_t bytes = 0;
+  for (const KeyRange& part : parts) bytes += part.size() * static_cast<int64_t>(sizeof(float));
+  if (pull && SplitsLonePull(bytes)) {
+    plan.chunk_bytes = LonePullChunkBytes(bytes);
+    plan.connections = static_cast<int>(raw_stubs_[0].size());
+  }
+  return PlanPieces(parts, plan);
 }
 
 std::vector<int> GrpcParameterClient::FirstPieceOfShard(const std::vector<Piece>& pieces) const {
@@ -90,7 +105,7 @@ absl::StatusOr<PullStats> GrpcParameterClient::PullPieces(
     return absl::InvalidArgumentError("Pull: buffer size differs from the layout");
   }
   RETURN_IF_ERROR(CheckRows(rows, options_.tables));
-  ASSIGN_OR_RETURN(const std::vector<Piece> pieces, SplitAtShards(parts));
+  ASSIGN_OR_RETURN(const std::vector<Piece> pieces, SplitAtShards(parts, /*pull=*/true));
   const RowsByShard routed = RoutePull(rows, static_cast<int>(stubs_.size()));
   const std::vector<int> first_piece = FirstPieceOfShard(pieces);
   const std::vector<uint64_t> shard_incarnation = shard_incarnations();

@@ -6,6 +6,13 @@
 
 namespace ps {
 
+int64_t LonePullChunkBytes(int64_t bytes) {
+  constexpr int64_t kSplitFrom = int64_t{512} << 10;
+  constexpr int64_t kLargest = int64_t{2} << 20;
+  if (bytes < kSplitFrom) return 0;
+  return std::min(kLargest, (bytes / 2 + 3) / 4 * 4);
+}
+
 absl::StatusOr<std::vector<Piece>> PlanPieces(absl::Span<const KeyRange> parts,
                                               const PiecePlanOptions& options) {
   std::vector<Piece> pieces;

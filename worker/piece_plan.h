@@ -33,6 +33,11 @@ struct PiecePlanOptions {
   int connections = 1;      // per shard
 };
 
+// A pull of `bytes` from a worker's only shard (GrpcClientOptions::split_lone_pulls): the chunk
+// size that cuts it into calls for two connections, at least two and each at most 2 MiB, a
+// multiple of 4 bytes; 0 below 512 KiB, which goes whole (a round trip more would cost more).
+int64_t LonePullChunkBytes(int64_t bytes);
+
 // The pieces of `parts` (each non-empty and inside the layout: INVALID_ARGUMENT otherwise), in
 // part order, then shard order, then chunk order. A shard whose range is empty (more shards than
 // parameters) and lies inside a part still gets a piece, so it hears of the clock.

@@ -33,7 +33,7 @@ struct EpochReport {
 // Where a worker's time went, summed over the steps it ran.
 struct TrainStats {
   int64_t steps = 0;
-  int64_t samples = 0;  // predictions: samples times their labels (a text window's tokens)
+  int64_t samples = 0;      // predictions: samples times their labels (a text window's tokens)
   absl::Duration pull;      // waiting for and receiving weights
   absl::Duration compute;   // forward, backward, host<->device copies
   absl::Duration injected;  // sleeps added by DelayOptions before the push

@@ -157,6 +157,7 @@ absl::StatusOr<ps::GrpcClientOptions> ClientOptionsFromFlags(const ps::Model& mo
   }
   o.chunk_bytes = static_cast<int64_t>(absl::GetFlag(FLAGS_chunk_mib) * (1 << 20));
   o.connections = absl::GetFlag(FLAGS_connections);
+  o.split_lone_pulls = absl::GetFlag(FLAGS_split_lone_pulls);
   o.shared_memory = absl::GetFlag(FLAGS_shared_memory);
   // Double buffers (a step computing while another travels) take a second set of areas.
   o.shared_memory_slots = absl::GetFlag(FLAGS_overlap) || absl::GetFlag(FLAGS_async_push) ? 2 : 1;

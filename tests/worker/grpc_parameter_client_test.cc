@@ -326,5 +326,47 @@ TEST(ClientFaults, AnAbortedHeartbeatRestartsTheCallsInFlightToThatShard) {
       << waiting_pull;
 }
 
+// Under BSP a 1 MiB pull from the only shard travels in two calls over two connections
+// (split_lone_pulls): the worker gets the same weights and version as from one call.
+TEST(SplitLonePulls, GiveWhatAWholePullGives) {
+  constexpr int64_t kTotal = 1 << 18;  // 1 MiB
+  ShardServerOptions so;
+  so.shard.consistency.mode = ConsistencyMode::kBsp;
+  so.shard.consistency.num_workers = 1;
+  so.shard.optimizer.lr = 1.0f;
+  auto server = ShardServer::Start(so);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::vector<float> init(kTotal);
+  for (int64_t i = 0; i < kTotal; ++i) init[i] = static_cast<float>(i);
+  std::vector<std::vector<float>> pulled;
+  for (bool split : {false, true}) {
+    GrpcClientOptions o;
+    o.servers = {"127.0.0.1:" + std::to_string((*server)->port())};
+    o.fingerprint = kFp;
+    o.total_params = kTotal;
+    o.shared_memory = false;
+    o.split_lone_pulls = split;
+    auto client = GrpcParameterClient::Create(o);
+    ASSERT_TRUE(client.ok());
+    ASSERT_TRUE((*client)->Register(0, absl::Seconds(10)).ok());
+    const int64_t clock = split ? 1 : 0;
+    if (!split) {
+      ASSERT_TRUE((*client)->Init(init).ok());
+    }
+    std::vector<float> w(kTotal, -1.0f);
+    auto stats = (*client)->Pull(clock, false, absl::MakeSpan(w));
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ(stats->versions, (std::vector<int64_t>{clock}));
+    EXPECT_EQ(stats->payload_bytes, kTotal * 4);
+    pulled.push_back(w);
+    if (!split) {
+      // One round, so that the second client pulls the next version.
+      ASSERT_TRUE((*client)->Push(0, stats->versions, 1, std::vector<float>(kTotal, -1.0f)).ok());
+    }
+  }
+  for (int64_t i = 0; i < kTotal; ++i) init[i] += 1.0f;
+  EXPECT_EQ(pulled[1], init);
+}
+
 }  // namespace
 }  // namespace ps
