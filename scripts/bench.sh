@@ -15,7 +15,10 @@ run() {
   echo "== $name: $*"
   "$@" | tee "$out/$name.jsonl"
 }
-run transport build/bin/ps_bench_transport --seconds 1 --rounds 3
+run transport build/bin/ps_bench_transport --seconds 1 --rounds 3 --small
+# The pulls that a lone shard under BSP splits over two connections.
+run transport_bsp build/bin/ps_bench_transport --seconds 1 --rounds 3 --configs 1x1 \
+  --transports grpc --mode bsp --ops pull
 run apply build/bin/ps_bench_apply --seconds 1
 run train build/bin/ps_bench_train --vs_pytorch --encodings f32,bf16,topk
 # The same MLP runs with payloads in the gRPC messages (workers on other hosts than their shards).
@@ -33,6 +36,9 @@ run train_priority build/bin/ps_bench_train --configs 1x1,2x2 --encodings f32 \
   --schedules whole,priority
 if [[ $(id -u) -eq 0 ]]; then  # network namespaces need root
   run link bench/link_bench.sh --rate_mbit 1000
+  # Unshaped: the message path and training across a veth pair, against a TCP stream over it.
+  run link_unshaped bench/link_bench.sh --rate_mbit 0 --schedules whole --transport \
+    --transport_args "--configs 1x1 --mib 1,16,64 --small --rounds 3"
 fi
 # DLRM against the PyTorch reference, interleaved, on ps_datagen's click logs.
 run dlrm bench/dlrm_bench.sh
