@@ -93,8 +93,7 @@ void Shard::CancelPull(int64_t id) {
 absl::StatusOr<Shard::PullResult> Shard::ReadSliceLocked(const PullArgs& args, absl::Time start,
                                                          absl::Time now, const SliceReader& read) {
   const int64_t offset = args.range.begin - range_.begin;
-  const absl::Span<const float> part =
-      values_.view().subspan(offset, args.range.size());
+  const absl::Span<const float> part = values_.view().subspan(offset, args.range.size());
   read(part);
   if (!args.no_wait && !pulled_values_.empty()) {
     std::vector<float>& backup = pulled_values_[args.caller.rank];
