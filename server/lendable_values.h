@@ -7,7 +7,9 @@
 // first moves the values to a buffer no loan holds (the spare when its loans have ended, else a
 // fresh one); while nothing is lent, writes go in place. So a pull costs no copy, and a push
 // costs one only when it overlaps a reply still being sent, which BSP's rounds never do and ASP
-// does at most once per push, however many pulls it overlaps.
+// does at most once per push, however many pulls it overlaps. Memory: once a write has had to
+// copy, the spare stays allocated, so such a shard holds its weights twice (the snapshot copies
+// this replaces held one copy per reply in flight).
 //
 // Not thread-safe: the owner serialises every call (the shard's lock). Loans may be dropped on
 // any thread at any time.
