@@ -31,7 +31,6 @@ class LendableValues {
   LendableValues() : current_(std::make_shared<std::vector<float>>()) {}
 
   size_t size() const { return current_->size(); }
-  bool empty() const { return current_->empty(); }
   // The values now; valid until the next Mutable() or Assign().
   const std::vector<float>& values() const { return *current_; }
   absl::Span<const float> view() const { return *current_; }

@@ -65,9 +65,7 @@ GrpcParameterClient::GrpcParameterClient(const GrpcClientOptions& options)
     // A lone shard gets a second connection for split pulls (split_lone_pulls); channels
     // connect at their first call, so an unused one costs nothing.
     const int connections =
-        options_.split_lone_pulls && options_.chunk_bytes == 0 && options.servers.size() == 1
-            ? std::max(options_.connections, 2)
-            : options_.connections;
+        LonePullsMaySplit() ? std::max(options_.connections, 2) : options_.connections;
     for (int c = 1; c < connections; ++c) {
       raw_stubs_.back().push_back(std::make_unique<grpc::GenericStub>(
           grpc::CreateCustomChannel(server, options_.security.credentials, args)));

@@ -71,7 +71,7 @@ struct GrpcClientOptions {
   // With chunk_bytes 0, under BSP: a pull of at least 512 KiB from a worker's only shard, payload
   // in the messages, travels as two or more calls of at most 2 MiB over two connections. One HTTP/2
   // stream leaves its two ends waiting on each other on a two-core host; two in flight measured
-  // 1.45x on loopback and 1.5x across a veth pair at 16 and 64 MiB (docs/performance.md).
+  // 1.2-1.4x on loopback and 1.5x across a veth pair at 16 and 64 MiB (docs/performance.md).
   // Pushes stay whole: chunked pushes cost the shard a staging slice per worker.
   bool split_lone_pulls = true;
   // Move payloads through a shared-memory region (common/shm/shared_memory.h) with every shard that
@@ -151,7 +151,11 @@ class GrpcParameterClient final : public ParameterClient {
   // `pull`: the plan of a pull, which split_lone_pulls may cut further.
   absl::StatusOr<std::vector<Piece>> SplitAtShards(absl::Span<const KeyRange> parts,
                                                    bool pull = false) const;
-  // Whether a pull of `bytes` is cut as split_lone_pulls says.
+  // What of split_lone_pulls the options decide: asked for, no explicit chunks, one shard.
+  bool LonePullsMaySplit() const {
+    return options_.split_lone_pulls && options_.chunk_bytes == 0 && options_.servers.size() == 1;
+  }
+  // Whether a pull of `bytes` is cut as split_lone_pulls says (adds the mode and the transport).
   bool SplitsLonePull(int64_t bytes) const;
   // A piece's push: its header, and its payload (empty when in the region).
   struct PreparedPush {

@@ -18,8 +18,8 @@ bool GrpcParameterClient::SplitsLonePull(int64_t bytes) const {
   // Only under BSP: every piece then reads the same version (the round cannot close before this
   // worker pushes again), while under SSP and ASP pushes landing between the pieces would give
   // the worker a mix of two versions.
-  return options_.split_lone_pulls && options_.chunk_bytes == 0 && stubs_.size() == 1 &&
-         bsp_.load() && shared_memory_shards() == 0 && LonePullChunkBytes(bytes) > 0;
+  return LonePullsMaySplit() && bsp_.load() && shared_memory_shards() == 0 &&
+         LonePullChunkBytes(bytes) > 0;
 }
 
 absl::StatusOr<std::vector<Piece>> GrpcParameterClient::SplitAtShards(

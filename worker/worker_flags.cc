@@ -33,9 +33,8 @@ ABSL_FLAG(double, chunk_mib, 0,
 ABSL_FLAG(int32_t, connections, 1, "TCP connections per shard over which the chunks spread.");
 ABSL_FLAG(bool, split_lone_pulls, true,
           "With --chunk_mib 0, under BSP: a pull of 512 KiB or more from the worker's only shard, "
-          "payload in "
-          "the messages, travels as calls of at most 2 MiB over two connections (one HTTP/2 "
-          "stream leaves both ends waiting on each other).");
+          "payload in the messages, travels as calls of at most 2 MiB over two connections (one "
+          "HTTP/2 stream leaves both ends waiting on each other).");
 ABSL_FLAG(bool, fault_duplicate_pushes, false,
           "Fault injection for tests: send every push twice and fail unless the second comes "
           "back as a duplicate from every shard.");
