@@ -16,44 +16,10 @@
 #include "common/nn/sparse_lookup.h"
 #include "spdlog/spdlog.h"
 #include "worker/batch_plan.h"
+#include "worker/heartbeat_thread.h"
 #include "worker/step_gradient.h"
 
 namespace ps {
-
-namespace {
-
-// Renews the worker's leases every lease/3 until destroyed.
-class HeartbeatThread {
- public:
-  HeartbeatThread(ParameterClient& client, absl::Duration lease) {
-    const auto period = absl::ToChronoMilliseconds(std::max(lease / 3, absl::Milliseconds(10)));
-    thread_ = std::thread([this, &client, period] {
-      std::unique_lock<std::mutex> lock(mu_);
-      while (!cv_.wait_for(lock, period, [this] { return done_; })) {
-        lock.unlock();
-        absl::Status s = client.Heartbeat();
-        if (!s.ok()) spdlog::warn("heartbeat: {}", s.ToString());
-        lock.lock();
-      }
-    });
-  }
-  ~HeartbeatThread() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;
-};
-
-}  // namespace
 
 namespace {
 

@@ -9,12 +9,12 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "common/base/json_lines.h"
 #include "common/cli/cli.h"
 #include "common/cli/client_flags.h"
 #include "common/cli/security_flags.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "worker/grpc_parameter_client.h"
+#include "worker/shard_report_json.h"
 #include "worker/work_account.h"
 
 ABSL_FLAG(bool, json, false, "Print one JSON object per shard instead of tables.");
@@ -55,70 +55,6 @@ int Health(const std::vector<std::string>& servers, const ps::ClientSecurity& se
     if (response.status() != grpc::health::v1::HealthCheckResponse::SERVING) exit_code = 1;
   }
   return exit_code;
-}
-
-// One shard's report as one JSON object (--json).
-void PrintJson(const ps::ShardReport& r, const std::string& server) {
-  std::string workers = "[";
-  for (const auto& w : r.workers) {
-    if (workers.size() > 1) workers += ",";
-    workers += ps::JsonObject()
-                   .Add("rank", w.rank)
-                   .Add("state", w.state)
-                   .Add("clock", w.clock)
-                   .Add("applied", w.applied)
-                   .Add("max_staleness", w.max_staleness)
-                   .Add("mean_staleness", w.mean_staleness)
-                   .Add("staleness_counts", w.staleness_counts)
-                   .Add("dropped", w.dropped)
-                   .Add("late", w.late)
-                   .Add("planned_steps", w.planned_steps)
-                   .Add("samples_per_step", w.samples_per_step)
-                   .Add("skipped_steps", w.skipped_steps)
-                   .str();
-  }
-  workers += "]";
-  std::string tables = "[";
-  for (const ps::SparseTableStatus& t : r.tables) {
-    if (tables.size() > 1) tables += ",";
-    tables += ps::JsonObject()
-                  .Add("name", t.name)
-                  .Add("rows", t.rows)
-                  .Add("bytes", t.bytes)
-                  .Add("capacity", t.capacity)
-                  .Add("admissions", t.counters.admissions)
-                  .Add("evictions", t.counters.evictions)
-                  .Add("not_admitted", t.counters.not_admitted)
-                  .str();
-  }
-  tables += "]";
-  std::printf("%s\n", ps::JsonObject()
-                          .Add("server", server)
-                          .Add("shard_id", r.shard_id)
-                          .Add("mode", ps::ConsistencyModeName(r.mode))
-                          .Add("staleness_bound", r.staleness_bound)
-                          .Add("initialized", r.initialized)
-                          .Add("begin", r.range.begin)
-                          .Add("end", r.range.end)
-                          .Add("version", r.version)
-                          .Add("min_clock", r.min_clock)
-                          .Add("rejected_nonfinite", r.rejected_nonfinite)
-                          .Add("update_rule", r.update_rule)
-                          .Add("backup_workers", r.backup_workers)
-                          .Add("restored_version", r.restored_version)
-                          .Add("checkpoint_version", r.checkpoint_version)
-                          .Add("pushes_accepted", r.pushes_accepted)
-                          .Add("pushes_duplicate", r.pushes_duplicate)
-                          .Add("pieces_received", r.pieces_received)
-                          .Add("shared_memory_workers", r.shared_memory_workers)
-                          .Add("shared_memory_payloads", r.shared_memory_payloads)
-                          .Add("rejected_unauthenticated", r.rejected_unauthenticated)
-                          .Add("finished_at_restore", r.finished_at_restore)
-                          .Add("decay_updates", r.decay_updates)
-                          .AddRaw("tables", tables)
-                          .AddRaw("workers", workers)
-                          .str()
-                          .c_str());
 }
 
 // One shard's report as text lines with a table of its workers.
@@ -206,7 +142,7 @@ int main(int argc, char** argv) {
   }
   for (size_t i = 0; i < reports->size(); ++i) {
     if (absl::GetFlag(FLAGS_json)) {
-      PrintJson((*reports)[i], o.servers[i]);
+      std::printf("%s\n", ps::ShardReportJson((*reports)[i], o.servers[i]).c_str());
     } else {
       PrintText((*reports)[i], o.servers[i]);
     }

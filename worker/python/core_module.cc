@@ -1,0 +1,610 @@
+// ps_train._core: the worker's side of the cluster for Python training loops. One Worker is one
+// registered rank over the same GrpcParameterClient the C++ workers use (retries, leases,
+// exactly-once pushes, TLS and token, shared memory with shards on this host). It owns the flat
+// weights and gradient buffers (the shared region's own when there is one), which Python sees as
+// numpy arrays without a copy, so a pull lands in the model's parameters and a push leaves from
+// its gradients with no copy on this side.
+//
+// Every call that may wait on the shards runs on a helper thread while this thread, without the
+// GIL, checks for Python signals every 50 ms: Ctrl-C (or SIGTERM turned into SystemExit by
+// ps_train.torch) cancels the calls in flight and raises in Python instead of hanging in a BSP
+// barrier. Errors come to Python as ps_train.PsError with the gRPC code and the shard's message.
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/base/param_layout.h"
+#include "common/transport/grpc_security.h"
+#include "spdlog/spdlog.h"
+#include "worker/grpc_parameter_client.h"
+#include "worker/heartbeat_thread.h"
+#include "worker/shard_report_json.h"
+#include "worker/work_account.h"
+
+namespace py = pybind11;
+
+namespace ps {
+namespace {
+
+// An absl::Status on its way to Python (translated to ps_train.PsError).
+struct StatusError {
+  absl::Status status;
+};
+
+void ThrowIfError(const absl::Status& s) {
+  if (!s.ok()) throw StatusError{s};
+}
+template <typename T>
+T ValueOrThrow(absl::StatusOr<T> v) {
+  if (!v.ok()) throw StatusError{v.status()};
+  return *std::move(v);
+}
+
+// Runs `call` on a helper thread and returns what it returns; the caller's thread waits
+// without the GIL and checks Python's signals every 50 ms. On a signal, `cancel` stops the call,
+// the helper is joined and the signal's exception (KeyboardInterrupt, SystemExit, ...) propagates.
+template <typename R>
+R CallInterruptibly(std::function<R()> call, const std::function<void()>& cancel) {
+  std::future<R> result = std::async(std::launch::async, std::move(call));
+  for (;;) {
+    {
+      py::gil_scoped_release unlocked;
+      if (result.wait_for(std::chrono::milliseconds(50)) == std::future_status::ready) break;
+    }
+    if (PyErr_CheckSignals() != 0) {
+      cancel();
+      {
+        py::gil_scoped_release unlocked;
+        result.wait();
+      }
+      throw py::error_already_set();
+    }
+  }
+  return result.get();
+}
+
+// CallInterruptibly, its error thrown to Python.
+template <typename T>
+T RunInterruptibly(std::function<absl::StatusOr<T>()> call, const std::function<void()>& cancel) {
+  return ValueOrThrow(CallInterruptibly<absl::StatusOr<T>>(std::move(call), cancel));
+}
+void RunStatusInterruptibly(std::function<absl::Status()> call,
+                            const std::function<void()>& cancel) {
+  ThrowIfError(CallInterruptibly<absl::Status>(std::move(call), cancel));
+}
+
+// What a Python worker is told about the cluster and how to reach it.
+struct WorkerConfig {
+  std::vector<std::string> servers;
+  int rank = 0;
+  int num_workers = 0;  // 0: take the shards' word for it
+  std::string token_file, tls_ca, tls_cert, tls_key, tls_server_name;
+  bool allow_plaintext_token = false;
+  bool shared_memory = true;
+  double register_timeout_s = 120;
+  double call_timeout_s = 30;
+  double pull_timeout_s = 600;
+  double retry_s = 60;  // 0: retry UNAVAILABLE forever
+  int max_rejoins = 10;
+};
+
+GrpcClientOptions ClientOptions(const WorkerConfig& c) {
+  GrpcClientOptions o;
+  o.servers = c.servers;
+  o.rank = c.rank;
+  o.call_timeout = absl::Seconds(c.call_timeout_s);
+  o.pull_timeout = absl::Seconds(c.pull_timeout_s);
+  o.retry_for = c.retry_s <= 0 ? absl::InfiniteDuration() : absl::Seconds(c.retry_s);
+  SecurityOptions security;
+  security.token_file = c.token_file;
+  security.tls_ca = c.tls_ca;
+  security.tls_cert = c.tls_cert;
+  security.tls_key = c.tls_key;
+  security.tls_server_name = c.tls_server_name;
+  security.allow_plaintext_token = c.allow_plaintext_token;
+  o.security = ValueOrThrow(MakeClientSecurity(security));
+  o.shared_memory = c.shared_memory;
+  return o;
+}
+
+void CheckConfig(const WorkerConfig& c) {
+  if (c.servers.empty()) {
+    throw StatusError{absl::InvalidArgumentError("no servers: pass servers=\"host:port,...\"")};
+  }
+  if (c.rank < 0 || (c.num_workers > 0 && c.rank >= c.num_workers)) {
+    throw StatusError{absl::InvalidArgumentError(
+        absl::StrCat("rank ", c.rank, " is not in [0, num_workers ", c.num_workers, ")"))};
+  }
+}
+
+py::dict PushStatsDict(const PushStats& s) {
+  py::dict d;
+  d["staleness"] = s.max_staleness;
+  d["applied"] = s.applied;
+  d["buffered"] = s.buffered;
+  d["duplicates"] = s.duplicates;
+  d["dropped"] = s.dropped;
+  d["late"] = s.late;
+  d["push_bytes"] = s.payload_bytes;
+  return d;
+}
+
+void AddPushStats(const PushStats& part, PushStats* total) {
+  total->max_staleness = std::max(total->max_staleness, part.max_staleness);
+  total->applied += part.applied;
+  total->buffered += part.buffered;
+  total->duplicates += part.duplicates;
+  total->dropped += part.dropped;
+  total->late += part.late;
+  total->payload_bytes += part.payload_bytes;
+}
+
+py::dict WorkAccountDict(const WorkAccount& work) {
+  py::list workers;
+  for (const WorkerWork& w : work.workers) {
+    py::dict d;
+    d["rank"] = w.rank;
+    d["state"] = w.state;
+    d["planned_steps"] = w.planned_steps;
+    d["gradients_expected"] = w.gradients_expected;
+    d["gradients_applied"] = w.gradients_applied;
+    d["steps_skipped"] = w.steps_skipped;
+    d["samples_skipped"] = w.samples_skipped;
+    workers.append(d);
+  }
+  py::dict d;
+  d["gradients_expected"] = work.gradients_expected;
+  d["gradients_applied"] = work.gradients_applied;
+  d["samples_skipped"] = work.samples_skipped;
+  d["job_done"] = work.job_done;
+  d["workers"] = workers;
+  return d;
+}
+
+// The shards' reports as JSON objects, one per shard (ps_ctl status --json's lines).
+std::vector<std::string> ReportsJson(const std::vector<ShardReport>& reports,
+                                     const std::vector<std::string>& servers) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < reports.size(); ++i)
+    out.push_back(ShardReportJson(reports[i], servers[i]));
+  return out;
+}
+
+// Sends the parts of a step's gradient in the order they are queued, one PushParts call at a
+// time, on its own thread: the overlap of pushes with backward (priority scheduling's order).
+class PartSender {
+ public:
+  using Send = std::function<absl::StatusOr<PushStats>(KeyRange)>;
+  explicit PartSender(Send send) : send_(std::move(send)), thread_([this] { Loop(); }) {}
+  ~PartSender() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void Queue(KeyRange part) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(part);
+      ++queued_;
+    }
+    cv_.notify_all();
+  }
+  // Waits until every queued part is sent; the step's combined stats, or the first error. Resets
+  // for the next step.
+  absl::StatusOr<PushStats> Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return sent_ == queued_; });
+    absl::StatusOr<PushStats> result =
+        error_.ok() ? absl::StatusOr<PushStats>(stats_) : absl::StatusOr<PushStats>(error_);
+    error_ = absl::OkStatus();
+    stats_ = PushStats();
+    return result;
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [this] { return done_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // done
+      const KeyRange part = queue_.front();
+      queue_.pop_front();
+      const bool skip = !error_.ok();  // the step failed already: its other parts do not go
+      lock.unlock();
+      absl::StatusOr<PushStats> sent = skip ? absl::StatusOr<PushStats>(PushStats()) : send_(part);
+      lock.lock();
+      if (!sent.ok() && error_.ok()) error_ = sent.status();
+      if (sent.ok()) AddPushStats(*sent, &stats_);
+      ++sent_;
+      cv_.notify_all();
+    }
+  }
+
+  Send send_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<KeyRange> queue_;
+  int64_t queued_ = 0, sent_ = 0;
+  bool done_ = false;
+  absl::Status error_;
+  PushStats stats_;
+  std::thread thread_;
+};
+
+class Worker {
+ public:
+  // `tensors`: the model's parameters in order, (name, shape) each; their fingerprint is what the
+  // shards check, so a worker with another model is refused (FAILED_PRECONDITION).
+  Worker(WorkerConfig config,
+         const std::vector<std::pair<std::string, std::vector<int64_t>>>& tensors)
+      : config_(std::move(config)) {
+    CheckConfig(config_);
+    std::vector<TensorSpec> specs;
+    for (const auto& [name, shape] : tensors) specs.push_back(TensorSpec{name, shape});
+    ParamLayout layout = ValueOrThrow(ParamLayout::Create(std::move(specs)));
+    const ParamDescription description = ValueOrThrow(ParamDescription::Create(std::move(layout)));
+    GrpcClientOptions options = ClientOptions(config_);
+    options.fingerprint = description.fingerprint();
+    options.total_params = description.dense().total();
+    n_ = options.total_params;
+    fingerprint_ = options.fingerprint;
+    client_ = ValueOrThrow(GrpcParameterClient::Create(options));
+  }
+
+  ~Worker() {
+    // The sender and the heartbeats use the client: they go first.
+    sender_.reset();
+    heartbeat_.reset();
+  }
+
+  // Registers with every shard, checks the job's size, takes the buffers and starts the
+  // heartbeats. Returns what the shards said about the cluster.
+  py::dict Register() {
+    const ClusterInfo cluster = RunInterruptibly<ClusterInfo>(
+        [this] {
+          return client_->Register(config_.rank, absl::Seconds(config_.register_timeout_s));
+        },
+        Canceller());
+    if (config_.num_workers > 0 && cluster.num_workers != config_.num_workers) {
+      throw StatusError{absl::FailedPreconditionError(
+          absl::StrCat("the shards run a job of ", cluster.num_workers,
+                       " workers, this worker was told ", config_.num_workers))};
+    }
+    cluster_ = cluster;
+    clock_ = cluster.resume_clock;
+    if (weights_.empty()) TakeBuffers();
+    heartbeat_ = std::make_unique<HeartbeatThread>(*client_, cluster.lease);
+    return ClusterDict();
+  }
+
+  // Declares the work this rank will do (steps pushes of samples_per_step samples each); sent with
+  // every later heartbeat.
+  void DeclareWork(int64_t steps, int64_t samples_per_step) {
+    client_->SetWorkPlan(steps, samples_per_step);
+  }
+
+  // Offers the weights buffer as the initial values (the first offer wins), then pulls the
+  // shards' values for this rank's clock into it.
+  py::dict InitAndPull() {
+    RequireRegistered();
+    if (!cluster_->initialized) {
+      RunStatusInterruptibly([this] { return client_->Init(Weights()); }, Canceller());
+    }
+    return PullNow();
+  }
+
+  // Pushes the gradient buffer as step `clock()` and pulls step clock()+1 into the weights (one
+  // round trip per shard); the clock moves on. A shard that restarted (ABORTED) makes this worker
+  // register again and, when the shards resume it at this clock, push the same gradient again.
+  py::dict Step(int num_samples) {
+    RequireRegistered();
+    const absl::Time start = absl::Now();
+    const int64_t clock = clock_;
+    const PushPullStats stats = WithRejoin<PushPullStats>([this, num_samples] {
+      return client_->PushPull(clock_, versions_, num_samples, Gradient(), clock_ + 1, Weights());
+    });
+    return StepDone(clock, stats.pushed, stats.pulled, start);
+  }
+
+  // Overlap: queues part [begin, end) of the gradient of step clock() for sending now, while the
+  // caller computes the rest (the parts of one step are disjoint and cover what is to be pushed).
+  void StartPart(int64_t begin, int64_t end, int num_samples) {
+    RequireRegistered();
+    if (begin < 0 || end > n_ || begin >= end) {
+      throw StatusError{absl::InvalidArgumentError(
+          absl::StrCat("part [", begin, ", ", end, ") is not inside [0, ", n_, ")"))};
+    }
+    if (sender_ == nullptr) {
+      sender_ = std::make_unique<PartSender>([this, num_samples](KeyRange part) {
+        return client_->PushParts(clock_, versions_, num_samples, Gradient(), {part});
+      });
+    }
+    sender_->Queue(KeyRange{begin, end});
+  }
+
+  // Overlap: waits for the queued parts, then pulls step clock()+1; the clock moves on.
+  py::dict FinishParts(int num_samples) {
+    RequireRegistered();
+    const absl::Time start = absl::Now();
+    const int64_t clock = clock_;
+    if (sender_ == nullptr) {
+      throw StatusError{absl::FailedPreconditionError("no part of this step was started")};
+    }
+    absl::StatusOr<PushStats> parts = CallInterruptibly<absl::StatusOr<PushStats>>(
+        [this] { return sender_->Wait(); }, Canceller());
+    if (!parts.ok() && !absl::IsAborted(parts.status())) throw StatusError{parts.status()};
+    if (!parts.ok()) {
+      // Some parts went nowhere: after the rejoin the whole gradient goes as one push.
+      Rejoin(parts.status());
+      return Step(num_samples);
+    }
+    const PullStats pulled = WithRejoin<PullStats>(
+        [this] { return client_->Pull(clock_ + 1, /*no_wait=*/false, Weights()); });
+    return StepDone(clock, *parts, pulled, start);
+  }
+
+  std::vector<std::string> Status() {
+    const std::vector<ShardReport> reports = RunInterruptibly<std::vector<ShardReport>>(
+        [this] { return client_->Status(); }, Canceller());
+    return ReportsJson(reports, config_.servers);
+  }
+
+  // Declares the steps this rank pushed as its work and, when `wait_s` > 0, waits up to that long
+  // until no worker can add to the job, then returns the job's work account (what was trained,
+  // what skipped). Stops the heartbeats.
+  py::dict Finish(int64_t samples_per_step, double wait_s) {
+    RequireRegistered();
+    client_->SetWorkPlan(clock_, samples_per_step);
+    RunStatusInterruptibly([this] { return client_->Heartbeat(); }, Canceller());
+    const absl::Time deadline = absl::Now() + absl::Seconds(wait_s);
+    WorkAccount work;
+    for (;;) {
+      const std::vector<ShardReport> reports = RunInterruptibly<std::vector<ShardReport>>(
+          [this] { return client_->Status(); }, Canceller());
+      work = AccountWork(reports);
+      if (work.job_done || absl::Now() >= deadline) break;
+      py::gil_scoped_release unlocked;
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+    heartbeat_.reset();
+    return WorkAccountDict(work);
+  }
+
+  py::array_t<float> WeightsArray(py::object self) { return ArrayOver(weights_, self); }
+  py::array_t<float> GradientArray(py::object self) { return ArrayOver(gradient_, self); }
+  int64_t clock() const { return clock_; }
+  int64_t size() const { return n_; }
+  uint64_t fingerprint() const { return fingerprint_; }
+  int shared_memory_shards() const { return client_->shared_memory_shards(); }
+  void Cancel() { client_->Cancel(); }
+
+ private:
+  void RequireRegistered() const {
+    if (!cluster_.has_value()) {
+      throw StatusError{absl::FailedPreconditionError("register() first")};
+    }
+  }
+  std::function<void()> Canceller() {
+    return [this] { client_->Cancel(); };
+  }
+  absl::Span<float> Weights() { return absl::MakeSpan(weights_); }
+  absl::Span<float> Gradient() { return absl::MakeSpan(gradient_); }
+
+  // The shared region's buffers when the client has them, else memory of our own.
+  void TakeBuffers() {
+    const TransportBuffers t = client_->TakeTransportBuffers(0);
+    if (static_cast<int64_t>(t.weights.size()) == n_ &&
+        static_cast<int64_t>(t.gradient.size()) == n_) {
+      weights_ = t.weights;
+      gradient_ = t.gradient;
+      return;
+    }
+    own_weights_.assign(n_, 0.0f);
+    own_gradient_.assign(n_, 0.0f);
+    weights_ = absl::MakeSpan(own_weights_);
+    gradient_ = absl::MakeSpan(own_gradient_);
+  }
+
+  // A numpy array over `span` that keeps `owner` (the Python Worker) alive.
+  static py::array_t<float> ArrayOver(absl::Span<float> span, py::object owner) {
+    return py::array_t<float>({static_cast<py::ssize_t>(span.size())}, {sizeof(float)}, span.data(),
+                              owner);
+  }
+
+  py::dict PullNow() {
+    const absl::Time start = absl::Now();
+    const PullStats pulled = WithRejoin<PullStats>(
+        [this] { return client_->Pull(clock_, /*no_wait=*/false, Weights()); });
+    versions_ = pulled.versions;
+    py::dict d;
+    d["step"] = clock_;
+    d["pull_ms"] = absl::ToDoubleMilliseconds(absl::Now() - start);
+    return d;
+  }
+
+  // `call` for this clock; on ABORTED (a shard restarted, or this worker's lease ran out while it
+  // was away) registers again and calls again. The shards resume this rank at the clock they
+  // hold: normally this one, so the same gradient goes again and nothing is lost; an older one
+  // when a shard restored an older checkpoint, and then the steps in between are gone from the
+  // shards, which a warning says and the step's result counts (`rolled_back`).
+  template <typename T>
+  T WithRejoin(std::function<absl::StatusOr<T>()> call) {
+    for (;;) {
+      absl::StatusOr<T> result = CallInterruptibly<absl::StatusOr<T>>(call, Canceller());
+      if (result.ok() || !absl::IsAborted(result.status())) return ValueOrThrow(std::move(result));
+      Rejoin(result.status());
+    }
+  }
+
+  void Rejoin(const absl::Status& why) {
+    if (++rejoins_ > config_.max_rejoins) {
+      throw StatusError{absl::AbortedError(absl::StrCat(
+          "gave up after ", config_.max_rejoins, " re-registrations; last: ", why.message()))};
+    }
+    spdlog::warn("rank {} registers again: {}", config_.rank, std::string(why.message()));
+    cluster_ = RunInterruptibly<ClusterInfo>(
+        [this] {
+          return client_->Register(config_.rank, absl::Seconds(config_.register_timeout_s));
+        },
+        Canceller());
+    if (!cluster_->initialized) {
+      spdlog::warn("rank {}: a shard lost its parameters; offering this worker's copy",
+                   config_.rank);
+      RunStatusInterruptibly([this] { return client_->Init(Weights()); }, Canceller());
+    }
+    if (cluster_->resume_clock != clock_) {
+      spdlog::warn(
+          "rank {}: the shards resume it at step {}, not {}: steps {}..{} are not in "
+          "their weights",
+          config_.rank, cluster_->resume_clock, clock_, cluster_->resume_clock, clock_ - 1);
+      rolled_back_ += std::max<int64_t>(0, clock_ - cluster_->resume_clock);
+      clock_ = cluster_->resume_clock;
+    }
+    // The versions of the shards' weights at this clock, for the next push's staleness.
+    const PullStats pulled = RunInterruptibly<PullStats>(
+        [this] { return client_->Pull(clock_, /*no_wait=*/false, Weights()); }, Canceller());
+    versions_ = pulled.versions;
+  }
+
+  py::dict StepDone(int64_t clock, const PushStats& pushed, const PullStats& pulled,
+                    absl::Time start) {
+    versions_ = pulled.versions;
+    clock_ = clock + 1;
+    py::dict d = PushStatsDict(pushed);
+    d["step"] = clock;
+    d["server_wait_ms"] = absl::ToDoubleMilliseconds(pulled.server_wait);
+    d["pull_bytes"] = pulled.payload_bytes;
+    d["round_trip_ms"] = absl::ToDoubleMilliseconds(absl::Now() - start);
+    d["rejoins"] = rejoins_;
+    d["rolled_back"] = rolled_back_;
+    return d;
+  }
+
+  py::dict ClusterDict() const {
+    py::dict d;
+    d["num_shards"] = cluster_->num_shards;
+    d["num_workers"] = cluster_->num_workers;
+    d["mode"] = ConsistencyModeName(cluster_->mode);
+    d["staleness"] = cluster_->staleness;
+    d["resume_step"] = cluster_->resume_clock;
+    d["initialized"] = cluster_->initialized;
+    d["job_finished"] = cluster_->job_finished;
+    d["lease_s"] = absl::ToDoubleSeconds(cluster_->lease);
+    d["shared_memory_shards"] = client_->shared_memory_shards();
+    return d;
+  }
+
+  WorkerConfig config_;
+  int64_t n_ = 0;
+  uint64_t fingerprint_ = 0;
+  std::unique_ptr<GrpcParameterClient> client_;
+  std::optional<ClusterInfo> cluster_;
+  int64_t clock_ = 0;
+  std::vector<int64_t> versions_;
+  absl::Span<float> weights_, gradient_;
+  std::vector<float> own_weights_, own_gradient_;
+  std::unique_ptr<HeartbeatThread> heartbeat_;
+  std::unique_ptr<PartSender> sender_;
+  int rejoins_ = 0;
+  int64_t rolled_back_ = 0;  // steps of this rank the shards lost when they resumed it earlier
+};
+
+}  // namespace
+}  // namespace ps
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "The C++ side of ps_train: a worker rank's client of the parameter-server shards.";
+
+  // ps_train.errors.PsError(code, code_name, message): raised for every error of the shards or the
+  // transport, with the gRPC status code.
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const ps::StatusError& e) {
+      py::object error_class = py::module_::import("ps_train.errors").attr("PsError");
+      const int code = static_cast<int>(e.status.code());
+      py::object error = error_class(code, absl::StatusCodeToString(e.status.code()),
+                                     std::string(e.status.message()));
+      PyErr_SetObject(error_class.ptr(), error.ptr());
+    }
+  });
+
+  py::class_<ps::WorkerConfig>(m, "WorkerConfig")
+      .def(py::init<>())
+      .def_readwrite("servers", &ps::WorkerConfig::servers)
+      .def_readwrite("rank", &ps::WorkerConfig::rank)
+      .def_readwrite("num_workers", &ps::WorkerConfig::num_workers)
+      .def_readwrite("token_file", &ps::WorkerConfig::token_file)
+      .def_readwrite("tls_ca", &ps::WorkerConfig::tls_ca)
+      .def_readwrite("tls_cert", &ps::WorkerConfig::tls_cert)
+      .def_readwrite("tls_key", &ps::WorkerConfig::tls_key)
+      .def_readwrite("tls_server_name", &ps::WorkerConfig::tls_server_name)
+      .def_readwrite("allow_plaintext_token", &ps::WorkerConfig::allow_plaintext_token)
+      .def_readwrite("shared_memory", &ps::WorkerConfig::shared_memory)
+      .def_readwrite("register_timeout_s", &ps::WorkerConfig::register_timeout_s)
+      .def_readwrite("call_timeout_s", &ps::WorkerConfig::call_timeout_s)
+      .def_readwrite("pull_timeout_s", &ps::WorkerConfig::pull_timeout_s)
+      .def_readwrite("retry_s", &ps::WorkerConfig::retry_s)
+      .def_readwrite("max_rejoins", &ps::WorkerConfig::max_rejoins);
+
+  py::class_<ps::Worker>(m, "Worker")
+      .def(py::init<ps::WorkerConfig,
+                    const std::vector<std::pair<std::string, std::vector<int64_t>>>&>(),
+           py::arg("config"), py::arg("tensors"))
+      .def("register", &ps::Worker::Register)
+      .def("declare_work", &ps::Worker::DeclareWork, py::arg("steps"), py::arg("samples_per_step"))
+      .def("init_and_pull", &ps::Worker::InitAndPull)
+      .def("step", &ps::Worker::Step, py::arg("num_samples"))
+      .def("start_part", &ps::Worker::StartPart, py::arg("begin"), py::arg("end"),
+           py::arg("num_samples"))
+      .def("finish_parts", &ps::Worker::FinishParts, py::arg("num_samples"))
+      .def("status", &ps::Worker::Status)
+      .def("finish", &ps::Worker::Finish, py::arg("samples_per_step"), py::arg("wait_s"))
+      .def("cancel", &ps::Worker::Cancel)
+      .def_property_readonly(
+          "weights", [](py::object self) { return self.cast<ps::Worker&>().WeightsArray(self); })
+      .def_property_readonly(
+          "gradient", [](py::object self) { return self.cast<ps::Worker&>().GradientArray(self); })
+      .def_property_readonly("clock", &ps::Worker::clock)
+      .def_property_readonly("size", &ps::Worker::size)
+      .def_property_readonly("fingerprint", &ps::Worker::fingerprint)
+      .def_property_readonly("shared_memory_shards", &ps::Worker::shared_memory_shards);
+
+  // The shards' reports (ps_ctl status --json's lines), read as an observer: no rank, no model.
+  m.def(
+      "shard_status",
+      [](const ps::WorkerConfig& config) {
+        if (config.servers.empty()) {
+          throw ps::StatusError{absl::InvalidArgumentError("no servers")};
+        }
+        ps::GrpcClientOptions options = ps::ClientOptions(config);
+        options.shared_memory = false;
+        std::unique_ptr<ps::GrpcParameterClient> client =
+            ps::ValueOrThrow(ps::GrpcParameterClient::Create(options));
+        ps::GrpcParameterClient* raw = client.get();
+        const std::vector<ps::ShardReport> reports =
+            ps::RunInterruptibly<std::vector<ps::ShardReport>>([raw] { return raw->Status(); },
+                                                               [raw] { raw->Cancel(); });
+        return ps::ReportsJson(reports, config.servers);
+      },
+      py::arg("config"));
+}

@@ -1,0 +1,391 @@
+"""A PyTorch training loop on the parameter-server shards.
+
+    import ps_train.torch as pst
+    pst.init(servers="h:p,h:p", rank=0, num_workers=2)  # or PS_SERVERS, PS_RANK, PS_NUM_WORKERS
+    model = MyNet()
+    opt = pst.ServerOptimizer(model)   # the first worker's parameters initialise the shards
+    for x, y in batches:
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()                     # pushes the gradient, pulls the fresh weights
+    pst.finish()
+
+The optimizer, the learning rate and the consistency mode (BSP, SSP, ASP) are the shards'
+(ps_server's flags), as for the C++ workers. The model's parameters become views into one flat
+float32 buffer (the shared-memory region's, when a shard runs on this host), and so do their
+gradients: a pull lands in the parameters and a push leaves from the gradients with no copy.
+Parameters are flattened in model.parameters() order; their names and shapes make the layout
+fingerprint the shards check, so a worker with another model is refused.
+
+Every error of the shards or the transport is a ps_train.PsError with the gRPC code and the
+shard's message (docs/python.md).
+"""
+
+import json
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ps_train import _core
+from ps_train.errors import PsError
+
+__all__ = ["init", "ServerOptimizer", "StepStats", "finish", "status", "PsError"]
+
+_DATA_LOSS = 15  # grpc.StatusCode.DATA_LOSS
+
+_config = None  # the WorkerConfig of init()
+_optimizers = []  # the ServerOptimizers of this process, for finish()
+
+
+def _env_int(names, default):
+    for name in names:
+        value = os.environ.get(name)
+        if value not in (None, ""):
+            try:
+                return int(value)
+            except ValueError:
+                raise ValueError(f"environment variable {name}='{value}' is not an integer") from None
+    return default
+
+
+def _env_bool(name, default):
+    value = os.environ.get(name)
+    if value in (None, ""):
+        return default
+    if value.lower() in ("1", "true", "yes"):
+        return True
+    if value.lower() in ("0", "false", "no"):
+        return False
+    raise ValueError(f"environment variable {name}='{value}' is not a boolean")
+
+
+def _exit_on_sigterm(signo, _frame):
+    # SystemExit unwinds the training loop (its finally blocks run); a call waiting on the shards
+    # is cancelled first (ps_train._core checks for signals while it waits).
+    raise SystemExit(128 + signo)
+
+
+def init(servers=None, rank=None, num_workers=None, *, token_file=None, tls_ca=None,
+         tls_cert=None, tls_key=None, tls_server_name=None, allow_plaintext_token=None,
+         shared_memory=None, register_timeout_s=120.0, call_timeout_s=30.0,
+         pull_timeout_s=600.0, retry_s=None, max_rejoins=10):
+    """Says where the shards are and which worker this process is.
+
+    Each argument left out comes from the environment, as the C++ workers read it:
+    servers from PS_SERVERS ("host:port,host:port", shard 0 first); rank from PS_RANK or
+    JOB_COMPLETION_INDEX (a Kubernetes indexed Job); num_workers from PS_NUM_WORKERS (0: take
+    the shards' word); the TLS files and the token from PS_TLS_CA, PS_TLS_CERT, PS_TLS_KEY,
+    PS_TLS_SERVER_NAME, PS_TOKEN_FILE and PS_ALLOW_PLAINTEXT_TOKEN; shared memory with shards on
+    this host from PS_SHARED_MEMORY (default on). retry_s (PS_RETRY_S, default 60) is how long
+    an unreachable shard is retried before the call fails with UNAVAILABLE (0: forever).
+
+    Also turns SIGTERM into SystemExit when the process has no handler of its own, so an
+    orchestrator's stop ends the loop cleanly.
+    """
+    global _config
+    servers = servers if servers is not None else os.environ.get("PS_SERVERS", "")
+    if isinstance(servers, str):
+        servers = [s.strip() for s in servers.split(",") if s.strip()]
+    if not servers:
+        raise ValueError('ps_train: no servers: pass servers="host:port,..." or set PS_SERVERS')
+    num_workers = num_workers if num_workers is not None else _env_int(["PS_NUM_WORKERS"], 0)
+    if rank is None:
+        rank = _env_int(["PS_RANK", "JOB_COMPLETION_INDEX"], -1)
+        if rank < 0:
+            if num_workers > 1:
+                raise ValueError("ps_train: no rank: pass rank=... or set PS_RANK "
+                                 "(or JOB_COMPLETION_INDEX)")
+            rank = 0
+    if rank < 0 or (num_workers > 0 and rank >= num_workers):
+        raise ValueError(f"ps_train: rank {rank} is not in [0, num_workers {num_workers})")
+    c = _core.WorkerConfig()
+    c.servers = servers
+    c.rank = rank
+    c.num_workers = num_workers
+    c.token_file = token_file if token_file is not None else os.environ.get("PS_TOKEN_FILE", "")
+    c.tls_ca = tls_ca if tls_ca is not None else os.environ.get("PS_TLS_CA", "")
+    c.tls_cert = tls_cert if tls_cert is not None else os.environ.get("PS_TLS_CERT", "")
+    c.tls_key = tls_key if tls_key is not None else os.environ.get("PS_TLS_KEY", "")
+    c.tls_server_name = (tls_server_name if tls_server_name is not None
+                         else os.environ.get("PS_TLS_SERVER_NAME", ""))
+    c.allow_plaintext_token = (allow_plaintext_token if allow_plaintext_token is not None
+                               else _env_bool("PS_ALLOW_PLAINTEXT_TOKEN", False))
+    c.shared_memory = (shared_memory if shared_memory is not None
+                       else _env_bool("PS_SHARED_MEMORY", True))
+    c.register_timeout_s = register_timeout_s
+    c.call_timeout_s = call_timeout_s
+    c.pull_timeout_s = pull_timeout_s
+    c.retry_s = retry_s if retry_s is not None else float(_env_int(["PS_RETRY_S"], 60))
+    c.max_rejoins = max_rejoins
+    _config = c
+    if (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL):
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    return {"servers": list(c.servers), "rank": c.rank, "num_workers": c.num_workers}
+
+
+def _require_config():
+    if _config is None:
+        init()  # everything from the environment
+    return _config
+
+
+@dataclass
+class StepStats:
+    """What one opt.step() did. pushed is False for the micro-batches of an accumulation window
+    before its last (nothing travelled); the rest is then zero."""
+    pushed: bool
+    step: int = 0  # the clock of the pushed gradient
+    staleness: int = 0  # the largest over the shards that applied it now (SSP, ASP)
+    applied: int = 0  # shards that applied it now
+    buffered: int = 0  # shards that hold it for the BSP round
+    duplicates: int = 0
+    dropped: int = 0  # shards whose drop rule refused it as too stale
+    late: int = 0  # BSP rounds applied without it (backup workers)
+    push_bytes: int = 0
+    pull_bytes: int = 0
+    server_wait_ms: float = 0.0  # the longest a shard held the pull for consistency
+    round_trip_ms: float = 0.0  # the push and the pull, as this worker waited for them
+    compute_ms: float = 0.0  # since the previous step() returned: the caller's own work
+    rejoins: int = 0  # re-registrations so far (a shard restarted)
+    rolled_back: int = 0  # steps the shards lost on a restart (restored an older checkpoint)
+
+
+class ServerOptimizer:
+    """The shards as the model's optimizer.
+
+    model: a torch.nn.Module (its named_parameters() give the names) or an iterable of tensors.
+    accumulate=K: step() pushes every K-th call, the mean of the K micro-batches' gradients
+      (zero_grad() clears them only at the start of a window), so the shards see a batch K times
+      larger.
+    overlap=True: each part of the gradient (parameters merged, last layer first, to at least
+      min_part_bytes) leaves as soon as backward has produced it, while backward goes on; step()
+      waits for the rest and pulls. Needs one backward per micro-batch.
+    batch_size: samples per micro-batch, for the shards' statistics and work account.
+    steps: the pushes this worker will make, when known: the shards' cosine schedule ends with
+      them, and the work account counts against them from the start (else it is declared at
+      finish()).
+    """
+
+    def __init__(self, model, accumulate=1, overlap=False, batch_size=0, steps=0,
+                 min_part_bytes=256 << 10):
+        config = _require_config()
+        if accumulate < 1:
+            raise ValueError(f"accumulate must be >= 1, not {accumulate}")
+        if isinstance(model, torch.nn.Module):
+            named = list(model.named_parameters())
+        else:
+            named = [(f"param.{i}", p) for i, p in enumerate(model)]
+        if not named:
+            raise ValueError("the model has no parameters")
+        for name, p in named:
+            if p.dtype != torch.float32 or p.device.type != "cpu":
+                raise TypeError(f"parameter {name} is {p.dtype} on {p.device}: the shards hold "
+                                "float32 parameters of a CPU model")
+        self.accumulate = accumulate
+        self.overlap = overlap
+        self.batch_size = batch_size
+        self._params = [p for _, p in named]
+        self._shapes = [tuple(p.shape) for p in self._params]
+        self._worker = _core.Worker(
+            config, [(name, list(p.shape) or [1]) for name, p in named])
+        self.cluster = self._worker.register()
+        if steps > 0:
+            self._worker.declare_work(steps, batch_size * accumulate)
+        self._flat_weights = torch.from_numpy(self._worker.weights)
+        self._flat_grads = torch.from_numpy(self._worker.gradient)
+        self._ranges = []
+        offset = 0
+        for p in self._params:
+            self._ranges.append((offset, offset + p.numel()))
+            offset += p.numel()
+        with torch.no_grad():
+            for p, (b, e) in zip(self._params, self._ranges):
+                self._flat_weights[b:e].copy_(p.reshape(-1))
+        self._worker.init_and_pull()
+        self._flat_grads.zero_()
+        self._bind()
+        self.param_groups = [{"params": self._params}]
+        self._micro = 0  # micro-batches of the current accumulation window pushed into the grads
+        self._last_return = time.perf_counter()
+        self._parts = []
+        if overlap:
+            self._install_hooks(min_part_bytes)
+        _optimizers.append(self)
+
+    # -- the parameters as views of the flat buffers ------------------------------------------
+
+    def _bind(self):
+        """Makes every parameter and its gradient a view of the flat buffers again (they may
+        have been replaced: zero_grad(set_to_none=True), a user's assignment)."""
+        for p, (b, e), shape in zip(self._params, self._ranges, self._shapes):
+            w = self._flat_weights[b:e].view(shape)
+            if p.data_ptr() != w.data_ptr():
+                p.data = w
+            g = self._flat_grads[b:e].view(shape)
+            if p.grad is None or p.grad.data_ptr() != g.data_ptr():
+                p.grad = g
+
+    def _gather(self, indices=None):
+        """Brings gradients that live elsewhere into the flat buffer; a parameter without a
+        gradient contributes zeros."""
+        for i in (range(len(self._params)) if indices is None else indices):
+            p, (b, e) = self._params[i], self._ranges[i]
+            g = p.grad
+            if g is None:
+                self._flat_grads[b:e].zero_()
+            elif g.data_ptr() != self._flat_grads[b:e].data_ptr():
+                self._flat_grads[b:e].copy_(g.reshape(-1))
+
+    # -- overlap: parts leave as backward produces them ---------------------------------------
+
+    def _install_hooks(self, min_part_bytes):
+        # Parts in backward order (last parameters first), each a contiguous range of whole
+        # parameters of at least min_part_bytes (the last part may be smaller).
+        min_elements = max(1, min_part_bytes // 4)
+        part, parts = [], []
+        for i in reversed(range(len(self._params))):
+            part.append(i)
+            if sum(self._params[j].numel() for j in part) >= min_elements:
+                parts.append(part)
+                part = []
+        if part:
+            parts.append(part)
+        self._parts = [{"params": sorted(p), "ready": 0, "sent": False} for p in parts]
+        self._part_of = {}
+        for k, part in enumerate(self._parts):
+            for i in part["params"]:
+                self._part_of[i] = k
+        # The hook sits on each parameter's gradient accumulator, so it runs once the gradient
+        # is in p.grad (tensor hooks run before); the accumulators are kept alive here.
+        self._accumulators = []
+        self._hook_error = None
+        for i, p in enumerate(self._params):
+            if not p.requires_grad:
+                continue
+            accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
+            accumulator.register_hook(self._make_hook(i))
+            self._accumulators.append(accumulator)
+
+    def _make_hook(self, i):
+        def hook(*_):
+            if self._micro != self.accumulate - 1:
+                return  # not the window's last micro-batch: the gradient stays to accumulate
+            part = self._parts[self._part_of[i]]
+            if part["sent"]:
+                self._hook_error = ("a gradient arrived after its part was pushed: overlap=True "
+                                    "needs one backward per micro-batch")
+                return
+            part["ready"] += 1
+            if part["ready"] == len(part["params"]):
+                self._send_part(part)
+        return hook
+
+    def _send_part(self, part):
+        self._gather(part["params"])
+        b = self._ranges[part["params"][0]][0]
+        e = self._ranges[part["params"][-1]][1]
+        if self.accumulate > 1:
+            self._flat_grads[b:e].mul_(1.0 / self.accumulate)
+        part["sent"] = True
+        self._worker.start_part(b, e, self.batch_size * self.accumulate)
+
+    # -- the optimizer's interface ------------------------------------------------------------
+
+    def zero_grad(self, set_to_none=False):
+        """Clears the gradients at the start of an accumulation window (else keeps them to add
+        to). They stay views of the flat buffer whatever set_to_none says."""
+        del set_to_none  # the flat buffer is the gradient's home
+        if self._micro == 0:
+            self._flat_grads.zero_()
+            self._bind()
+
+    def step(self, closure=None):
+        """Pushes the gradient (every accumulate-th call) and pulls the fresh weights into the
+        parameters, waiting as the consistency mode says. Returns a StepStats."""
+        if closure is not None:
+            with torch.enable_grad():
+                closure()
+        start = time.perf_counter()
+        compute_ms = 1000.0 * (start - self._last_return)
+        self._micro += 1
+        if self._micro < self.accumulate:
+            self._last_return = time.perf_counter()
+            return StepStats(pushed=False, compute_ms=compute_ms)
+        self._micro = 0
+        samples = self.batch_size * self.accumulate
+        if self.overlap:
+            if self._hook_error is not None:
+                error, self._hook_error = self._hook_error, None
+                raise RuntimeError(error)
+            for part in self._parts:
+                if not part["sent"]:
+                    self._send_part(part)
+            result = self._worker.finish_parts(samples)
+            for part in self._parts:
+                part["ready"], part["sent"] = 0, False
+        else:
+            self._gather()
+            if self.accumulate > 1:
+                self._flat_grads.mul_(1.0 / self.accumulate)
+            result = self._worker.step(samples)
+        self._bind()
+        self._last_return = time.perf_counter()
+        return StepStats(pushed=True, compute_ms=compute_ms, **result)
+
+    def state_dict(self):
+        return {"step": self._worker.clock}
+
+    @property
+    def clock(self):
+        """The next step this worker pushes (the shards' clock for it)."""
+        return self._worker.clock
+
+    @property
+    def shared_memory_shards(self):
+        """Shards whose payloads move through shared memory with this worker."""
+        return self._worker.shared_memory_shards
+
+    def _finish(self, wait_s):
+        return self._worker.finish(self.batch_size * self.accumulate, wait_s)
+
+
+def status():
+    """The shards' reports, one dict per shard, as `ps_ctl status --json` prints them."""
+    return [json.loads(line) for line in _core.shard_status(_require_config())]
+
+
+def finish(wait_s=None, require_all_work=None):
+    """Ends this worker: declares the steps it pushed as its work and stops its heartbeats.
+
+    Rank 0 then waits (up to wait_s, default the pull timeout) until no worker can add to the
+    job and returns the job's work account: gradients expected and applied, and per worker the
+    steps and samples skipped. When work was skipped and all of it was required
+    (require_all_work; default PS_REQUIRE_ALL_WORK, else true under BSP), it raises PsError
+    DATA_LOSS saying what was skipped, so the job exits non-zero. Other ranks return their own
+    part of the account without waiting.
+    """
+    config = _require_config()
+    if not _optimizers:
+        raise RuntimeError("ps_train.finish: no ServerOptimizer was made in this process")
+    if wait_s is None:
+        wait_s = config.pull_timeout_s if config.rank == 0 else 0.0
+    work = None
+    while _optimizers:
+        opt = _optimizers.pop()
+        work = opt._finish(wait_s)
+        mode = opt.cluster["mode"]
+    if require_all_work is None:
+        require_all_work = _env_bool("PS_REQUIRE_ALL_WORK", mode == "bsp")
+    skipped = [w for w in work["workers"] if w["steps_skipped"] > 0]
+    if config.rank == 0 and require_all_work and skipped:
+        said = "; ".join(f"worker {w['rank']} ({w['state']}): {w['steps_skipped']} steps, "
+                         f"{w['samples_skipped']} samples" for w in skipped)
+        raise PsError(_DATA_LOSS, "DATA_LOSS",
+                      f"{work['gradients_applied']} of {work['gradients_expected']} gradients "
+                      f"applied and all work was required; skipped: {said}")
+    return work
