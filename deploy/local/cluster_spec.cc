@@ -2,10 +2,12 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -76,6 +78,7 @@ absl::Status MakeRunDir(ClusterSpec* spec) {
   }
   spec->bin_dir = absl::GetFlag(FLAGS_bin_dir).empty() ? SelfDir() : absl::GetFlag(FLAGS_bin_dir);
   for (const char* binary : {"ps_server", "ps_worker"}) {
+    if (!spec->python_script.empty() && std::string(binary) == "ps_worker") continue;
     const std::string path = absl::StrCat(spec->bin_dir, "/", binary);
     if (access(path.c_str(), X_OK) != 0) {
       return absl::InvalidArgumentError(
@@ -109,14 +112,43 @@ std::vector<std::string> MetricsArgs(const ClusterSpec& spec, const std::string&
           absl::StrCat("--metrics_port_file=", spec.RunFile(name + ".metrics_port"))};
 }
 
+// --python SCRIPT [ARGS]: the script, its arguments, and the package it imports. Stragglers and
+// pauses are injected by ps_worker, so a Python worker cannot take them.
+absl::Status ReadPythonWorker(const std::vector<std::string>& args, ClusterSpec* spec) {
+  if (spec->python_script.empty()) {
+    if (!args.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unexpected argument '", args[0], "' (only --python takes arguments: its script's)"));
+    }
+    return absl::OkStatus();
+  }
+  if (!absl::GetFlag(FLAGS_straggler).empty() || !absl::GetFlag(FLAGS_pause_worker).empty()) {
+    return absl::InvalidArgumentError(
+        "--straggler and --pause_worker slow ps_worker down; a --python worker is the script's");
+  }
+  if (access(spec->python_script.c_str(), R_OK) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--python ", spec->python_script, ": no such readable file"));
+  }
+  spec->python_args = args;
+  spec->python_path = std::filesystem::path(spec->bin_dir).parent_path().string() + "/python";
+  if (access((spec->python_path + "/ps_train/__init__.py").c_str(), R_OK) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--python: the ps_train package is not built in ", spec->python_path,
+                     " (scripts/setup.sh installs pybind11-dev and python3-dev and builds it)"));
+  }
+  return absl::OkStatus();
+}
+
 void Append(std::vector<std::string>* to, const std::vector<std::string>& more) {
   to->insert(to->end(), more.begin(), more.end());
 }
 
 }  // namespace
 
-absl::StatusOr<ClusterSpec> ClusterSpecFromFlags() {
+absl::StatusOr<ClusterSpec> ClusterSpecFromFlags(const std::vector<std::string>& args) {
   ClusterSpec spec;
+  spec.python_script = absl::GetFlag(FLAGS_python);
   spec.shards = absl::GetFlag(FLAGS_shards);
   spec.workers = absl::GetFlag(FLAGS_workers);
   if (spec.shards < 1 || spec.workers < 1) {
@@ -128,6 +160,7 @@ absl::StatusOr<ClusterSpec> ClusterSpecFromFlags() {
   }
   RETURN_IF_ERROR(ParseWorkerFaults(&spec));
   RETURN_IF_ERROR(MakeRunDir(&spec));
+  RETURN_IF_ERROR(ReadPythonWorker(args, &spec));
   spec.record_updates = absl::GetFlag(FLAGS_replayable);
   ASSIGN_OR_RETURN(spec.workload, WorkloadFromFlags());
   // Samples behind one update of a shard: the whole global batch under BSP, one worker's push
@@ -190,8 +223,40 @@ std::vector<std::string> WorkerProcessArgs(const ClusterSpec& spec, const std::s
 
 }  // namespace
 
+namespace {
+
+// A Python worker: the interpreter under env(1), which sets what ps_train.torch reads.
+std::vector<std::string> PythonWorkerCommand(const ClusterSpec& spec, int rank,
+                                             const std::string& servers) {
+  const char* inherited = std::getenv("PYTHONPATH");
+  std::vector<std::string> args = {
+      "/usr/bin/env",
+      absl::StrCat("PS_SERVERS=", servers),
+      absl::StrCat("PS_RANK=", rank),
+      absl::StrCat("PS_NUM_WORKERS=", spec.workers),
+      absl::StrCat("PS_SHARED_MEMORY=", absl::GetFlag(FLAGS_shared_memory) ? "true" : "false"),
+      absl::StrCat("PS_REQUIRE_ALL_WORK=", spec.require_all_work ? "true" : "false"),
+      absl::StrCat("PYTHONPATH=", spec.python_path,
+                   inherited != nullptr && *inherited != 0 ? absl::StrCat(":", inherited) : "")};
+  // The client's security flags as the variables of the same names (--tls_ca=F: PS_TLS_CA=F).
+  for (const std::string& flag : SecurityArgs(/*is_server=*/false)) {
+    const std::vector<std::string> name_value =
+        absl::StrSplit(flag.substr(2), absl::MaxSplits('=', 1));
+    args.push_back(absl::StrCat("PS_", absl::AsciiStrToUpper(name_value[0]), "=",
+                                name_value.size() > 1 ? name_value[1] : "true"));
+  }
+  args.push_back(absl::GetFlag(FLAGS_python_bin));
+  args.push_back("-u");  // unbuffered: the launcher streams the worker's lines as they come
+  args.push_back(spec.python_script);
+  Append(&args, spec.python_args);
+  return args;
+}
+
+}  // namespace
+
 std::vector<std::string> WorkerCommand(const ClusterSpec& spec, int rank,
                                        const std::string& servers) {
+  if (!spec.python_script.empty()) return PythonWorkerCommand(spec, rank, servers);
   std::vector<std::string> args = {
       spec.bin_dir + "/ps_worker",
       absl::StrCat("--rank=", rank),

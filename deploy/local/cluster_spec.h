@@ -30,6 +30,10 @@ struct ClusterSpec {
   std::string run_dir;             // --metrics_dir, or runs/<time>; created
   std::string bin_dir;             // where ps_server and ps_worker are
   bool record_updates = false;     // shards record their update order (--replayable)
+  // --python: each worker runs this script with these arguments instead of ps_worker.
+  std::string python_script;
+  std::vector<std::string> python_args;
+  std::string python_path;  // the folder holding the ps_train package (beside bin_dir)
   // Flags passed on by name: to every shard, to every worker, and both.
   std::vector<std::string> shard_flags, worker_flags, optimizer_flags, workload_flags;
 
@@ -37,12 +41,15 @@ struct ClusterSpec {
 };
 
 // The launcher's flags, checked: INVALID_ARGUMENT naming the flag (the launcher exits 2).
-absl::StatusOr<ClusterSpec> ClusterSpecFromFlags();
+// `args`: the positional arguments, which only --python takes (the script's).
+absl::StatusOr<ClusterSpec> ClusterSpecFromFlags(const std::vector<std::string>& args = {});
 
 // Shard `shard`'s command line; it writes its port to `port_file`.
 std::vector<std::string> ShardCommand(const ClusterSpec& spec, int shard,
                                       const std::string& port_file);
-// Worker `rank`'s command line, given the shards' addresses ("h:p,h:p").
+// Worker `rank`'s command line, given the shards' addresses ("h:p,h:p"): ps_worker, or with
+// --python the script under the interpreter, its settings in PS_* environment variables (the
+// names ps_train and the binaries read).
 std::vector<std::string> WorkerCommand(const ClusterSpec& spec, int rank,
                                        const std::string& servers);
 // The final evaluation's (ps_worker --evaluate) command line; it writes `summary_out`.

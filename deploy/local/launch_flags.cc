@@ -27,3 +27,11 @@ ABSL_FLAG(std::string, tls_dir, "",
 ABSL_FLAG(bool, serve_metrics, false,
           "Every shard and worker serves Prometheus metrics on a free port, written to "
           "<metrics_dir>/<name>.metrics_port.");
+ABSL_FLAG(std::string, python, "",
+          "Run this Python script as each worker instead of ps_worker (ps_launch --python "
+          "SCRIPT [-- ARGS]): the shards start as usual, and each worker runs SCRIPT with "
+          "PS_SERVERS, PS_RANK, PS_NUM_WORKERS and the security settings in its environment and "
+          "build/python on its PYTHONPATH, for `import ps_train.torch` (docs/python.md). The "
+          "script evaluates its own model; the job fails when a worker does.");
+ABSL_FLAG(std::string, python_bin, "/usr/bin/python3",
+          "--python: the interpreter (Debian's python3 is the one that sees python3-torch).");

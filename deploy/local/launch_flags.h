@@ -21,5 +21,7 @@ ABSL_DECLARE_FLAG(bool, save_weights);
 ABSL_DECLARE_FLAG(std::string, checkpoint_root);
 ABSL_DECLARE_FLAG(std::string, tls_dir);
 ABSL_DECLARE_FLAG(bool, serve_metrics);
+ABSL_DECLARE_FLAG(std::string, python);
+ABSL_DECLARE_FLAG(std::string, python_bin);
 
 #endif  // PS_DEPLOY_LOCAL_LAUNCH_FLAGS_H_

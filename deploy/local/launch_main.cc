@@ -4,7 +4,9 @@
 // <metrics_dir>/summary.json. Exit code 0 only on success: not when work the job had to do was
 // skipped (--require_all_work; the summary says what). On SIGINT, SIGTERM or any child's failure
 // it stops every child. The binaries' flags (the shards', the workers', the workload's, the
-// optimizer's) are defined once, by them, and passed on by name (cluster_spec.h).
+// optimizer's) are defined once, by them, and passed on by name (cluster_spec.h). With
+// --python SCRIPT [-- ARGS] each worker is that script (ps_train.torch, docs/python.md) and the
+// run ends when the scripts have.
 
 #include <cstdio>
 #include <filesystem>
@@ -111,14 +113,38 @@ int StopShards(Supervisor& supervisor, const std::vector<Supervisor::Member>& sh
   return 0;
 }
 
+// A --python run ends when its workers have: each script evaluated its own model, and rank 0's
+// ps_train.torch.finish() failed the job if work it had to do was skipped.
+int FinishPythonRun(const ps::ClusterSpec& spec, const ps::RunOutcome& outcome,
+                    Supervisor& supervisor, const std::vector<Supervisor::Member>& shards) {
+  nlohmann::json summary = {{"python", spec.python_script},
+                            {"shards", spec.shards},
+                            {"workers", spec.workers},
+                            {"wall_s", absl::ToDoubleSeconds(outcome.train_wall)},
+                            {"worker_restarts", outcome.worker_restarts},
+                            {"shard_restarts", outcome.shard_restarts}};
+  const std::string summary_path = spec.RunFile("summary.json");
+  std::ofstream out(summary_path);
+  out << summary.dump() << "\n";
+  out.close();
+  if (!out) return Stop(supervisor, absl::DataLossError("cannot write " + summary_path));
+  if (StopShards(supervisor, shards) != 0) return 1;
+  std::printf("done: %d Python workers in %.1fs; summary in %s\n", spec.workers,
+              absl::ToDoubleSeconds(outcome.train_wall), summary_path.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  ps::ParseFlags(argc, argv,
-                 "Runs a local parameter-server cluster on loopback and trains on Fashion-MNIST.\n"
-                 "  ps_launch --shards 2 --workers 2 --mode bsp --model mlp --epochs 5\n"
-                 "  ps_launch --workers 3 --mode ssp --staleness 2 --straggler 1:3");
-  const absl::StatusOr<ps::ClusterSpec> spec = ps::ClusterSpecFromFlags();
+  const std::vector<std::string> args = ps::ParseCommandLine(
+      argc, argv,
+      "Runs a local parameter-server cluster on loopback and trains on Fashion-MNIST.\n"
+      "  ps_launch --shards 2 --workers 2 --mode bsp --model mlp --epochs 5\n"
+      "  ps_launch --workers 3 --mode ssp --staleness 2 --straggler 1:3\n"
+      "  ps_launch --workers 2 --optimizer sgd --lr 0.05 --python examples/train_mlp.py -- "
+      "--epochs 2");
+  const absl::StatusOr<ps::ClusterSpec> spec = ps::ClusterSpecFromFlags(args);
   if (!spec.ok()) {
     std::fprintf(stderr, "ps_launch: %s\n", std::string(spec.status().message()).c_str());
     return 2;
@@ -142,6 +168,7 @@ int main(int argc, char** argv) {
     return Stop(supervisor, s);
   }
   const ps::RunOutcome outcome{absl::Now() - train_start, Restarts(workers), Restarts(shards)};
+  if (!spec->python_script.empty()) return FinishPythonRun(*spec, outcome, supervisor, shards);
 
   // The final weights, measured once every worker has finished. Exit code 3: the result is in
   // eval.json, but work the job had to do was skipped; the summary is written all the same, and

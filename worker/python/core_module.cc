@@ -369,8 +369,8 @@ class Worker {
   }
 
   // Declares the steps this rank pushed as its work and, when `wait_s` > 0, waits up to that long
-  // until no worker can add to the job, then returns the job's work account (what was trained,
-  // what skipped). Stops the heartbeats.
+  // until no worker can add to the job, pulls the shards' final weights into the weights buffer,
+  // and returns the job's work account (what was trained, what skipped). Stops the heartbeats.
   py::dict Finish(int64_t samples_per_step, double wait_s) {
     RequireRegistered();
     client_->SetWorkPlan(clock_, samples_per_step);
@@ -384,6 +384,11 @@ class Worker {
       if (work.job_done || absl::Now() >= deadline) break;
       py::gil_scoped_release unlocked;
       absl::SleepFor(absl::Milliseconds(200));
+    }
+    if (wait_s > 0 && work.job_done) {
+      // The job's final weights into the parameters, for the caller's evaluation.
+      RunInterruptibly<PullStats>(
+          [this] { return client_->Pull(clock_, /*no_wait=*/true, Weights()); }, Canceller());
     }
     heartbeat_.reset();
     return WorkAccountDict(work);

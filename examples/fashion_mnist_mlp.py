@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Trains a PyTorch MLP on Fashion-MNIST through the parameter-server shards.
+
+Each worker runs this script (ps_launch --python does it for every rank):
+
+    ps_launch --workers 3 --mode ssp --staleness 2 --optimizer adam --lr 0.001 \\
+        --python examples/fashion_mnist_mlp.py -- --epochs 5
+
+The shards hold the weights and apply the updates with their optimizer; this script only
+computes gradients. Worker r trains on every W-th sample of each epoch's shuffled order, starting
+at r, so the W workers together see each sample once per epoch. Rank 0 measures the final
+weights on the test set and prints `test_accuracy A` (and writes --result as JSON).
+"""
+
+import argparse
+import gzip
+import json
+import os
+import time
+
+import numpy as np
+import torch
+
+import ps_train.torch as pst
+
+
+def read_idx(path):
+    """An IDX file (gzipped or not) as a numpy array of its shape."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    if data[0] != 0 or data[1] != 0 or data[2] != 8:
+        raise ValueError(f"{path}: not an IDX file of unsigned bytes")
+    dims = data[3]
+    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+def load(folder, split, limit):
+    prefix = "train" if split == "train" else "t10k"
+    names = [f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte"]
+    paths = []
+    for name in names:
+        for candidate in (os.path.join(folder, name + ".gz"), os.path.join(folder, name)):
+            if os.path.exists(candidate):
+                paths.append(candidate)
+                break
+        else:
+            raise SystemExit(f"fashion_mnist_mlp: {name}[.gz] not in {folder} "
+                             "(Debian's dataset-fashion-mnist installs it)")
+    images = torch.from_numpy(read_idx(paths[0]).reshape(-1, 784).astype(np.float32) / 255.0)
+    labels = torch.from_numpy(read_idx(paths[1]).astype(np.int64))
+    if limit > 0:
+        images, labels = images[:limit], labels[:limit]
+    return images, labels
+
+
+def mlp(hidden):
+    layers, width = [], 784
+    for h in hidden:
+        layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
+        width = h
+    layers.append(torch.nn.Linear(width, 10))
+    return torch.nn.Sequential(*layers)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--accumulate", type=int, default=1)
+    parser.add_argument("--hidden", default="256,128")
+    parser.add_argument("--overlap", action="store_true")
+    parser.add_argument("--train_limit", type=int, default=0)
+    parser.add_argument("--test_limit", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--result", default="", help="rank 0 writes its result here as JSON")
+    args = parser.parse_args()
+
+    torch.set_num_threads(1)  # one core per worker process
+    info = pst.init()  # PS_SERVERS, PS_RANK, PS_NUM_WORKERS from ps_launch
+    rank, workers = info["rank"], max(1, info["num_workers"])
+    train_x, train_y = load(args.data, "train", args.train_limit)
+    torch.manual_seed(args.seed)  # every rank starts alike; the first to reach the shards wins
+    model = mlp([int(h) for h in args.hidden.split(",") if h])
+    per_step = args.batch_size * args.accumulate
+    steps_per_epoch = len(train_x) // (workers * per_step)
+    opt = pst.ServerOptimizer(model, accumulate=args.accumulate, overlap=args.overlap,
+                              batch_size=args.batch_size, steps=steps_per_epoch * args.epochs)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    start = time.time()
+    max_staleness = 0
+    for epoch in range(args.epochs):
+        order = torch.randperm(len(train_x), generator=torch.Generator().manual_seed(
+            args.seed * 1000 + epoch))
+        mine = order[rank::workers][:steps_per_epoch * per_step]
+        loss_sum = 0.0
+        for i in range(0, len(mine), args.batch_size):
+            batch = mine[i:i + args.batch_size]
+            opt.zero_grad()
+            loss = loss_fn(model(train_x[batch]), train_y[batch])
+            loss.backward()
+            stats = opt.step()
+            max_staleness = max(max_staleness, stats.staleness)
+            loss_sum += loss.item()
+        print(f"rank {rank} epoch {epoch + 1} train_loss "
+              f"{loss_sum / max(1, len(mine) // args.batch_size):.4f} "
+              f"elapsed {time.time() - start:.1f}s", flush=True)
+    work = pst.finish()  # rank 0: waits for the others; its parameters hold the final weights
+    if rank != 0:
+        return
+    test_x, test_y = load(args.data, "test", args.test_limit)
+    with torch.no_grad():
+        accuracy = (model(test_x).argmax(1) == test_y).float().mean().item()
+    print(f"test_accuracy {accuracy:.4f}  max_staleness {max_staleness}  "
+          f"gradients {work['gradients_applied']}/{work['gradients_expected']}", flush=True)
+    if args.result:
+        with open(args.result, "w", encoding="utf-8") as f:
+            json.dump({"test_accuracy": accuracy, "max_staleness": max_staleness,
+                       "work": work, "status": pst.status()}, f)
+
+
+if __name__ == "__main__":
+    main()
