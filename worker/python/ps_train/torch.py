@@ -26,6 +26,7 @@ import os
 import signal
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -38,7 +39,9 @@ __all__ = ["init", "ServerOptimizer", "StepStats", "finish", "status", "PsError"
 _DATA_LOSS = 15  # grpc.StatusCode.DATA_LOSS
 
 _config = None  # the WorkerConfig of init()
-_optimizers = []  # the ServerOptimizers of this process, for finish()
+# The live ServerOptimizers of this process, for finish(); one that is dropped unregisters
+# nothing, its heartbeats stop, and its lease runs out on the shards.
+_optimizers = weakref.WeakSet()
 
 
 def _env_int(names, default):
@@ -215,7 +218,7 @@ class ServerOptimizer:
         self._parts = []
         if overlap:
             self._install_hooks(min_part_bytes)
-        _optimizers.append(self)
+        _optimizers.add(self)
 
     # -- the parameters as views of the flat buffers ------------------------------------------
 

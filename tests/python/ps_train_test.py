@@ -1,0 +1,282 @@
+"""Tests of the Python package ps_train against real ps_server processes on loopback.
+
+Run by ctest (python_package_test) with PYTHONPATH=build/python and PS_BIN_DIR=build/bin:
+    PYTHONPATH=build/python:tests/python PS_BIN_DIR=build/bin python3 -m unittest ps_train_test
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import numpy as np
+import torch
+
+import ps_train.torch as pst
+from ps_train import PsError
+from ps_train_testdata import make_data, make_model
+
+BIN_DIR = os.environ.get("PS_BIN_DIR", "build/bin")
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# gRPC status codes, as PsError.code carries them.
+INVALID_ARGUMENT, FAILED_PRECONDITION, UNAVAILABLE, UNAUTHENTICATED = 3, 9, 14, 16
+
+
+class Shards:
+    """ps_server processes on loopback, stopped (SIGTERM, then SIGKILL) on exit."""
+
+    def __init__(self, count, workers, flags=(), tmp=None):
+        self.count, self.workers, self.flags = count, workers, list(flags)
+        self.tmp = tmp or tempfile.mkdtemp(prefix="ps_train_test.")
+        self.procs, self.addresses = [], []
+
+    def __enter__(self):
+        for s in range(self.count):
+            port_file = os.path.join(self.tmp, f"ps-{s}.port")
+            with open(os.path.join(self.tmp, f"ps-{s}.log"), "wb") as log:
+                self.procs.append(subprocess.Popen(
+                    [os.path.join(BIN_DIR, "ps_server"), f"--shard_id={s}",
+                     f"--num_shards={self.count}", f"--num_workers={self.workers}", "--port=0",
+                     f"--port_file={port_file}", "--shared_memory", "--log_level=warn"]
+                    + self.flags, stdout=log, stderr=subprocess.STDOUT))
+            deadline = time.time() + 30
+            while not os.path.exists(port_file):
+                if time.time() > deadline or self.procs[-1].poll() is not None:
+                    raise RuntimeError(f"ps-{s} did not start: {self.log(s)}")
+                time.sleep(0.02)
+            with open(port_file, encoding="utf-8") as f:
+                self.addresses.append(f"127.0.0.1:{f.read().strip()}")
+        return self
+
+    def log(self, s):
+        with open(os.path.join(self.tmp, f"ps-{s}.log"), encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    @property
+    def servers(self):
+        return ",".join(self.addresses)
+
+    def kill(self, s):
+        self.procs[s].kill()
+        self.procs[s].wait()
+
+    def __exit__(self, *exc):
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def run_workers(servers, workers, steps, batch, tmp, extra=(), sleep_of=None):
+    """Runs sgd_worker.py for every rank at once; returns each rank's final parameters."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE] + sys.path))
+    procs = []
+    for r in range(workers):
+        cmd = [sys.executable, os.path.join(HERE, "sgd_worker.py"), "--servers", servers,
+               "--rank", str(r), "--num_workers", str(workers), "--steps", str(steps),
+               "--batch", str(batch), "--out", os.path.join(tmp, f"w{r}.npy")] + list(extra)
+        if sleep_of and r in sleep_of:
+            cmd += ["--sleep_s", str(sleep_of[r])]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    for r, p in enumerate(procs):
+        if p.returncode != 0:
+            raise AssertionError(f"worker {r} exited {p.returncode}:\n{outputs[r]}")
+    return [np.load(os.path.join(tmp, f"w{r}.npy")) for r in range(workers)], outputs
+
+
+def reference_sgd(steps, batch, lr):
+    """One process, plain torch SGD, batch `batch` per step over the same rows in order."""
+    x, y = make_data()
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for t in range(steps):
+        opt.zero_grad()
+        rows = slice(t * batch, (t + 1) * batch)
+        torch.nn.functional.cross_entropy(model(x[rows]), y[rows]).backward()
+        opt.step()
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
+
+
+SGD = ["--optimizer=sgd", "--lr=0.1", "--lr_schedule=constant"]
+
+
+def relative_error(a, b):
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+class BspEqualsLargeBatch(unittest.TestCase):
+    """BSP with W workers of batch b is single-process SGD with batch W*b (DESIGN.md)."""
+
+    def check(self, shards, workers, batch, extra=(), accumulate=1, steps=12):
+        with tempfile.TemporaryDirectory() as tmp, Shards(shards, workers, SGD, tmp) as cluster:
+            finals, _ = run_workers(cluster.servers, workers, steps, batch, tmp,
+                                    list(extra) + ["--accumulate", str(accumulate)])
+        want = reference_sgd(steps, workers * batch * accumulate, lr=0.1)
+        start = torch.cat([p.detach().reshape(-1) for p in make_model().parameters()]).numpy()
+        self.assertGreater(relative_error(start, want), 1e-2, "the reference must move")
+        for r, got in enumerate(finals):
+            self.assertLess(relative_error(got, want), 1e-5, f"rank {r}")
+
+    def test_two_workers_two_shards(self):
+        self.check(shards=2, workers=2, batch=16)
+
+    def test_accumulation_is_a_larger_batch(self):
+        self.check(shards=1, workers=1, batch=8, accumulate=3)
+
+    def test_overlapped_pushes_give_the_same_weights(self):
+        # Parts of at least 1 KiB: the 2-layer MLP goes as three pushes per step.
+        self.check(shards=2, workers=2, batch=16,
+                   extra=["--overlap", "--min_part_bytes", "1024"])
+
+    def test_overlap_with_accumulation(self):
+        self.check(shards=1, workers=2, batch=8, accumulate=2,
+                   extra=["--overlap", "--min_part_bytes", "1024"])
+
+
+class Staleness(unittest.TestCase):
+    def test_ssp_bound_holds_with_a_slow_worker(self):
+        # SSP(2), 3 workers, rank 1 slow: a gradient is at most (W-1)(2s+1) = 10 updates stale.
+        with tempfile.TemporaryDirectory() as tmp, Shards(
+                1, 3, SGD + ["--mode=ssp", "--staleness=2"], tmp) as cluster:
+            run_workers(cluster.servers, 3, 40, 8, tmp, sleep_of={1: 0.01})
+            pst.init(servers=cluster.servers)
+            report = pst.status()[0]
+        self.assertEqual(report["mode"], "ssp")
+        self.assertEqual(report["staleness_bound"], 2)
+        worst = max(w["max_staleness"] for w in report["workers"])
+        self.assertLessEqual(worst, 10)
+        self.assertGreater(worst, 0, "a slow worker under SSP should see stale gradients")
+        self.assertEqual(sum(w["applied"] for w in report["workers"]), 120)
+
+
+class Errors(unittest.TestCase):
+    """Every failure is a PsError with the gRPC code and the shard's message, never a hang."""
+
+    def setUp(self):
+        torch.manual_seed(0)
+
+    def test_bad_arguments_are_python_errors(self):
+        with self.assertRaisesRegex(ValueError, "no servers"):
+            pst.init(servers="")
+        with self.assertRaisesRegex(ValueError, "rank 2 is not in"):
+            pst.init(servers="127.0.0.1:1", rank=2, num_workers=2)
+        pst.init(servers="127.0.0.1:1", rank=0, num_workers=1)
+        with self.assertRaisesRegex(TypeError, "float32"):
+            pst.ServerOptimizer(torch.nn.Linear(3, 2).double())
+        with self.assertRaisesRegex(ValueError, "accumulate"):
+            pst.ServerOptimizer(torch.nn.Linear(3, 2), accumulate=0)
+
+    def test_no_shard_there(self):
+        pst.init(servers="127.0.0.1:1", rank=0, num_workers=1, register_timeout_s=1, retry_s=1)
+        with self.assertRaises(PsError) as caught:
+            pst.ServerOptimizer(torch.nn.Linear(3, 2))
+        self.assertIn(caught.exception.code_name, ("UNAVAILABLE", "DEADLINE_EXCEEDED"))
+
+    def test_a_shard_that_dies_mid_training(self):
+        with Shards(1, 1, SGD) as cluster:
+            pst.init(servers=cluster.servers, rank=0, num_workers=1, retry_s=1)
+            model = torch.nn.Linear(3, 2)
+            opt = pst.ServerOptimizer(model)
+            model(torch.ones(1, 3)).sum().backward()
+            opt.step()
+            cluster.kill(0)
+            model(torch.ones(1, 3)).sum().backward()
+            with self.assertRaises(PsError) as caught:
+                opt.step()
+        self.assertEqual(caught.exception.code, UNAVAILABLE, str(caught.exception))
+
+    def test_a_refused_token(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, token in (("good", "s3cret-token"), ("bad", "another-token")):
+                with open(os.path.join(tmp, name), "w") as f:
+                    f.write(token + "\n")
+            with Shards(1, 1, SGD + [f"--token_file={tmp}/good", "--allow_plaintext_token"],
+                        tmp) as cluster:
+                pst.init(servers=cluster.servers, rank=0, num_workers=1,
+                         token_file=f"{tmp}/bad", allow_plaintext_token=True, retry_s=1)
+                with self.assertRaises(PsError) as caught:
+                    pst.ServerOptimizer(torch.nn.Linear(3, 2))
+                self.assertEqual(caught.exception.code, UNAUTHENTICATED, str(caught.exception))
+                # The right token gets in.
+                pst.init(servers=cluster.servers, rank=0, num_workers=1,
+                         token_file=f"{tmp}/good", allow_plaintext_token=True, retry_s=1)
+                pst.ServerOptimizer(torch.nn.Linear(3, 2))
+
+    def test_another_model_is_refused(self):
+        with Shards(1, 2, SGD) as cluster:
+            pst.init(servers=cluster.servers, rank=0, num_workers=2, retry_s=1)
+            pst.ServerOptimizer(torch.nn.Linear(3, 2))
+            pst.init(servers=cluster.servers, rank=1, num_workers=2, retry_s=1)
+            with self.assertRaises(PsError) as caught:
+                pst.ServerOptimizer(torch.nn.Linear(3, 5))
+        self.assertEqual(caught.exception.code, FAILED_PRECONDITION, str(caught.exception))
+        self.assertIn("fingerprint", caught.exception.message)
+
+    def test_a_job_of_another_size_is_refused(self):
+        with Shards(1, 2, SGD) as cluster:
+            pst.init(servers=cluster.servers, rank=0, num_workers=3, retry_s=1)
+            with self.assertRaises(PsError) as caught:
+                pst.ServerOptimizer(torch.nn.Linear(3, 2))
+        self.assertEqual(caught.exception.code, FAILED_PRECONDITION, str(caught.exception))
+
+    def test_nan_gradients_are_refused(self):
+        with Shards(1, 1, SGD) as cluster:
+            pst.init(servers=cluster.servers, rank=0, num_workers=1, retry_s=1)
+            model = torch.nn.Linear(3, 2)
+            opt = pst.ServerOptimizer(model)
+            before = model.weight.detach().clone()
+            (model(torch.ones(1, 3)).sum() * float("nan")).backward()
+            with self.assertRaises(PsError) as caught:
+                opt.step()
+            self.assertEqual(caught.exception.code, INVALID_ARGUMENT, str(caught.exception))
+            self.assertIn("NaN", caught.exception.message)
+            self.assertTrue(torch.equal(model.weight.detach(), before))
+            self.assertEqual(pst.status()[0]["rejected_nonfinite"], 1)
+
+
+class Signals(unittest.TestCase):
+    """A worker waiting in a BSP barrier ends on Ctrl-C or SIGTERM, at once and with no trace."""
+
+    def check(self, signo, want_code, want_text):
+        script = (
+            "import torch, ps_train.torch as pst\n"
+            "pst.init(rank=0, num_workers=2)\n"
+            "m = torch.nn.Linear(3, 2)\n"
+            "opt = pst.ServerOptimizer(m)\n"
+            "m(torch.ones(1, 3)).sum().backward()\n"
+            "print('stepping', flush=True)\n"
+            "opt.step()\n")  # waits for rank 1, which never comes
+        with Shards(1, 2, SGD) as cluster:
+            env = dict(os.environ, PS_SERVERS=cluster.servers)
+            p = subprocess.Popen([sys.executable, "-c", script], env=env, text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            self.assertEqual(p.stdout.readline().strip(), "stepping")
+            time.sleep(0.5)
+            sent = time.time()
+            p.send_signal(signo)
+            _, err = p.communicate(timeout=20)
+            self.assertLess(time.time() - sent, 5, "the worker must stop promptly")
+        self.assertEqual(p.returncode, want_code, err)
+        self.assertIn(want_text, err)
+
+    def test_ctrl_c_raises_keyboard_interrupt(self):
+        # Python ends on an uncaught KeyboardInterrupt by dying of SIGINT itself.
+        self.check(signal.SIGINT, -signal.SIGINT, "KeyboardInterrupt")
+
+    def test_sigterm_exits_143(self):
+        self.check(signal.SIGTERM, 143, "")
+
+
+if __name__ == "__main__":
+    unittest.main()
