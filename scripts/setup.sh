@@ -18,6 +18,12 @@ PACKAGES=(
   libcpp-httplib-dev nlohmann-json3-dev
   dataset-fashion-mnist bible-kjv
 )
+# The Python package (build/python/ps_train, docs/python.md): pybind11 and Python's headers to
+# build it, PyTorch and numpy to use it. Not in the container images (their build stage installs
+# exactly PACKAGES; CMake leaves the package out there).
+PYTHON_PACKAGES=(
+  python3-dev pybind11-dev python3-numpy python3-torch
+)
 # What only the tests need (INSTALL_TEST_PACKAGES=1, as scripts/test.sh and scripts/fuzz.sh set):
 # certificates, the fuzzers' compiler, /metrics scraping, network namespaces, the container
 # cluster (a Docker engine of the test's own, compose, base images made with debootstrap when no
@@ -32,7 +38,7 @@ TEST_PACKAGES=(
 BENCH_PACKAGES=(
   python3-torch python3-numpy
 )
-WANTED=("${PACKAGES[@]}")
+WANTED=("${PACKAGES[@]}" "${PYTHON_PACKAGES[@]}")
 if [[ "${INSTALL_TEST_PACKAGES:-0}" == "1" ]]; then WANTED+=("${TEST_PACKAGES[@]}"); fi
 if [[ "${INSTALL_BENCH_PACKAGES:-0}" == "1" ]]; then WANTED+=("${BENCH_PACKAGES[@]}"); fi
 

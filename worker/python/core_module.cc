@@ -56,38 +56,80 @@ T ValueOrThrow(absl::StatusOr<T> v) {
   return *std::move(v);
 }
 
-// Runs `call` on a helper thread and returns what it returns; the caller's thread waits
-// without the GIL and checks Python's signals every 50 ms. On a signal, `cancel` stops the call,
-// the helper is joined and the signal's exception (KeyboardInterrupt, SystemExit, ...) propagates.
-template <typename R>
-R CallInterruptibly(std::function<R()> call, const std::function<void()>& cancel) {
-  std::future<R> result = std::async(std::launch::async, std::move(call));
-  for (;;) {
+// Runs calls that may wait on the shards on a thread of its own while the calling thread, without
+// the GIL, checks Python's signals every 50 ms: on a signal, `cancel` stops the call, the call is
+// waited for and the signal's exception (KeyboardInterrupt, SystemExit, ...) propagates. One
+// thread for all calls: starting a thread per call cost about 0.1 ms a step. Calls from several
+// Python threads take turns.
+class CallThread {
+ public:
+  CallThread() : thread_([this] { Loop(); }) {}
+  ~CallThread() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  CallThread(const CallThread&) = delete;
+  CallThread& operator=(const CallThread&) = delete;
+
+  template <typename R>
+  R Call(const std::function<R()>& call, const std::function<void()>& cancel) {
+    std::optional<R> result;
+    std::unique_lock<std::mutex> turn(turn_, std::defer_lock);
     {
       py::gil_scoped_release unlocked;
-      if (result.wait_for(std::chrono::milliseconds(50)) == std::future_status::ready) break;
+      turn.lock();
+      std::lock_guard<std::mutex> lock(mu_);
+      job_ = [&result, &call] { result.emplace(call()); };
+      finished_ = false;
     }
-    if (PyErr_CheckSignals() != 0) {
-      cancel();
+    cv_.notify_all();
+    for (;;) {
       {
         py::gil_scoped_release unlocked;
-        result.wait();
+        std::unique_lock<std::mutex> lock(mu_);
+        if (cv_.wait_for(lock, std::chrono::milliseconds(50), [this] { return finished_; })) break;
       }
-      throw py::error_already_set();
+      if (PyErr_CheckSignals() != 0) {
+        cancel();
+        {
+          py::gil_scoped_release unlocked;
+          std::unique_lock<std::mutex> lock(mu_);
+          cv_.wait(lock, [this] { return finished_; });
+        }
+        throw py::error_already_set();
+      }
+    }
+    return *std::move(result);
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [this] { return done_ || job_ != nullptr; });
+      if (job_ == nullptr) return;  // done
+      std::function<void()> job = std::move(job_);
+      job_ = nullptr;
+      lock.unlock();
+      job();
+      lock.lock();
+      finished_ = true;
+      cv_.notify_all();
     }
   }
-  return result.get();
-}
 
-// CallInterruptibly, its error thrown to Python.
-template <typename T>
-T RunInterruptibly(std::function<absl::StatusOr<T>()> call, const std::function<void()>& cancel) {
-  return ValueOrThrow(CallInterruptibly<absl::StatusOr<T>>(std::move(call), cancel));
-}
-void RunStatusInterruptibly(std::function<absl::Status()> call,
-                            const std::function<void()>& cancel) {
-  ThrowIfError(CallInterruptibly<absl::Status>(std::move(call), cancel));
-}
+  std::mutex turn_;  // held by the Python thread whose call is running
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::function<void()> job_;
+  bool finished_ = true;
+  bool done_ = false;
+  std::thread thread_;
+};
 
 // What a Python worker is told about the cluster and how to reach it.
 struct WorkerConfig {
@@ -279,11 +321,9 @@ class Worker {
   // Registers with every shard, checks the job's size, takes the buffers and starts the
   // heartbeats. Returns what the shards said about the cluster.
   py::dict Register() {
-    const ClusterInfo cluster = RunInterruptibly<ClusterInfo>(
-        [this] {
-          return client_->Register(config_.rank, absl::Seconds(config_.register_timeout_s));
-        },
-        Canceller());
+    const ClusterInfo cluster = RunInterruptibly<ClusterInfo>([this] {
+      return client_->Register(config_.rank, absl::Seconds(config_.register_timeout_s));
+    });
     if (config_.num_workers > 0 && cluster.num_workers != config_.num_workers) {
       throw StatusError{absl::FailedPreconditionError(
           absl::StrCat("the shards run a job of ", cluster.num_workers,
@@ -307,7 +347,7 @@ class Worker {
   py::dict InitAndPull() {
     RequireRegistered();
     if (!cluster_->initialized) {
-      RunStatusInterruptibly([this] { return client_->Init(Weights()); }, Canceller());
+      RunStatusInterruptibly([this] { return client_->Init(Weights()); });
     }
     return PullNow();
   }
@@ -349,8 +389,8 @@ class Worker {
     if (sender_ == nullptr) {
       throw StatusError{absl::FailedPreconditionError("no part of this step was started")};
     }
-    absl::StatusOr<PushStats> parts = CallInterruptibly<absl::StatusOr<PushStats>>(
-        [this] { return sender_->Wait(); }, Canceller());
+    absl::StatusOr<PushStats> parts =
+        calls_.Call<absl::StatusOr<PushStats>>([this] { return sender_->Wait(); }, Canceller());
     if (!parts.ok() && !absl::IsAborted(parts.status())) throw StatusError{parts.status()};
     if (!parts.ok()) {
       // Some parts went nowhere: after the rejoin the whole gradient goes as one push.
@@ -363,8 +403,8 @@ class Worker {
   }
 
   std::vector<std::string> Status() {
-    const std::vector<ShardReport> reports = RunInterruptibly<std::vector<ShardReport>>(
-        [this] { return client_->Status(); }, Canceller());
+    const std::vector<ShardReport> reports =
+        RunInterruptibly<std::vector<ShardReport>>([this] { return client_->Status(); });
     return ReportsJson(reports, config_.servers);
   }
 
@@ -374,12 +414,12 @@ class Worker {
   py::dict Finish(int64_t samples_per_step, double wait_s) {
     RequireRegistered();
     client_->SetWorkPlan(clock_, samples_per_step);
-    RunStatusInterruptibly([this] { return client_->Heartbeat(); }, Canceller());
+    RunStatusInterruptibly([this] { return client_->Heartbeat(); });
     const absl::Time deadline = absl::Now() + absl::Seconds(wait_s);
     WorkAccount work;
     for (;;) {
-      const std::vector<ShardReport> reports = RunInterruptibly<std::vector<ShardReport>>(
-          [this] { return client_->Status(); }, Canceller());
+      const std::vector<ShardReport> reports =
+          RunInterruptibly<std::vector<ShardReport>>([this] { return client_->Status(); });
       work = AccountWork(reports);
       if (work.job_done || absl::Now() >= deadline) break;
       py::gil_scoped_release unlocked;
@@ -388,7 +428,7 @@ class Worker {
     if (wait_s > 0 && work.job_done) {
       // The job's final weights into the parameters, for the caller's evaluation.
       RunInterruptibly<PullStats>(
-          [this] { return client_->Pull(clock_, /*no_wait=*/true, Weights()); }, Canceller());
+          [this] { return client_->Pull(clock_, /*no_wait=*/true, Weights()); });
     }
     heartbeat_.reset();
     return WorkAccountDict(work);
@@ -410,6 +450,14 @@ class Worker {
   }
   std::function<void()> Canceller() {
     return [this] { client_->Cancel(); };
+  }
+  // A call to the shards on calls_, interruptible by Python's signals; its error thrown to Python.
+  template <typename T>
+  T RunInterruptibly(const std::function<absl::StatusOr<T>()>& call) {
+    return ValueOrThrow(calls_.Call<absl::StatusOr<T>>(call, Canceller()));
+  }
+  void RunStatusInterruptibly(const std::function<absl::Status()>& call) {
+    ThrowIfError(calls_.Call<absl::Status>(call, Canceller()));
   }
   absl::Span<float> Weights() { return absl::MakeSpan(weights_); }
   absl::Span<float> Gradient() { return absl::MakeSpan(gradient_); }
@@ -454,7 +502,7 @@ class Worker {
   template <typename T>
   T WithRejoin(std::function<absl::StatusOr<T>()> call) {
     for (;;) {
-      absl::StatusOr<T> result = CallInterruptibly<absl::StatusOr<T>>(call, Canceller());
+      absl::StatusOr<T> result = calls_.Call<absl::StatusOr<T>>(call, Canceller());
       if (result.ok() || !absl::IsAborted(result.status())) return ValueOrThrow(std::move(result));
       Rejoin(result.status());
     }
@@ -466,15 +514,13 @@ class Worker {
           "gave up after ", config_.max_rejoins, " re-registrations; last: ", why.message()))};
     }
     spdlog::warn("rank {} registers again: {}", config_.rank, std::string(why.message()));
-    cluster_ = RunInterruptibly<ClusterInfo>(
-        [this] {
-          return client_->Register(config_.rank, absl::Seconds(config_.register_timeout_s));
-        },
-        Canceller());
+    cluster_ = RunInterruptibly<ClusterInfo>([this] {
+      return client_->Register(config_.rank, absl::Seconds(config_.register_timeout_s));
+    });
     if (!cluster_->initialized) {
       spdlog::warn("rank {}: a shard lost its parameters; offering this worker's copy",
                    config_.rank);
-      RunStatusInterruptibly([this] { return client_->Init(Weights()); }, Canceller());
+      RunStatusInterruptibly([this] { return client_->Init(Weights()); });
     }
     if (cluster_->resume_clock != clock_) {
       spdlog::warn(
@@ -486,7 +532,7 @@ class Worker {
     }
     // The versions of the shards' weights at this clock, for the next push's staleness.
     const PullStats pulled = RunInterruptibly<PullStats>(
-        [this] { return client_->Pull(clock_, /*no_wait=*/false, Weights()); }, Canceller());
+        [this] { return client_->Pull(clock_, /*no_wait=*/false, Weights()); });
     versions_ = pulled.versions;
   }
 
@@ -529,6 +575,7 @@ class Worker {
   std::vector<float> own_weights_, own_gradient_;
   std::unique_ptr<HeartbeatThread> heartbeat_;
   std::unique_ptr<PartSender> sender_;
+  CallThread calls_;
   int rejoins_ = 0;
   int64_t rolled_back_ = 0;  // steps of this rank the shards lost when they resumed it earlier
 };
@@ -606,9 +653,10 @@ PYBIND11_MODULE(_core, m) {
         std::unique_ptr<ps::GrpcParameterClient> client =
             ps::ValueOrThrow(ps::GrpcParameterClient::Create(options));
         ps::GrpcParameterClient* raw = client.get();
+        ps::CallThread calls;
         const std::vector<ps::ShardReport> reports =
-            ps::RunInterruptibly<std::vector<ps::ShardReport>>([raw] { return raw->Status(); },
-                                                               [raw] { raw->Cancel(); });
+            ps::ValueOrThrow(calls.Call<absl::StatusOr<std::vector<ps::ShardReport>>>(
+                [raw] { return raw->Status(); }, [raw] { raw->Cancel(); }));
         return ps::ReportsJson(reports, config.servers);
       },
       py::arg("config"));

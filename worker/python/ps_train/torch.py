@@ -193,7 +193,6 @@ class ServerOptimizer:
         self.overlap = overlap
         self.batch_size = batch_size
         self._params = [p for _, p in named]
-        self._shapes = [tuple(p.shape) for p in self._params]
         self._worker = _core.Worker(
             config, [(name, list(p.shape) or [1]) for name, p in named])
         self.cluster = self._worker.register()
@@ -211,6 +210,10 @@ class ServerOptimizer:
                 self._flat_weights[b:e].copy_(p.reshape(-1))
         self._worker.init_and_pull()
         self._flat_grads.zero_()
+        self._weight_views = [self._flat_weights[b:e].view(p.shape)
+                              for p, (b, e) in zip(self._params, self._ranges)]
+        self._grad_views = [self._flat_grads[b:e].view(p.shape)
+                            for p, (b, e) in zip(self._params, self._ranges)]
         self._bind()
         self.param_groups = [{"params": self._params}]
         self._micro = 0  # micro-batches of the current accumulation window pushed into the grads
@@ -225,11 +228,9 @@ class ServerOptimizer:
     def _bind(self):
         """Makes every parameter and its gradient a view of the flat buffers again (they may
         have been replaced: zero_grad(set_to_none=True), a user's assignment)."""
-        for p, (b, e), shape in zip(self._params, self._ranges, self._shapes):
-            w = self._flat_weights[b:e].view(shape)
+        for p, w, g in zip(self._params, self._weight_views, self._grad_views):
             if p.data_ptr() != w.data_ptr():
                 p.data = w
-            g = self._flat_grads[b:e].view(shape)
             if p.grad is None or p.grad.data_ptr() != g.data_ptr():
                 p.grad = g
 
@@ -237,12 +238,11 @@ class ServerOptimizer:
         """Brings gradients that live elsewhere into the flat buffer; a parameter without a
         gradient contributes zeros."""
         for i in (range(len(self._params)) if indices is None else indices):
-            p, (b, e) = self._params[i], self._ranges[i]
-            g = p.grad
+            g, home = self._params[i].grad, self._grad_views[i]
             if g is None:
-                self._flat_grads[b:e].zero_()
-            elif g.data_ptr() != self._flat_grads[b:e].data_ptr():
-                self._flat_grads[b:e].copy_(g.reshape(-1))
+                home.zero_()
+            elif g.data_ptr() != home.data_ptr():
+                home.copy_(g)
 
     # -- overlap: parts leave as backward produces them ---------------------------------------
 

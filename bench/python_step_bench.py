@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""The cost of ps_train.torch.ServerOptimizer against a local torch.optim.SGD, in the same run.
+
+One worker and one shard (started here, plain SGD, shared memory): the same PyTorch MLP
+(784-256-128-10 by default) takes timed steps with a local SGD and then through the shard, in
+interleaved rounds. Prints one JSON line per configuration with both rates and their ratio
+(`ratio_vs_local`: the shard's step time over the local one; 1.5 is the acceptance bound of
+docs/python.md), and per-step timings from StepStats.
+
+    PYTHONPATH=build/python /usr/bin/python3 bench/python_step_bench.py [--batch 32,128]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import tempfile
+import time
+
+import torch
+
+import ps_train.torch as pst
+
+
+def mlp(hidden):
+    layers, width = [], 784
+    for h in hidden:
+        layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
+        width = h
+    layers.append(torch.nn.Linear(width, 10))
+    return torch.nn.Sequential(*layers)
+
+
+def timed_steps(model, opt, x, y, seconds):
+    """Steps for `seconds` (after 20 warm-up steps); returns (steps/s, the StepStats seen)."""
+    loss_fn = torch.nn.CrossEntropyLoss()
+    seen = []
+
+    def one():
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        stats = opt.step()
+        if stats is not None:
+            seen.append(stats)
+
+    for _ in range(20):
+        one()
+    seen.clear()
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        one()
+        steps += 1
+    return steps / (time.perf_counter() - start), seen
+
+
+def start_shard(bin_dir, tmp, shared_memory, mode):
+    port_file = os.path.join(tmp, "port")
+    proc = subprocess.Popen(
+        [os.path.join(bin_dir, "ps_server"), "--num_workers=1", "--port=0",
+         f"--port_file={port_file}", "--optimizer=sgd", "--lr=0.01", "--lr_schedule=constant", f"--mode={mode}",
+         f"--shared_memory={'true' if shared_memory else 'false'}", "--log_level=warn"])
+    deadline = time.time() + 30
+    while not os.path.exists(port_file):
+        if time.time() > deadline or proc.poll() is not None:
+            raise SystemExit("python_step_bench: ps_server did not start")
+        time.sleep(0.02)
+    with open(port_file, encoding="utf-8") as f:
+        return proc, f"127.0.0.1:{f.read().strip()}"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bin_dir", default=os.environ.get("PS_BIN_DIR", "build/bin"))
+    parser.add_argument("--batch", default="32,128")
+    parser.add_argument("--hidden", default="256,128")
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--shared_memory", default="true", choices=["true", "false"])
+    parser.add_argument("--mode", default="bsp", choices=["bsp", "ssp", "asp"])
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (both loops)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    hidden = [int(h) for h in args.hidden.split(",") if h]
+    with tempfile.TemporaryDirectory() as tmp:
+        shard, servers = start_shard(args.bin_dir, tmp, args.shared_memory == "true",
+                                     args.mode)
+        try:
+            pst.init(servers=servers, rank=0, num_workers=1)
+            for batch in [int(b) for b in args.batch.split(",")]:
+                torch.manual_seed(0)
+                x, y = torch.randn(batch, 784), torch.randint(0, 10, (batch,))
+                local_model, shard_model = mlp(hidden), mlp(hidden)
+                local = torch.optim.SGD(local_model.parameters(), lr=0.01)
+                remote = pst.ServerOptimizer(shard_model, batch_size=batch)
+                local_rates, shard_rates, stats = [], [], []
+                for _ in range(args.rounds):
+                    local_rates.append(timed_steps(local_model, local, x, y, args.seconds)[0])
+                    rate, seen = timed_steps(shard_model, remote, x, y, args.seconds)
+                    shard_rates.append(rate)
+                    stats += seen
+                local_best, shard_best = max(local_rates), max(shard_rates)
+                print(json.dumps({
+                    "bench": "python_step", "mode": args.mode, "batch": batch, "hidden": args.hidden,
+                    "params": sum(p.numel() for p in shard_model.parameters()),
+                    "shared_memory_shards": remote.shared_memory_shards,
+                    "local_steps_per_s": round(local_best, 1),
+                    "shard_steps_per_s": round(shard_best, 1),
+                    "ratio_vs_local": round(local_best / shard_best, 3),
+                    "round_trip_ms_mean": round(
+                        sum(s.round_trip_ms for s in stats) / max(1, len(stats)), 4),
+                    "compute_ms_mean": round(
+                        sum(s.compute_ms for s in stats) / max(1, len(stats)), 4),
+                    "rounds": args.rounds}), flush=True)
+            pst.finish(wait_s=0)
+        finally:
+            shard.terminate()
+            shard.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    main()
