@@ -223,7 +223,7 @@ absl::StatusOr<Shard::InitResult> Shard::Init(uint64_t fingerprint, int64_t tota
 }
 
 absl::Status Shard::ValidateAccess(int rank, uint64_t fingerprint, KeyRange range, size_t length,
-                                   bool observer) const {
+                                   Access access) const {
   if (shutdown_) return absl::UnavailableError("shard is shutting down");
   if (!initialized_) return absl::FailedPreconditionError("shard is not initialised; call Init");
   if (fingerprint != fingerprint_) {
@@ -232,8 +232,10 @@ absl::Status Shard::ValidateAccess(int rank, uint64_t fingerprint, KeyRange rang
   }
   const bool part =
       range.begin >= range_.begin && range.end <= range_.end && range.begin < range.end;
-  // An observer may read rows alone: an empty range at the slice's start.
-  const bool rows_only = observer && range.begin == range_.begin && range.end == range_.begin;
+  // A pull may read rows alone: an empty range at the slice's start (an observer's read, or a
+  // worker's lookup of a step's rows whose dense weights it holds already).
+  const bool rows_only =
+      access != Access::kPush && range.begin == range_.begin && range.end == range_.begin;
   if (!(range == range_) && !part && !rows_only) {
     return absl::FailedPreconditionError(absl::StrCat("shard owns [", range_.begin, ", ",
                                                       range_.end, "), request names [", range.begin,
@@ -243,7 +245,7 @@ absl::Status Shard::ValidateAccess(int rank, uint64_t fingerprint, KeyRange rang
     return absl::InvalidArgumentError(
         absl::StrCat("payload of ", length, " floats for a range of ", range.size()));
   }
-  if (observer) return absl::OkStatus();
+  if (access == Access::kObserve) return absl::OkStatus();
   return CheckLive(rank, absl::StatusCode::kFailedPrecondition);
 }
 
@@ -283,7 +285,7 @@ absl::StatusOr<PushAction> Shard::AdmitPushLocked(const PushArgs& args, bool fin
   // without a checkpoint and awaits its Init.
   RETURN_IF_ERROR(CheckIncarnation(args.caller));
   RETURN_IF_ERROR(ValidateAccess(args.caller.rank, args.fingerprint, args.range,
-                                 static_cast<size_t>(args.gradient.size()), /*observer=*/false));
+                                 static_cast<size_t>(args.gradient.size()), Access::kPush));
   RETURN_IF_ERROR(ValidateRowsLocked(args.rows, /*with_values=*/true));
   if (!finite || !RowsFinite(args.rows)) {
     ++rejected_nonfinite_;

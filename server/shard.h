@@ -289,10 +289,13 @@ class Shard {
 
  private:
   explicit Shard(const ShardOptions& options);
-  // Checks a Pull or Push against the shard's state; an observer (no-wait read) skips the
-  // worker-membership checks.
+  // Who calls ValidateAccess: a worker's push, a worker's pull, or an observer's (no-wait) read,
+  // which skips the worker-membership checks. Pulls may name rows alone (an empty range at the
+  // slice's start); a push always carries its range's values.
+  enum class Access { kPush, kPull, kObserve };
+  // Checks a Pull or Push against the shard's state.
   absl::Status ValidateAccess(int rank, uint64_t fingerprint, KeyRange range, size_t length,
-                              bool observer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                              Access access) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckRank(int rank) const;
   // ABORTED when the call comes from a replaced worker process or was meant for an earlier
   // process of this shard.

@@ -48,7 +48,8 @@ int64_t Shard::PullAsync(const PullArgs& args, absl::Time deadline, SliceReader 
     }
     if (s.ok()) {
       s = ValidateAccess(args.caller.rank, args.fingerprint, args.range,
-                         static_cast<size_t>(args.range.size()), observer);
+                         static_cast<size_t>(args.range.size()),
+                         observer ? Access::kObserve : Access::kPull);
     }
     if (s.ok()) s = ValidateRowsLocked(args.rows, /*with_values=*/false);
     if (!s.ok()) {

@@ -106,9 +106,13 @@ void Shard::ApplyRoundRowsLocked(int contributors) {
 void Shard::RecordPulledKeysLocked(int rank, int64_t clock, const std::vector<SparseRows>& rows) {
   if (options_.consistency.mode != ConsistencyMode::kBsp || rows.empty()) return;
   PulledKeys& pulled = pulled_keys_[rank];
-  pulled.clock = clock;
-  pulled.keys.resize(tables_.size());
-  for (auto& keys : pulled.keys) keys.clear();
+  // Pulls of one clock add up: a worker may pull a step's rows in several calls (a model with
+  // several tables whose lookups run one after another, or micro-batches of one step).
+  if (pulled.clock != clock) {
+    pulled.clock = clock;
+    pulled.keys.resize(tables_.size());
+    for (auto& keys : pulled.keys) keys.clear();
+  }
   for (const SparseRows& entry : rows) {
     pulled.keys[entry.table].insert(entry.keys.begin(), entry.keys.end());
   }

@@ -114,6 +114,11 @@ class GrpcParameterClient final : public ParameterClient {
                                          absl::Span<const RowsToPull> rows) override;
   // One call to each shard that owns some of the keys, with an empty range of its slice.
   absl::Status PullRows(int64_t clock, absl::Span<const RowsToPull> rows) override;
+  // The rows of step `clock` alone, as this worker's pull (waiting as the mode says, and under
+  // BSP naming the keys its push of `clock` may carry), for a caller that holds the step's dense
+  // weights already and learns the step's keys only as it computes (the Python package's
+  // embedding lookups). Several calls for one clock add up on the shards.
+  absl::Status PullStepRows(int64_t clock, absl::Span<const RowsToPull> rows);
   absl::StatusOr<PushStats> PushWithRows(int64_t clock, const std::vector<int64_t>& base_versions,
                                          int num_samples, absl::Span<const float> gradient,
                                          absl::Span<const RowsToPush> rows) override;
@@ -180,6 +185,8 @@ class GrpcParameterClient final : public ParameterClient {
   absl::Status DecodePulled(const Piece& piece, const ps::v1::PullResponse& header,
                             SplitMessage& split, int slot, bool direct, absl::Span<float> params,
                             PullStats* stats) const;
+  // PullRows and PullStepRows: an observer's read (no_wait) or the worker's.
+  absl::Status PullRowsAlone(int64_t clock, bool no_wait, absl::Span<const RowsToPull> rows);
   static absl::Status ReplyDoesNotFit(const char* method, int shard, const absl::Status& why);
   static void CountPush(const ps::v1::PushResponse& r, PushStats* stats);
   // Pull and PullParts: one raw call per piece; each piece is decoded into `params` as it

@@ -54,6 +54,15 @@ absl::StatusOr<PullStats> GrpcParameterClient::PullWithRows(int64_t clock, bool 
 }
 
 absl::Status GrpcParameterClient::PullRows(int64_t clock, absl::Span<const RowsToPull> rows) {
+  return PullRowsAlone(clock, /*no_wait=*/true, rows);
+}
+
+absl::Status GrpcParameterClient::PullStepRows(int64_t clock, absl::Span<const RowsToPull> rows) {
+  return PullRowsAlone(clock, /*no_wait=*/false, rows);
+}
+
+absl::Status GrpcParameterClient::PullRowsAlone(int64_t clock, bool no_wait,
+                                                absl::Span<const RowsToPull> rows) {
   RETURN_IF_ERROR(CheckRows(rows, options_.tables));
   const int num_shards = static_cast<int>(stubs_.size());
   const RowsByShard routed = RoutePull(rows, num_shards);
@@ -67,7 +76,7 @@ absl::Status GrpcParameterClient::PullRows(int64_t clock, absl::Span<const RowsT
     const int64_t begin = ShardRange(options_.total_params, num_shards, s).begin;
     piece.range = KeyRange{begin, begin};  // rows alone
     ps::v1::PullRequest header =
-        PullHeader(piece, clock, /*no_wait=*/true, /*slot=*/-1, shard_incarnation[s]);
+        PullHeader(piece, clock, no_wait, /*slot=*/-1, shard_incarnation[s]);
     AddPullRows(routed[s], header.mutable_rows());
     requests.push_back(SerializeToByteBuffer(header));
     pieces.push_back(piece);
@@ -77,7 +86,7 @@ absl::Status GrpcParameterClient::PullRows(int64_t clock, absl::Span<const RowsT
   std::vector<grpc::ByteBuffer> replies;
   RETURN_IF_ERROR(CallRaw(
       "Pull", RawMethod{"/ps.v1.ParameterServer/Pull"}, pieces, requests, &replies,
-      options_.call_timeout, [&](size_t i) {
+      no_wait ? options_.call_timeout : options_.pull_timeout, [&](size_t i) {
         ps::v1::PullResponse header;
         SplitMessage split;
         absl::Status ok = SplitPayloadMessage(replies[i], ps::v1::PullResponse::kValuesFieldNumber,

@@ -17,7 +17,8 @@ import torch
 
 import ps_train.torch as pst
 from ps_train import PsError
-from ps_train_testdata import make_data, make_model
+from ps_train_testdata import (EMBEDDING_DIM, SparseNet, key_values, make_data, make_model,
+                               make_sparse_data)
 
 BIN_DIR = os.environ.get("PS_BIN_DIR", "build/bin")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -142,6 +143,68 @@ class BspEqualsLargeBatch(unittest.TestCase):
     def test_overlap_with_accumulation(self):
         self.check(shards=1, workers=2, batch=8, accumulate=2,
                    extra=["--overlap", "--min_part_bytes", "1024"])
+
+
+class SparseTables(unittest.TestCase):
+    """pst.Embedding: rows on the shards, pulled and pushed by the keys a batch names."""
+
+    FLAGS = SGD + ["--sparse_optimizer=sgd", "--sparse_lr=0.2"]
+
+    def initial_rows(self):
+        """The rows the shards create for the keys (seeded by each key alone)."""
+        with Shards(1, 1, self.FLAGS) as cluster:
+            pst.init(servers=cluster.servers, rank=0, num_workers=1, retry_s=1)
+            model = SparseNet(pst.Embedding("items", EMBEDDING_DIM, init_scale=0.1))
+            pst.ServerOptimizer(model)
+            rows = model.embedding.read(key_values())
+            pst.finish(wait_s=0)
+        return rows
+
+    def test_bsp_equals_large_batch_with_rows(self):
+        rows = self.initial_rows()
+        self.assertEqual(tuple(rows.shape), (len(key_values()), EMBEDDING_DIM))
+        self.assertTrue(bool(((rows.abs() > 0) & (rows.abs() <= 0.1)).all()))
+        steps, batch, workers = 10, 16, 2
+        with tempfile.TemporaryDirectory() as tmp, Shards(2, workers, self.FLAGS, tmp) as c:
+            finals, _ = run_workers(c.servers, workers, steps, batch, tmp, ["--sparse"])
+        # The reference: one process, torch.nn.Embedding from the same rows, plain SGD with the
+        # shards' rates, the doubled batch.
+        x, y = make_sparse_data()
+        embedding = torch.nn.Embedding(len(key_values()), EMBEDDING_DIM)
+        with torch.no_grad():
+            embedding.weight.copy_(rows)
+        model = SparseNet(embedding)
+        opt = torch.optim.SGD([{"params": model.fc.parameters(), "lr": 0.1},
+                               {"params": embedding.parameters(), "lr": 0.2}])
+        for t in range(steps):
+            opt.zero_grad()
+            rows_of_step = slice(t * workers * batch, (t + 1) * workers * batch)
+            torch.nn.functional.cross_entropy(model(x[rows_of_step]), y[rows_of_step]).backward()
+            opt.step()
+        want = torch.cat([p.detach().reshape(-1) for p in model.fc.parameters()] +
+                         [embedding.weight.detach().reshape(-1)]).numpy()
+        moved = np.abs(want[-rows.numel():] - rows.reshape(-1).numpy()).max()
+        self.assertGreater(moved, 1e-3, "the rows must move")
+        for r, got in enumerate(finals):
+            self.assertEqual(got.shape, want.shape)
+            self.assertLess(relative_error(got, want), 1e-5, f"rank {r}")
+
+    def test_rows_only_under_a_model_with_tables(self):
+        with Shards(1, 1, self.FLAGS) as cluster:
+            pst.init(servers=cluster.servers, rank=0, num_workers=1, retry_s=1)
+            model = SparseNet(pst.Embedding("items", EMBEDDING_DIM))
+            with self.assertRaisesRegex(ValueError, "overlap"):
+                pst.ServerOptimizer(model, overlap=True)
+            with self.assertRaisesRegex(RuntimeError, "ServerOptimizer"):
+                model(key_values()[:3].reshape(1, 3))
+            with self.assertRaisesRegex(TypeError, "integers"):
+                pst.ServerOptimizer(model)
+                model.embedding(torch.ones(2, 3))
+            # Another table layout is another model.
+            pst.init(servers=cluster.servers, rank=0, num_workers=1, retry_s=1)
+            with self.assertRaises(PsError) as caught:
+                pst.ServerOptimizer(SparseNet(pst.Embedding("items", EMBEDDING_DIM + 1)))
+            self.assertEqual(caught.exception.code, FAILED_PRECONDITION)
 
 
 class Staleness(unittest.TestCase):

@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 import ps_train.torch as pst
-from ps_train_testdata import make_data, make_model
+from ps_train_testdata import (EMBEDDING_DIM, SparseNet, key_values, make_data, make_model,
+                               make_sparse_data)
 
 
 def main():
@@ -30,13 +31,20 @@ def main():
     p.add_argument("--overlap", action="store_true")
     p.add_argument("--min_part_bytes", type=int, default=256 << 10)
     p.add_argument("--sleep_s", type=float, default=0.0, help="per step: a slow worker")
+    p.add_argument("--sparse", action="store_true",
+                   help="train SparseNet, its table on the shards; --out also gets the rows")
     p.add_argument("--out", required=True)
     args = p.parse_args()
 
     torch.set_num_threads(1)
     pst.init(servers=args.servers, rank=args.rank, num_workers=args.num_workers)
-    x, y = make_data()
-    model = make_model()
+    if args.sparse:
+        x, y = make_sparse_data()
+        x = key_values()[x]  # the keys themselves
+        model = SparseNet(pst.Embedding("items", EMBEDDING_DIM, init_scale=0.1))
+    else:
+        x, y = make_data()
+        model = make_model()
     opt = pst.ServerOptimizer(model, accumulate=args.accumulate, overlap=args.overlap,
                               batch_size=args.batch, min_part_bytes=args.min_part_bytes)
     w, k, b = args.num_workers, args.accumulate, args.batch
@@ -52,8 +60,10 @@ def main():
             if args.sleep_s > 0:
                 time.sleep(args.sleep_s)
     pst.finish()
-    flat = torch.cat([q.detach().reshape(-1) for q in model.parameters()]).numpy()
-    np.save(args.out, flat)
+    flat = torch.cat([q.detach().reshape(-1) for q in model.parameters()])
+    if args.sparse:
+        flat = torch.cat([flat, model.embedding.read(key_values()).reshape(-1)])
+    np.save(args.out, flat.numpy())
     print(f"rank {args.rank} max_staleness {max_staleness}", flush=True)
 
 

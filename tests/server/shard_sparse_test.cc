@@ -147,6 +147,39 @@ TEST(ShardSparse, BspRefusesAPushOfRowsTheWorkerDidNotPullForThatClock) {
   EXPECT_TRUE(async->Push(PushOf(0, 0, {3}, {1, 1}, *async)).ok());
 }
 
+TEST(ShardSparse, AWorkersRowsOnlyPullsOfOneClockAddUpAndPushesCarryTheirRange) {
+  auto shard = MakeShard(ConsistencyMode::kBsp, 1);
+  const std::vector<float> before = Rows(*shard, {3, 5});
+  // Two lookups of clock 0, rows alone (an empty range at the slice's start), as the Python
+  // package's embeddings make them: both sets of keys may go with the push of clock 0.
+  for (const uint64_t key : {3, 5}) {
+    Shard::PullArgs a;
+    a.caller.rank = 0;
+    a.fingerprint = kFp;
+    a.range = KeyRange{shard->range().begin, shard->range().begin};
+    a.clock = 0;
+    a.rows.push_back(SparseRows{0, {key}, {}});
+    auto pulled = shard->Pull(a, absl::Now() + absl::Seconds(5), absl::Span<float>());
+    ASSERT_TRUE(pulled.ok()) << pulled.status();
+    ASSERT_EQ(pulled->rows.size(), 1u);
+    EXPECT_EQ(pulled->rows[0], Rows(*shard, {key}));
+  }
+  // A push never names an empty range: with rows it is a piece, which carries none; without,
+  // it names no part of the range.
+  Shard::PushArgs rows_only = PushOf(0, 0, {3}, {1, 1}, *shard);
+  rows_only.range = KeyRange{shard->range().begin, shard->range().begin};
+  rows_only.gradient = EncodedTensor::OfFloats({});
+  EXPECT_EQ(shard->Push(rows_only).status().code(), absl::StatusCode::kInvalidArgument);
+  rows_only.rows.clear();
+  EXPECT_EQ(shard->Push(rows_only).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(shard->GetStatus().workers[0].clock, 0);
+  ASSERT_TRUE(shard->Push(PushOf(0, 0, {3, 5}, {1, 1, 2, 2}, *shard)).ok());
+  const std::vector<float> after = Rows(*shard, {3, 5});
+  // Sparse SGD at rate 1: each row moves by its gradient.
+  EXPECT_EQ(after, (std::vector<float>{before[0] - 1, before[1] - 1, before[2] - 2,
+                                       before[3] - 2}));
+}
+
 TEST(ShardSparse, BadRowsAreRefusedAndChangeNothing) {
   auto shard = MakeShard(ConsistencyMode::kAsp, 1, /*shard_id=*/0, /*num_shards=*/2);
   uint64_t mine = 0, theirs = 0;

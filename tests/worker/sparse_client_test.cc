@@ -79,7 +79,7 @@ TEST(SparseClient, PullsRowsFromTheirOwnersInTheCallersOrder) {
   }
 }
 
-TEST(SparseClient, AnObserverPullsRowsAloneFromTheShardsThatOwnThem) {
+TEST(SparseClient, RowsAloneComeFromTheShardsThatOwnThemToObserversAndWorkers) {
   TwoShards t = Start();
   const std::vector<uint64_t> keys = MixedKeys();
   const std::vector<float> grads(keys.size() * 2, 0.5f);
@@ -99,18 +99,11 @@ TEST(SparseClient, AnObserverPullsRowsAloneFromTheShardsThatOwnThem) {
   const RowsToPull single{0, one, absl::MakeSpan(value)};
   ASSERT_TRUE(t.client->PullRows(7, {&single, 1}).ok());
   EXPECT_EQ(value, std::vector<float>(values.begin(), values.begin() + 2));
-  // A worker's (not an observer's) pull of an empty range is refused.
-  Shard::PullArgs worker;
-  worker.caller.rank = 0;
-  worker.fingerprint = kFp;
-  const KeyRange owned = t.servers[0]->shard().range();
-  worker.range = KeyRange{owned.begin, owned.begin};
-  EXPECT_EQ(t.servers[0]
-                ->shard()
-                .Pull(worker, absl::Now() + absl::Seconds(1), absl::Span<float>())
-                .status()
-                .code(),
-            absl::StatusCode::kFailedPrecondition);
+  // The worker's own lookup of its step's rows alone (PullStepRows) reads the same values.
+  std::vector<float> looked_up(keys.size() * 2);
+  const RowsToPull step_rows{0, keys, absl::MakeSpan(looked_up)};
+  ASSERT_TRUE(t.client->PullStepRows(1, {&step_rows, 1}).ok());
+  EXPECT_EQ(looked_up, values);
 }
 
 TEST(SparseClient, PushedRowsAreAppliedAndPushPullCarriesBoth) {

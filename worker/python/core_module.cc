@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -296,17 +297,27 @@ class Worker {
  public:
   // `tensors`: the model's parameters in order, (name, shape) each; their fingerprint is what the
   // shards check, so a worker with another model is refused (FAILED_PRECONDITION).
+  // `tables`: the model's sparse tables in order, (name, dim, init_scale) each; the fingerprint
+  // covers them too.
   Worker(WorkerConfig config,
-         const std::vector<std::pair<std::string, std::vector<int64_t>>>& tensors)
+         const std::vector<std::pair<std::string, std::vector<int64_t>>>& tensors,
+         const std::vector<std::tuple<std::string, int64_t, float>>& tables)
       : config_(std::move(config)) {
     CheckConfig(config_);
     std::vector<TensorSpec> specs;
     for (const auto& [name, shape] : tensors) specs.push_back(TensorSpec{name, shape});
+    std::vector<SparseTableSpec> sparse;
+    for (const auto& [name, dim, init_scale] : tables) {
+      sparse.push_back(SparseTableSpec{name, dim, init_scale});
+    }
     ParamLayout layout = ValueOrThrow(ParamLayout::Create(std::move(specs)));
-    const ParamDescription description = ValueOrThrow(ParamDescription::Create(std::move(layout)));
+    const ParamDescription description =
+        ValueOrThrow(ParamDescription::Create(std::move(layout), sparse));
     GrpcClientOptions options = ClientOptions(config_);
     options.fingerprint = description.fingerprint();
     options.total_params = description.dense().total();
+    options.tables = sparse;
+    for (const SparseTableSpec& t : sparse) table_dims_.push_back(t.dim);
     n_ = options.total_params;
     fingerprint_ = options.fingerprint;
     client_ = ValueOrThrow(GrpcParameterClient::Create(options));
@@ -355,14 +366,45 @@ class Worker {
   // Pushes the gradient buffer as step `clock()` and pulls step clock()+1 into the weights (one
   // round trip per shard); the clock moves on. A shard that restarted (ABORTED) makes this worker
   // register again and, when the shards resume it at this clock, push the same gradient again.
-  py::dict Step(int num_samples) {
+  //
+  // `rows`: the gradients of the step's sparse rows, (table, keys, gradients) each, with distinct
+  // keys per table and keys.size() x dim gradients in key order; under BSP only keys that
+  // PullRows asked for at this clock.
+  py::dict Step(
+      int num_samples,
+      const std::vector<std::tuple<int, py::array_t<uint64_t>, py::array_t<float>>>& rows) {
     RequireRegistered();
     const absl::Time start = absl::Now();
     const int64_t clock = clock_;
-    const PushPullStats stats = WithRejoin<PushPullStats>([this, num_samples] {
-      return client_->PushPull(clock_, versions_, num_samples, Gradient(), clock_ + 1, Weights());
+    std::vector<RowsToPush> push_rows;
+    for (const auto& [table, keys, gradients] : rows) {
+      CheckRowsShape(table, keys, gradients);
+      push_rows.push_back(RowsToPush{table, absl::MakeConstSpan(keys.data(), keys.size()),
+                                     absl::MakeConstSpan(gradients.data(), gradients.size())});
+    }
+    const PushPullStats stats = WithRejoin<PushPullStats>([this, num_samples, &push_rows] {
+      if (push_rows.empty()) {
+        return client_->PushPull(clock_, versions_, num_samples, Gradient(), clock_ + 1, Weights());
+      }
+      return client_->PushPullWithRows(clock_, versions_, num_samples, Gradient(), push_rows,
+                                       clock_ + 1, Weights(), {});
     });
     return StepDone(clock, stats.pushed, stats.pulled, start);
+  }
+
+  // The current values of table `table`'s rows of `keys` (distinct) into `out` (keys x dim):
+  // `for_step`, this worker's lookup for its current step (waiting as the mode says; under BSP
+  // these keys may then go with the step's push); else an observer's read.
+  void PullRows(int table, const py::array_t<uint64_t>& keys, py::array_t<float>& out,
+                bool for_step) {
+    RequireRegistered();
+    CheckRowsShape(table, keys, out);
+    const RowsToPull rows{table, absl::MakeConstSpan(keys.data(), keys.size()),
+                          absl::MakeSpan(out.mutable_data(), out.size())};
+    RunStatusInterruptibly([this, &rows, for_step] {
+      return for_step ? client_->PullStepRows(clock_, {&rows, 1})
+                      : client_->PullRows(clock_, {&rows, 1});
+    });
   }
 
   // Overlap: queues part [begin, end) of the gradient of step clock() for sending now, while the
@@ -395,7 +437,7 @@ class Worker {
     if (!parts.ok()) {
       // Some parts went nowhere: after the rejoin the whole gradient goes as one push.
       Rejoin(parts.status());
-      return Step(num_samples);
+      return Step(num_samples, {});
     }
     const PullStats pulled = WithRejoin<PullStats>(
         [this] { return client_->Pull(clock_ + 1, /*no_wait=*/false, Weights()); });
@@ -443,6 +485,18 @@ class Worker {
   void Cancel() { client_->Cancel(); }
 
  private:
+  template <typename Values>
+  void CheckRowsShape(int table, const py::array_t<uint64_t>& keys, const Values& values) const {
+    if (table < 0 || table >= static_cast<int>(table_dims_.size())) {
+      throw StatusError{absl::InvalidArgumentError(absl::StrCat(
+          "table ", table, " is not one of the model's ", table_dims_.size(), " tables"))};
+    }
+    if (keys.ndim() != 1 || values.size() != keys.size() * table_dims_[table]) {
+      throw StatusError{absl::InvalidArgumentError(
+          absl::StrCat("rows of table ", table, ": ", keys.size(), " keys need ",
+                       keys.size() * table_dims_[table], " values, not ", values.size()))};
+    }
+  }
   void RequireRegistered() const {
     if (!cluster_.has_value()) {
       throw StatusError{absl::FailedPreconditionError("register() first")};
@@ -573,6 +627,7 @@ class Worker {
   std::vector<int64_t> versions_;
   absl::Span<float> weights_, gradient_;
   std::vector<float> own_weights_, own_gradient_;
+  std::vector<int64_t> table_dims_;  // of the model's sparse tables, in order
   std::unique_ptr<HeartbeatThread> heartbeat_;
   std::unique_ptr<PartSender> sender_;
   CallThread calls_;
@@ -620,12 +675,15 @@ PYBIND11_MODULE(_core, m) {
 
   py::class_<ps::Worker>(m, "Worker")
       .def(py::init<ps::WorkerConfig,
-                    const std::vector<std::pair<std::string, std::vector<int64_t>>>&>(),
-           py::arg("config"), py::arg("tensors"))
+                    const std::vector<std::pair<std::string, std::vector<int64_t>>>&,
+                    const std::vector<std::tuple<std::string, int64_t, float>>&>(),
+           py::arg("config"), py::arg("tensors"), py::arg("tables"))
       .def("register", &ps::Worker::Register)
       .def("declare_work", &ps::Worker::DeclareWork, py::arg("steps"), py::arg("samples_per_step"))
       .def("init_and_pull", &ps::Worker::InitAndPull)
-      .def("step", &ps::Worker::Step, py::arg("num_samples"))
+      .def("step", &ps::Worker::Step, py::arg("num_samples"), py::arg("rows"))
+      .def("pull_rows", &ps::Worker::PullRows, py::arg("table"), py::arg("keys"), py::arg("out"),
+           py::arg("for_step"))
       .def("start_part", &ps::Worker::StartPart, py::arg("begin"), py::arg("end"),
            py::arg("num_samples"))
       .def("finish_parts", &ps::Worker::FinishParts, py::arg("num_samples"))

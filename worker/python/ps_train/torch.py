@@ -29,12 +29,13 @@ import time
 import weakref
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from ps_train import _core
 from ps_train.errors import PsError
 
-__all__ = ["init", "ServerOptimizer", "StepStats", "finish", "status", "PsError"]
+__all__ = ["init", "ServerOptimizer", "Embedding", "StepStats", "finish", "status", "PsError"]
 
 _DATA_LOSS = 15  # grpc.StatusCode.DATA_LOSS
 
@@ -181,8 +182,13 @@ class ServerOptimizer:
             raise ValueError(f"accumulate must be >= 1, not {accumulate}")
         if isinstance(model, torch.nn.Module):
             named = list(model.named_parameters())
+            self._embeddings = [m for m in model.modules() if isinstance(m, Embedding)]
         else:
             named = [(f"param.{i}", p) for i, p in enumerate(model)]
+            self._embeddings = []
+        if self._embeddings and overlap:
+            raise ValueError("overlap=True pushes the dense gradient in parts, which carry no "
+                             "sparse rows: a model with Embedding tables needs overlap=False")
         if not named:
             raise ValueError("the model has no parameters")
         for name, p in named:
@@ -194,7 +200,12 @@ class ServerOptimizer:
         self.batch_size = batch_size
         self._params = [p for _, p in named]
         self._worker = _core.Worker(
-            config, [(name, list(p.shape) or [1]) for name, p in named])
+            config, [(name, list(p.shape) or [1]) for name, p in named],
+            [(e.table, e.dim, e.init_scale) for e in self._embeddings])
+        for index, e in enumerate(self._embeddings):
+            e._opt, e._index = self, index
+        # Per table: the (keys, gradients) its lookups produced since the last push.
+        self._row_grads = [[] for _ in self._embeddings]
         self.cluster = self._worker.register()
         if steps > 0:
             self._worker.declare_work(steps, batch_size * accumulate)
@@ -243,6 +254,35 @@ class ServerOptimizer:
                 home.zero_()
             elif g.data_ptr() != home.data_ptr():
                 home.copy_(g)
+
+    # -- sparse rows: Embedding lookups and their gradients ------------------------------------
+
+    def _pull_rows(self, table, unique_keys, dim, for_step):
+        keys = unique_keys.numpy().view(np.uint64)
+        out = np.empty(len(keys) * dim, dtype=np.float32)
+        self._worker.pull_rows(table, keys, out, for_step)
+        return torch.from_numpy(out).view(len(keys), dim)
+
+    def _add_row_grads(self, table, unique_keys, grad):
+        self._row_grads[table].append((unique_keys, grad.detach().clone()))
+
+    def _take_row_grads(self):
+        """Each table's gradients since the last push, summed per key (keys ascending), as the
+        mean over the accumulation window's micro-batches."""
+        rows = []
+        for table, pending in enumerate(self._row_grads):
+            if not pending:
+                continue
+            keys = torch.cat([k for k, _ in pending])
+            grads = torch.cat([g for _, g in pending])
+            unique, inverse = torch.unique(keys, return_inverse=True)
+            summed = torch.zeros(len(unique), grads.shape[1]).index_add_(0, inverse, grads)
+            if self.accumulate > 1:
+                summed.mul_(1.0 / self.accumulate)
+            rows.append((table, unique.numpy().view(np.uint64).copy(),
+                         summed.reshape(-1).numpy()))
+            pending.clear()
+        return rows
 
     # -- overlap: parts leave as backward produces them ---------------------------------------
 
@@ -305,6 +345,8 @@ class ServerOptimizer:
         del set_to_none  # the flat buffer is the gradient's home
         if self._micro == 0:
             self._flat_grads.zero_()
+            for pending in self._row_grads:
+                pending.clear()
             self._bind()
 
     def step(self, closure=None):
@@ -335,7 +377,7 @@ class ServerOptimizer:
             self._gather()
             if self.accumulate > 1:
                 self._flat_grads.mul_(1.0 / self.accumulate)
-            result = self._worker.step(samples)
+            result = self._worker.step(samples, self._take_row_grads())
         self._bind()
         self._last_return = time.perf_counter()
         return StepStats(pushed=True, compute_ms=compute_ms, **result)
@@ -355,6 +397,49 @@ class ServerOptimizer:
 
     def _finish(self, wait_s):
         return self._worker.finish(self.batch_size * self.accumulate, wait_s)
+
+
+class Embedding(torch.nn.Module):
+    """An embedding table that lives on the shards, used like torch.nn.Embedding on 64-bit keys.
+
+    emb = pst.Embedding(table="items", dim=16); vectors = emb(keys) for an integer tensor of
+    keys of any shape gives keys.shape + (dim,). The table's rows are held by the shards (each
+    key's row by the shard its hash names), created when first asked for (uniform in
+    [-init_scale, init_scale), seeded by the key alone) and updated there with the shards'
+    sparse optimizer (`--sparse_optimizer`, `--sparse_lr`). Forward pulls the batch's distinct
+    rows; backward keeps their summed gradients, which the next opt.step() pushes with the dense
+    gradient. The ServerOptimizer of a model that holds Embedding modules declares their tables
+    (in model.modules() order) and serves their lookups; an Embedding used before one is made is
+    an error.
+    """
+
+    def __init__(self, table, dim, init_scale=0.01):
+        super().__init__()
+        if not table or dim < 1 or not init_scale > 0:
+            raise ValueError("an Embedding needs a table name, dim >= 1 and init_scale > 0")
+        self.table, self.dim, self.init_scale = table, dim, init_scale
+        self._opt = None  # the ServerOptimizer that serves it
+        self._index = -1  # its table's place in the model's description
+
+    def forward(self, keys):
+        if self._opt is None:
+            raise RuntimeError(f"Embedding '{self.table}': make the model's ServerOptimizer "
+                               "before using it")
+        if keys.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"Embedding '{self.table}': keys must be integers, not {keys.dtype}")
+        unique, inverse = torch.unique(keys.reshape(-1).to(torch.int64), return_inverse=True)
+        rows = self._opt._pull_rows(self._index, unique, self.dim, for_step=True)
+        if torch.is_grad_enabled():
+            rows.requires_grad_(True)
+            rows.register_hook(lambda grad, unique=unique: self._opt._add_row_grads(
+                self._index, unique, grad))
+        return rows[inverse].reshape(*keys.shape, self.dim)
+
+    def read(self, keys):
+        """The rows of `keys` as the shards hold them now (an observer's read; no gradient)."""
+        unique, inverse = torch.unique(keys.reshape(-1).to(torch.int64), return_inverse=True)
+        rows = self._opt._pull_rows(self._index, unique, self.dim, for_step=False)
+        return rows[inverse].reshape(*keys.shape, self.dim)
 
 
 def status():
