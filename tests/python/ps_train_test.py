@@ -37,21 +37,33 @@ class Shards:
 
     def __enter__(self):
         for s in range(self.count):
-            port_file = os.path.join(self.tmp, f"ps-{s}.port")
-            with open(os.path.join(self.tmp, f"ps-{s}.log"), "wb") as log:
-                self.procs.append(subprocess.Popen(
-                    [os.path.join(BIN_DIR, "ps_server"), f"--shard_id={s}",
-                     f"--num_shards={self.count}", f"--num_workers={self.workers}", "--port=0",
-                     f"--port_file={port_file}", "--shared_memory", "--log_level=warn"]
-                    + self.flags, stdout=log, stderr=subprocess.STDOUT))
-            deadline = time.time() + 30
-            while not os.path.exists(port_file):
-                if time.time() > deadline or self.procs[-1].poll() is not None:
-                    raise RuntimeError(f"ps-{s} did not start: {self.log(s)}")
-                time.sleep(0.02)
-            with open(port_file, encoding="utf-8") as f:
-                self.addresses.append(f"127.0.0.1:{f.read().strip()}")
+            self.procs.append(None)
+            self.addresses.append(f"127.0.0.1:{self.start(s, port=0)}")
         return self
+
+    def start(self, s, port):
+        """Starts shard s on `port` (0: a free one) and returns its port."""
+        port_file = os.path.join(self.tmp, f"ps-{s}.port")
+        if os.path.exists(port_file):
+            os.remove(port_file)
+        with open(os.path.join(self.tmp, f"ps-{s}.log"), "ab") as log:
+            self.procs[s] = subprocess.Popen(
+                [os.path.join(BIN_DIR, "ps_server"), f"--shard_id={s}",
+                 f"--num_shards={self.count}", f"--num_workers={self.workers}", f"--port={port}",
+                 f"--port_file={port_file}", "--shared_memory", "--log_level=warn"]
+                + [f.replace("{shard}", str(s)) for f in self.flags],
+                stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 30
+        while not os.path.exists(port_file):
+            if time.time() > deadline or self.procs[s].poll() is not None:
+                raise RuntimeError(f"ps-{s} did not start: {self.log(s)}")
+            time.sleep(0.02)
+        with open(port_file, encoding="utf-8") as f:
+            return int(f.read().strip())
+
+    def restart(self, s):
+        """Starts shard s again on its port (after kill)."""
+        self.start(s, port=int(self.addresses[s].rsplit(":", 1)[1]))
 
     def log(self, s):
         with open(os.path.join(self.tmp, f"ps-{s}.log"), encoding="utf-8", errors="replace") as f:
@@ -67,9 +79,11 @@ class Shards:
 
     def __exit__(self, *exc):
         for p in self.procs:
-            if p.poll() is None:
+            if p is not None and p.poll() is None:
                 p.terminate()
         for p in self.procs:
+            if p is None:
+                continue
             try:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -275,6 +289,40 @@ class Errors(unittest.TestCase):
                 pst.init(servers=cluster.servers, rank=0, num_workers=1,
                          token_file=f"{tmp}/good", allow_plaintext_token=True, retry_s=1)
                 pst.ServerOptimizer(torch.nn.Linear(3, 2))
+
+    def test_a_restarted_shard_loses_no_step(self):
+        # The shard checkpoints every update and is killed mid-run: the worker's next step finds
+        # it gone (retried), then back as a new process (ABORTED): it registers again, resumes at
+        # the same clock and pushes the same gradient again, so the result is the reference's.
+        steps, batch = 8, 16
+        with tempfile.TemporaryDirectory() as tmp, Shards(
+                1, 1, SGD + [f"--checkpoint_dir={tmp}/ckpt-{{shard}}", "--checkpoint_every=1"],
+                tmp) as cluster:
+            pst.init(servers=cluster.servers, rank=0, num_workers=1, retry_s=60)
+            x, y = make_data()
+            model = make_model()
+            opt = pst.ServerOptimizer(model)
+            rejoins = 0
+            for t in range(steps):
+                if t == 4:
+                    # Checkpoints are written in the background: kill once step 3's is on disk.
+                    deadline = time.time() + 30
+                    while pst.status()[0]["checkpoint_version"] < 4:
+                        self.assertLess(time.time(), deadline, "no checkpoint of version 4")
+                        time.sleep(0.05)
+                    cluster.kill(0)
+                    cluster.restart(0)
+                opt.zero_grad()
+                rows = slice(t * batch, (t + 1) * batch)
+                torch.nn.functional.cross_entropy(model(x[rows]), y[rows]).backward()
+                stats = opt.step()
+                self.assertEqual(stats.step, t)
+                rejoins = stats.rejoins
+                self.assertEqual(stats.rolled_back, 0)
+            pst.finish(wait_s=0)
+        self.assertEqual(rejoins, 1)
+        got = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
+        self.assertLess(relative_error(got, reference_sgd(steps, batch, lr=0.1)), 1e-5)
 
     def test_another_model_is_refused(self):
         with Shards(1, 2, SGD) as cluster:
