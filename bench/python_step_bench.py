@@ -17,18 +17,15 @@ import subprocess
 import tempfile
 import time
 
+import sys
+
 import torch
 
 import ps_train.torch as pst
 
-
-def mlp(hidden):
-    layers, width = [], 784
-    for h in hidden:
-        layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
-        width = h
-    layers.append(torch.nn.Linear(width, 10))
-    return torch.nn.Sequential(*layers)
+# The example's MLP: the model a user starts from.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+from fashion_mnist_mlp import mlp  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def timed_steps(model, opt, x, y, seconds):
@@ -57,7 +54,8 @@ def start_shard(bin_dir, tmp, shared_memory, mode):
     port_file = os.path.join(tmp, "port")
     proc = subprocess.Popen(
         [os.path.join(bin_dir, "ps_server"), "--num_workers=1", "--port=0",
-         f"--port_file={port_file}", "--optimizer=sgd", "--lr=0.01", "--lr_schedule=constant", f"--mode={mode}",
+         f"--port_file={port_file}", "--optimizer=sgd", "--lr=0.01", "--lr_schedule=constant",
+         f"--mode={mode}",
          f"--shared_memory={'true' if shared_memory else 'false'}", "--log_level=warn"])
     deadline = time.time() + 30
     while not os.path.exists(port_file):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every benchmark and keeps their JSON lines: transport, apply, train (with the PyTorch
-# peers, overlap and priority scheduling), a shaped link (as root), DLRM, device, scale and sparse.
+# peers, overlap and priority scheduling), a shaped link (as root), the Python package's step,
+# DLRM, device, scale and sparse.
 # Each prints ratios against references measured in the same run.
 #   scripts/bench.sh [OUT_DIR]     (default: bench-results/<date>)
 # Leave the machine otherwise idle: the figures are only as steady as the machine.
@@ -40,6 +41,9 @@ if [[ $(id -u) -eq 0 ]]; then  # network namespaces need root
   run link_unshaped bench/link_bench.sh --rate_mbit 0 --schedules whole --transport \
     --transport_args "--configs 1x1 --mib 1,16,64 --small --rounds 3"
 fi
+# A PyTorch loop's step through ps_train.ServerOptimizer against the same loop's local SGD.
+run python_step env PYTHONPATH=build/python PS_BIN_DIR=build/bin /usr/bin/python3 \
+  bench/python_step_bench.py --seconds 1.5 --rounds 3
 # DLRM against the PyTorch reference, interleaved, on ps_datagen's click logs.
 run dlrm bench/dlrm_bench.sh
 # Forward+backward per device, and the trainer's step with copies overlapped and serial.
