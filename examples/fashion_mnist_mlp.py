@@ -7,7 +7,8 @@ Each worker runs this script (ps_launch --python does it for every rank):
         --python examples/fashion_mnist_mlp.py -- --epochs 5
 
 The shards hold the weights and apply the updates with their optimizer; this script only
-computes gradients. Worker r trains on every W-th sample of each epoch's shuffled order, starting
+computes gradients, and a worker started again (Docker, Kubernetes) resumes at the step the
+shards hold for its rank. Worker r trains on every W-th sample of each epoch's shuffled order, starting
 at r, so the W workers together see each sample once per epoch. Rank 0 measures the final
 weights on the test set and prints `test_accuracy A` (and writes --result as JSON).
 """
@@ -67,14 +68,16 @@ def mlp(hidden):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
-    parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--batch_size", type=int, default=32)
+    # The defaults come from PS_EPOCHS, PS_BATCH_SIZE and PS_SEED when set (a cluster's ConfigMap).
+    parser.add_argument("--epochs", type=int, default=int(os.environ.get("PS_EPOCHS", 5)))
+    parser.add_argument("--batch_size", type=int,
+                        default=int(os.environ.get("PS_BATCH_SIZE", 32)))
     parser.add_argument("--accumulate", type=int, default=1)
     parser.add_argument("--hidden", default="256,128")
     parser.add_argument("--overlap", action="store_true")
     parser.add_argument("--train_limit", type=int, default=0)
     parser.add_argument("--test_limit", type=int, default=0)
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=int(os.environ.get("PS_SEED", 1)))
     parser.add_argument("--result", default="", help="rank 0 writes its result here as JSON")
     args = parser.parse_args()
 
@@ -91,12 +94,18 @@ def main():
     loss_fn = torch.nn.CrossEntropyLoss()
     start = time.time()
     max_staleness = 0
+    # The steps this rank pushed before: a restarted worker resumes where the shards hold it,
+    # on the same samples (each epoch's order is a function of the seed and the epoch).
+    done = opt.clock
     for epoch in range(args.epochs):
+        if (epoch + 1) * steps_per_epoch <= done:
+            continue
         order = torch.randperm(len(train_x), generator=torch.Generator().manual_seed(
             args.seed * 1000 + epoch))
         mine = order[rank::workers][:steps_per_epoch * per_step]
-        loss_sum = 0.0
-        for i in range(0, len(mine), args.batch_size):
+        loss_sum, batches = 0.0, 0
+        first = max(0, done - epoch * steps_per_epoch) * per_step
+        for i in range(first, len(mine), args.batch_size):
             batch = mine[i:i + args.batch_size]
             opt.zero_grad()
             loss = loss_fn(model(train_x[batch]), train_y[batch])
@@ -104,8 +113,9 @@ def main():
             stats = opt.step()
             max_staleness = max(max_staleness, stats.staleness)
             loss_sum += loss.item()
+            batches += 1
         print(f"rank {rank} epoch {epoch + 1} train_loss "
-              f"{loss_sum / max(1, len(mine) // args.batch_size):.4f} "
+              f"{loss_sum / max(1, batches):.4f} "
               f"elapsed {time.time() - start:.1f}s", flush=True)
     work = pst.finish()  # rank 0: waits for the others; its parameters hold the final weights
     if rank != 0:

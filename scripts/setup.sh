@@ -15,14 +15,15 @@ PACKAGES=(
   build-essential cmake pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev libopenblas-dev libgtest-dev libbenchmark-dev zlib1g-dev
-  libcpp-httplib-dev nlohmann-json3-dev
+  libcpp-httplib-dev nlohmann-json3-dev python3-dev pybind11-dev
   dataset-fashion-mnist bible-kjv
 )
-# The Python package (build/python/ps_train, docs/python.md): pybind11 and Python's headers to
-# build it, PyTorch and numpy to use it. Not in the container images (their build stage installs
-# exactly PACKAGES; CMake leaves the package out there).
+# What the Python package (build/python/ps_train, docs/python.md) needs to run: Debian's PyTorch
+# and numpy (pybind11 and Python's headers, to build it, are in PACKAGES). Skipped with
+# INSTALL_PYTHON_PACKAGES=0, as the images' build stage does (their `python` target installs them
+# in its runtime stage).
 PYTHON_PACKAGES=(
-  python3-dev pybind11-dev python3-numpy python3-torch
+  python3-numpy python3-torch
 )
 # What only the tests need (INSTALL_TEST_PACKAGES=1, as scripts/test.sh and scripts/fuzz.sh set):
 # certificates, the fuzzers' compiler, /metrics scraping, network namespaces, the container
@@ -38,7 +39,8 @@ TEST_PACKAGES=(
 BENCH_PACKAGES=(
   python3-torch python3-numpy
 )
-WANTED=("${PACKAGES[@]}" "${PYTHON_PACKAGES[@]}")
+WANTED=("${PACKAGES[@]}")
+if [[ "${INSTALL_PYTHON_PACKAGES:-1}" == "1" ]]; then WANTED+=("${PYTHON_PACKAGES[@]}"); fi
 if [[ "${INSTALL_TEST_PACKAGES:-0}" == "1" ]]; then WANTED+=("${TEST_PACKAGES[@]}"); fi
 if [[ "${INSTALL_BENCH_PACKAGES:-0}" == "1" ]]; then WANTED+=("${BENCH_PACKAGES[@]}"); fi
 

@@ -122,6 +122,12 @@ for (const sts of byKind("StatefulSet")) {
 }
 
 const binaryOf = (c) => (c.command?.[0] ?? "").split("/").pop();
+// A Python worker (python3 SCRIPT, docs/python.md) reads these PS_* variables: ps_train.torch's
+// init() and finish() (worker/python/ps_train/torch.py), and the example's defaults
+// (examples/fashion_mnist_mlp.py: epochs, batch size, seed).
+flags.python3 = ["servers", "rank", "num_workers", "tls_ca", "tls_cert", "tls_key",
+                 "tls_server_name", "token_file", "allow_plaintext_token", "shared_memory",
+                 "retry_s", "require_all_work", "epochs", "batch_size", "seed"];
 const containerPorts = (c) =>
   new Set((c.ports ?? []).flatMap((p) => [p.containerPort, p.name].filter((x) => x !== undefined)));
 const configMapUsers = new Map();  // ConfigMap name -> binaries reading it

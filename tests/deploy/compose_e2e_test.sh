@@ -11,7 +11,8 @@
 #   4. a worker container removed by an operator (`docker kill`): the summary still runs, names
 #      the exact samples skipped, and the command exits 3 (BSP requires all work);
 #   5. `up` again over the checkpoints of the finished job: refused with a message, exit 1;
-# and between 1 and 5, a short language-model job in the image on its own corpus.
+# and between 1 and 5, a short language-model job in the image on its own corpus, and Python
+# workers (the image's `python` target) through deploy/compose/docker-compose.python.yml.
 #
 # It brings what it needs and leaves nothing running: Debian's docker.io and docker-compose
 # (scripts/setup.sh with INSTALL_TEST_PACKAGES=1 installs them), and a dockerd of its own (own
@@ -176,6 +177,30 @@ if [[ "$rc" == 0 ]] && grep -q "work: 20 of 20 gradients applied" "$WORK/gpt.log
   pass "the image trains the language model on its own corpus"
 else
   fail "the image trains the language model on its own corpus (exit $rc)"; tail -20 "$WORK/gpt.log"
+fi
+
+# --- 1c. Python workers (docs/python.md): deploy/compose/docker-compose.python.yml builds the
+# image's `python` target and trains the PyTorch example through 2 shards with 2 workers, one
+# epoch of 12 000 images; rank 0 prints the test accuracy and the work account.
+rc=0
+PS_EPOCHS=1 PS_TRAIN_LIMIT=12000 docker-compose -p "${PROJECT}py" \
+  -f "$ROOT/deploy/compose/docker-compose.python.yml" up --build --abort-on-container-exit \
+  --exit-code-from worker-0 >"$WORK/python.log" 2>&1 || rc=$?
+docker-compose -p "${PROJECT}py" -f "$ROOT/deploy/compose/docker-compose.python.yml" \
+  down -v --remove-orphans >/dev/null 2>&1 || true
+line="$(grep -o 'test_accuracy [0-9.]*  max_staleness [0-9]*  gradients [0-9]*/[0-9]*' \
+  "$WORK/python.log" | tail -1)"
+echo "      $line"
+# 12 000 images, 2 workers of batch 32: 187 steps each, on both shards.
+if [[ "$rc" == 0 ]] && python3 - "$line" <<'PY'; then
+import sys
+parts = sys.argv[1].split()
+accuracy, gradients = float(parts[1]), parts[5]
+sys.exit(0 if accuracy >= 0.75 and gradients == "748/748" else 1)
+PY
+  pass "Python workers train in compose (docker-compose.python.yml)"
+else
+  fail "Python workers train in compose (exit $rc)"; tail -30 "$WORK/python.log"
 fi
 
 # --- 5. up again over the finished job's checkpoints: refused, not reprinted as new.

@@ -65,6 +65,8 @@ expect_fail "fixture Dockerfile.missing-package" "libcpp-httplib-dev" \
 
 # --- docker-compose
 expect_ok "docker-compose config" docker-compose -f "$ROOT/deploy/compose/docker-compose.yml" config -q
+expect_ok "docker-compose.python.yml config" \
+  docker-compose -f "$ROOT/deploy/compose/docker-compose.python.yml" config -q
 for f in "$HERE"/fixtures/compose/*.yml; do
   expect_fail "fixture compose/$(basename "$f")" "$(expected "$f")" docker-compose -f "$f" config -q
 done
@@ -92,6 +94,14 @@ for overlay in cpu gpu; do
   expect_ok "overlays/$overlay trains as scripts/run.sh does" \
     "$PY3" "$HERE/check_effective_config.py" "$BIN" "$ROOT/scripts/run.sh" --k8s "$WORK/rendered.yaml"
 done
+expect_ok "kustomize overlays/python + schema + cross-object checks" \
+  render_and_check "$WORK/tree/k8s/overlays/python"
+if kubectl kustomize "$WORK/tree/k8s/overlays/python" |
+  grep -A3 -- '- /usr/bin/python3' | grep -q /opt/ps/examples/fashion_mnist_mlp.py; then
+  pass "overlays/python runs the example under python3"
+else
+  fail "overlays/python runs the example under python3"
+fi
 if kubectl kustomize "$WORK/tree/k8s/overlays/gpu" | grep -q 'nvidia.com/gpu: 1'; then
   pass "overlays/gpu asks for nvidia.com/gpu"
 else

@@ -45,14 +45,20 @@ _config = None  # the WorkerConfig of init()
 _optimizers = weakref.WeakSet()
 
 
-def _env_int(names, default):
+def _env_int(names, default, negative_is_unset=False):
+    """The first of `names` set in the environment, as an int. With negative_is_unset a negative
+    value passes on to the next name (PS_RANK=-1: the rank comes from JOB_COMPLETION_INDEX, as
+    for ps_worker)."""
     for name in names:
         value = os.environ.get(name)
         if value not in (None, ""):
             try:
-                return int(value)
+                number = int(value)
             except ValueError:
                 raise ValueError(f"environment variable {name}='{value}' is not an integer") from None
+            if negative_is_unset and number < 0:
+                continue
+            return number
     return default
 
 
@@ -98,7 +104,7 @@ def init(servers=None, rank=None, num_workers=None, *, token_file=None, tls_ca=N
         raise ValueError('ps_train: no servers: pass servers="host:port,..." or set PS_SERVERS')
     num_workers = num_workers if num_workers is not None else _env_int(["PS_NUM_WORKERS"], 0)
     if rank is None:
-        rank = _env_int(["PS_RANK", "JOB_COMPLETION_INDEX"], -1)
+        rank = _env_int(["PS_RANK", "JOB_COMPLETION_INDEX"], -1, negative_is_unset=True)
         if rank < 0:
             if num_workers > 1:
                 raise ValueError("ps_train: no rank: pass rank=... or set PS_RANK "
