@@ -176,8 +176,8 @@ TEST(ShardSparse, AWorkersRowsOnlyPullsOfOneClockAddUpAndPushesCarryTheirRange) 
   ASSERT_TRUE(shard->Push(PushOf(0, 0, {3, 5}, {1, 1, 2, 2}, *shard)).ok());
   const std::vector<float> after = Rows(*shard, {3, 5});
   // Sparse SGD at rate 1: each row moves by its gradient.
-  EXPECT_EQ(after, (std::vector<float>{before[0] - 1, before[1] - 1, before[2] - 2,
-                                       before[3] - 2}));
+  EXPECT_EQ(after,
+            (std::vector<float>{before[0] - 1, before[1] - 1, before[2] - 2, before[3] - 2}));
 }
 
 TEST(ShardSparse, BadRowsAreRefusedAndChangeNothing) {
