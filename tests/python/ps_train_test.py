@@ -159,6 +159,31 @@ class BspEqualsLargeBatch(unittest.TestCase):
                    extra=["--overlap", "--min_part_bytes", "1024"])
 
 
+class Gradients(unittest.TestCase):
+    def test_parameters_without_gradients_push_zeros_and_replaced_grads_are_copied(self):
+        with Shards(1, 1, SGD) as cluster:
+            pst.init(servers=cluster.servers, rank=0, num_workers=1, retry_s=1)
+            torch.manual_seed(3)
+            used, unused = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+            model = torch.nn.ModuleDict({"used": used, "unused": unused})
+            opt = pst.ServerOptimizer(model)
+            before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            # PyTorch's own zero_grad(set_to_none=True) drops the views: the next backward
+            # makes new gradient tensors, which step() copies into the flat buffer.
+            model.zero_grad(set_to_none=True)
+            used(torch.ones(1, 3)).sum().backward()
+            grad = used.weight.grad.detach().clone()
+            stats = opt.step()
+            self.assertTrue(stats.pushed)
+            after = model.state_dict()
+            for k in ("unused.weight", "unused.bias"):
+                self.assertTrue(torch.equal(after[k], before[k]), k)
+            self.assertTrue(torch.allclose(after["used.weight"], before["used.weight"] - 0.1 * grad))
+            # The parameters and gradients are views of the flat buffers again.
+            self.assertEqual(used.weight.grad.data_ptr(),
+                             opt._flat_grads[:used.weight.numel()].data_ptr())
+
+
 class SparseTables(unittest.TestCase):
     """pst.Embedding: rows on the shards, pulled and pushed by the keys a batch names."""
 
