@@ -349,6 +349,16 @@ class Errors(unittest.TestCase):
         got = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
         self.assertLess(relative_error(got, reference_sgd(steps, batch, lr=0.1)), 1e-5)
 
+    def test_finish_names_the_workers_it_waited_for_in_vain(self):
+        with Shards(1, 2, SGD) as cluster:
+            pst.init(servers=cluster.servers, rank=0, num_workers=2, retry_s=1)
+            opt = pst.ServerOptimizer(torch.nn.Linear(3, 2))
+            with self.assertRaises(PsError) as caught:
+                pst.finish(wait_s=0.5)  # rank 1 never comes
+            del opt
+        self.assertEqual(caught.exception.code_name, "DEADLINE_EXCEEDED")
+        self.assertIn("1 (pending)", caught.exception.message)
+
     def test_another_model_is_refused(self):
         with Shards(1, 2, SGD) as cluster:
             pst.init(servers=cluster.servers, rank=0, num_workers=2, retry_s=1)

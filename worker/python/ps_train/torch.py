@@ -37,7 +37,7 @@ from ps_train.errors import PsError
 
 __all__ = ["init", "ServerOptimizer", "Embedding", "StepStats", "finish", "status", "PsError"]
 
-_DATA_LOSS = 15  # grpc.StatusCode.DATA_LOSS
+_DEADLINE_EXCEEDED, _DATA_LOSS = 4, 15  # grpc.StatusCode's values
 
 _config = None  # the WorkerConfig of init()
 # The live ServerOptimizers of this process, for finish(); one that is dropped unregisters
@@ -456,8 +456,9 @@ def status():
 def finish(wait_s=None, require_all_work=None):
     """Ends this worker: declares the steps it pushed as its work and stops its heartbeats.
 
-    Rank 0 then waits (up to wait_s, default the pull timeout) until no worker can add to the
-    job and returns the job's work account: gradients expected and applied, and per worker the
+    Rank 0 then waits (up to wait_s, default the pull timeout; PsError DEADLINE_EXCEEDED naming
+    the workers still expected after that) until no worker can add to the job, pulls the final
+    weights into its parameters and returns the job's work account: gradients expected and applied, and per worker the
     steps and samples skipped. When work was skipped and all of it was required
     (require_all_work; default PS_REQUIRE_ALL_WORK, else true under BSP), it raises PsError
     DATA_LOSS saying what was skipped, so the job exits non-zero. Other ranks return their own
@@ -475,6 +476,12 @@ def finish(wait_s=None, require_all_work=None):
         mode = opt.cluster["mode"]
     if require_all_work is None:
         require_all_work = _env_bool("PS_REQUIRE_ALL_WORK", mode == "bsp")
+    if config.rank == 0 and wait_s > 0 and not work["job_done"]:
+        waiting = ", ".join(f"{w['rank']} ({w['state']})" for w in work["workers"]
+                            if w["state"] in ("live", "pending"))
+        raise PsError(_DEADLINE_EXCEEDED, "DEADLINE_EXCEEDED",
+                      f"the job did not finish within {wait_s:g}s; workers still expected: "
+                      f"{waiting or 'none declared work yet'}")
     skipped = [w for w in work["workers"] if w["steps_skipped"] > 0]
     if config.rank == 0 and require_all_work and skipped:
         said = "; ".join(f"worker {w['rank']} ({w['state']}): {w['steps_skipped']} steps, "
