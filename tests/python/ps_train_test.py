@@ -394,20 +394,21 @@ class Errors(unittest.TestCase):
 class Signals(unittest.TestCase):
     """A worker waiting in a BSP barrier ends on Ctrl-C or SIGTERM, at once and with no trace."""
 
-    def check(self, signo, want_code, want_text):
+    # Both wait for rank 1, which never comes.
+    STEP = "m(torch.ones(1, 3)).sum().backward()\nprint('waiting', flush=True)\nopt.step()\n"
+    FINISH = "print('waiting', flush=True)\npst.finish(wait_s=100)\n"
+
+    def check(self, signo, want_code, want_text, wait=STEP):
         script = (
             "import torch, ps_train.torch as pst\n"
             "pst.init(rank=0, num_workers=2)\n"
             "m = torch.nn.Linear(3, 2)\n"
-            "opt = pst.ServerOptimizer(m)\n"
-            "m(torch.ones(1, 3)).sum().backward()\n"
-            "print('stepping', flush=True)\n"
-            "opt.step()\n")  # waits for rank 1, which never comes
+            "opt = pst.ServerOptimizer(m)\n" + wait)
         with Shards(1, 2, SGD) as cluster:
             env = dict(os.environ, PS_SERVERS=cluster.servers)
             p = subprocess.Popen([sys.executable, "-c", script], env=env, text=True,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            self.assertEqual(p.stdout.readline().strip(), "stepping")
+            self.assertEqual(p.stdout.readline().strip(), "waiting")
             time.sleep(0.5)
             sent = time.time()
             p.send_signal(signo)
@@ -422,6 +423,9 @@ class Signals(unittest.TestCase):
 
     def test_sigterm_exits_143(self):
         self.check(signal.SIGTERM, 143, "")
+
+    def test_ctrl_c_ends_a_finish_that_waits_for_the_others(self):
+        self.check(signal.SIGINT, -signal.SIGINT, "KeyboardInterrupt", wait=self.FINISH)
 
 
 if __name__ == "__main__":

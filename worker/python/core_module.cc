@@ -464,8 +464,12 @@ class Worker {
           RunInterruptibly<std::vector<ShardReport>>([this] { return client_->Status(); });
       work = AccountWork(reports);
       if (work.job_done || absl::Now() >= deadline) break;
-      py::gil_scoped_release unlocked;
-      absl::SleepFor(absl::Milliseconds(200));
+      {
+        py::gil_scoped_release unlocked;
+        absl::SleepFor(absl::Milliseconds(200));
+      }
+      // Ctrl-C while waiting for the others (the calls above are too short to see it).
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
     }
     if (wait_s > 0 && work.job_done) {
       // The job's final weights into the parameters, for the caller's evaluation.
