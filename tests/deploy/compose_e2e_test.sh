@@ -185,11 +185,11 @@ fi
 rc=0
 PS_EPOCHS=1 PS_TRAIN_LIMIT=12000 docker-compose -p "${PROJECT}py" \
   -f "$ROOT/deploy/compose/docker-compose.python.yml" up --build --abort-on-container-exit \
-  --exit-code-from worker-0 >"$WORK/python.log" 2>&1 || rc=$?
+  --exit-code-from worker-0 worker-0 >"$WORK/python.log" 2>&1 || rc=$?
 docker-compose -p "${PROJECT}py" -f "$ROOT/deploy/compose/docker-compose.python.yml" \
   down -v --remove-orphans >/dev/null 2>&1 || true
 line="$(grep -o 'test_accuracy [0-9.]*  max_staleness [0-9]*  gradients [0-9]*/[0-9]*' \
-  "$WORK/python.log" | tail -1)"
+  "$WORK/python.log" | tail -1 || true)"
 echo "      $line"
 # 12 000 images, 2 workers of batch 32: 187 steps each, on both shards.
 if [[ "$rc" == 0 ]] && python3 - "$line" <<'PY'; then
