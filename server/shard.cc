@@ -11,6 +11,17 @@ namespace ps {
 
 namespace {
 
+// The floats of a dense float32 tensor that lies in one aligned piece; null otherwise.
+const float* ContiguousFloats(const EncodedTensor& t) {
+  if (t.encoding() != TensorEncoding::kF32 || t.pieces().size() != 1) return nullptr;
+  const PayloadPiece& piece = t.pieces()[0];
+  if (piece.first != 0 || piece.count != t.size() ||
+      reinterpret_cast<uintptr_t>(piece.data) % alignof(float) != 0) {
+    return nullptr;
+  }
+  return reinterpret_cast<const float*>(piece.data);
+}
+
 bool AllFinite(absl::Span<const float> values) {
   // Accumulating x - x yields NaN exactly when some x is NaN or Inf; one branch-free pass.
   float acc = 0.0f;
@@ -395,8 +406,15 @@ Shard::PushResult Shard::ActOnPushLocked(const PushArgs& args, PushAction action
       break;
     case PushAction::kBuffer: {
       controller_.RecordPush(args.caller.rank);
-      round_gradients_[args.caller.rank].resize(args.gradient.size());
-      args.gradient.DecodeInto(absl::MakeSpan(round_gradients_[args.caller.rank]));
+      // The push that completes the round is summed straight from its payload when that is one
+      // float32 piece (a shared region's area, most received messages): the same sum, one pass
+      // over the slice fewer. Any other is buffered for the round.
+      const float* completing =
+          initialized_ && controller_.RoundReady() ? ContiguousFloats(args.gradient) : nullptr;
+      if (completing == nullptr) {
+        round_gradients_[args.caller.rank].resize(args.gradient.size());
+        args.gradient.DecodeInto(absl::MakeSpan(round_gradients_[args.caller.rank]));
+      }
       round_base_versions_[args.caller.rank] = args.base_version;
       round_has_gradient_[args.caller.rank] = true;
       if (!args.rows.empty()) {
@@ -408,7 +426,7 @@ Shard::PushResult Shard::ActOnPushLocked(const PushArgs& args, PushAction action
         round_rows_[args.caller.rank].clear();
       }
       const int64_t before = version_;
-      MaybeApplyRound();
+      MaybeApplyRound(args.caller.rank, completing);
       result.applied = version_ != before;
       result.buffered = !result.applied;
       break;
@@ -479,7 +497,7 @@ bool Shard::ApplyStale(int rank, int64_t clock, int64_t base_version, const Enco
   return true;
 }
 
-void Shard::MaybeApplyRound() {
+void Shard::MaybeApplyRound(int completing_rank, const float* completing) {
   if (options_.consistency.mode != ConsistencyMode::kBsp || !initialized_ ||
       !controller_.RoundReady()) {
     return;
@@ -494,11 +512,14 @@ void Shard::MaybeApplyRound() {
   int contributors = 0;
   for (size_t r = 0; r < round_gradients_.size(); ++r) {
     if (!round_has_gradient_[r]) continue;
-    const std::vector<float>& g = round_gradients_[r];
+    const float* g = static_cast<int>(r) == completing_rank && completing != nullptr
+                         ? completing
+                         : round_gradients_[r].data();
+    const size_t n = round_sum_.size();
     if (contributors == 0) {
-      for (size_t i = 0; i < g.size(); ++i) round_sum_[i] = 0.0f + g[i];
+      for (size_t i = 0; i < n; ++i) round_sum_[i] = 0.0f + g[i];
     } else {
-      for (size_t i = 0; i < g.size(); ++i) round_sum_[i] += g[i];
+      for (size_t i = 0; i < n; ++i) round_sum_[i] += g[i];
     }
     staleness_[r].Record(version_ - round_base_versions_[r]);
     round_has_gradient_[r] = false;

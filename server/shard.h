@@ -316,8 +316,11 @@ class Shard {
   bool JobFinished() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records a declared plan (steps > 0); the first one fixes an automatic cosine schedule's end.
   void RecordPlan(int rank, const WorkPlan& plan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Applies the BSP round when it is complete (after a push or an expiry).
-  void MaybeApplyRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies the BSP round when it is complete (after a push or an expiry). `completing`, when
+  // set, is the gradient of rank `completing_rank`, read in place instead of from its round
+  // buffer (the push that completes the round, not copied first).
+  void MaybeApplyRound(int completing_rank = -1, const float* completing = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyGradient(const EncodedTensor& gradient, float lr_scale = 1.0f)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sparse rows (shard_sparse.cc). The checks of a request's rows: known tables, keys this
