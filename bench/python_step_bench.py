@@ -8,6 +8,12 @@ interleaved rounds. Prints one JSON line per configuration with both rates and t
 docs/python.md), and per-step timings from StepStats.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/python_step_bench.py [--batch 32,128]
+        [--mode asp --pipeline] [--blas_threads 1]
+
+--pipeline (with --mode ssp or asp) measures ServerOptimizer(pipeline=True): the round trip
+overlaps the next step's compute. --blas_threads N runs both loops with N OpenBLAS threads
+(torch.set_num_threads does not bound Debian's OpenBLAS, whose idle threads spin on the cores
+the shard needs).
 """
 
 import argparse
@@ -55,7 +61,7 @@ def start_shard(bin_dir, tmp, shared_memory, mode):
     proc = subprocess.Popen(
         [os.path.join(bin_dir, "ps_server"), "--num_workers=1", "--port=0",
          f"--port_file={port_file}", "--optimizer=sgd", "--lr=0.01", "--lr_schedule=constant",
-         f"--mode={mode}",
+         f"--mode={mode}", "--staleness=1",
          f"--shared_memory={'true' if shared_memory else 'false'}", "--log_level=warn"])
     deadline = time.time() + 30
     while not os.path.exists(port_file):
@@ -76,7 +82,17 @@ def main():
     parser.add_argument("--shared_memory", default="true", choices=["true", "false"])
     parser.add_argument("--mode", default="bsp", choices=["bsp", "ssp", "asp"])
     parser.add_argument("--threads", type=int, default=1, help="torch threads (both loops)")
+    parser.add_argument("--pipeline", action="store_true",
+                        help="ServerOptimizer(pipeline=True); needs --mode ssp or asp")
+    parser.add_argument("--blas_threads", type=int, default=0,
+                        help="OpenBLAS threads of both loops (0: OpenBLAS's own choice)")
     args = parser.parse_args()
+    if args.pipeline and args.mode == "bsp":
+        parser.error("--pipeline needs --mode ssp or asp")
+    if args.blas_threads > 0 and os.environ.get("OPENBLAS_NUM_THREADS") != str(args.blas_threads):
+        # OpenBLAS reads its thread count once, as torch loads it: start again with it set.
+        env = dict(os.environ, OPENBLAS_NUM_THREADS=str(args.blas_threads))
+        os.execve(sys.executable, [sys.executable] + sys.argv, env)
     torch.set_num_threads(args.threads)
     hidden = [int(h) for h in args.hidden.split(",") if h]
     with tempfile.TemporaryDirectory() as tmp:
@@ -89,7 +105,8 @@ def main():
                 x, y = torch.randn(batch, 784), torch.randint(0, 10, (batch,))
                 local_model, shard_model = mlp(hidden), mlp(hidden)
                 local = torch.optim.SGD(local_model.parameters(), lr=0.01)
-                remote = pst.ServerOptimizer(shard_model, batch_size=batch)
+                remote = pst.ServerOptimizer(shard_model, batch_size=batch,
+                                             pipeline=args.pipeline)
                 local_rates, shard_rates, stats = [], [], []
                 for _ in range(args.rounds):
                     local_rates.append(timed_steps(local_model, local, x, y, args.seconds)[0])
@@ -98,7 +115,9 @@ def main():
                     stats += seen
                 local_best, shard_best = max(local_rates), max(shard_rates)
                 print(json.dumps({
-                    "bench": "python_step", "mode": args.mode, "batch": batch, "hidden": args.hidden,
+                    "bench": "python_step", "mode": args.mode, "pipeline": args.pipeline,
+                    "batch": batch, "hidden": args.hidden,
+                    "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"),
                     "params": sum(p.numel() for p in shard_model.parameters()),
                     "shared_memory_shards": remote.shared_memory_shards,
                     "local_steps_per_s": round(local_best, 1),

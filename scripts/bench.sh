@@ -44,6 +44,9 @@ fi
 # A PyTorch loop's step through ps_train.ServerOptimizer against the same loop's local SGD.
 run python_step env PYTHONPATH=build/python PS_BIN_DIR=build/bin /usr/bin/python3 \
   bench/python_step_bench.py --seconds 1.5 --rounds 3
+# The same, pipelined under ASP (the round trip behind the next step's compute), one BLAS thread.
+run python_step_pipelined env PYTHONPATH=build/python PS_BIN_DIR=build/bin /usr/bin/python3 \
+  bench/python_step_bench.py --seconds 1.5 --rounds 3 --mode asp --pipeline --blas_threads 1
 # DLRM against the PyTorch reference, interleaved, on ps_datagen's click logs.
 run dlrm bench/dlrm_bench.sh
 # Forward+backward per device, and the trainer's step with copies overlapped and serial.

@@ -262,6 +262,111 @@ class Staleness(unittest.TestCase):
         self.assertEqual(sum(w["applied"] for w in report["workers"]), 120)
 
 
+def grad_at(flat_weights, rows, x, y):
+    """The tests' model's flat gradient at `flat_weights` on data rows `rows`."""
+    model = make_model()
+    with torch.no_grad():
+        offset = 0
+        for p in model.parameters():
+            p.copy_(flat_weights[offset:offset + p.numel()].view(p.shape))
+            offset += p.numel()
+    torch.nn.functional.cross_entropy(model(x[rows]), y[rows]).backward()
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+
+
+class Pipeline(unittest.TestCase):
+    """ServerOptimizer(pipeline=True): step() returns while the gradient travels."""
+
+    def test_one_worker_computes_on_the_weights_one_step_back(self):
+        # One worker under ASP: step 0 pushes and pulls at once, step 1 computes on W1 (the
+        # weights after gradient 0); from step 2 on, step c computes on W(c-1), the weights the
+        # call of step c-2 brought, which lack gradient c-1. W(k+1) = W(k) - lr * gradient k.
+        steps, batch, lr = 10, 16, 0.1
+        x, y = make_data()
+        with Shards(1, 1, SGD + ["--mode=asp"]) as cluster:
+            pst.init(servers=cluster.servers, rank=0, num_workers=1, retry_s=1)
+            model = make_model()
+            opt = pst.ServerOptimizer(model, pipeline=True)
+            seen = []
+            for t in range(steps):
+                opt.zero_grad()
+                rows = slice(t * batch, (t + 1) * batch)
+                torch.nn.functional.cross_entropy(model(x[rows]), y[rows]).backward()
+                stats = opt.step()
+                seen.append((stats.step, stats.staleness, stats.applied))
+            work = pst.finish()
+        # Each step reports the call it waited for: its own push first, then a prefetch of
+        # weights (step -1), then the previous step's push, one update stale from step 2 on.
+        self.assertEqual(seen, [(0, 0, 1), (-1, 0, 0), (1, 0, 1)] +
+                         [(t - 1, 1, 1) for t in range(3, steps)])
+        self.assertEqual((work["gradients_applied"], work["gradients_expected"]), (steps, steps))
+        weights = [torch.cat([p.detach().reshape(-1) for p in make_model().parameters()])]
+        for c in range(steps):
+            used = weights[c] if c < 2 else weights[c - 1]
+            weights.append(weights[c] - lr * grad_at(used, slice(c * batch, (c + 1) * batch),
+                                                     x, y))
+        want = weights[steps].numpy()
+        self.assertGreater(relative_error(weights[0].numpy(), want), 1e-2, "must move")
+        got = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
+        self.assertLess(relative_error(got, want), 1e-6)
+
+    def test_ssp_bound_holds_with_one_more_update(self):
+        # SSP(1), 2 workers, rank 1 slow. A pipelined step computes on weights pulled for its
+        # clock one call earlier, and its own previous push lands in between: at most
+        # (W-1)(2s+1) + 1 = 4 updates stale.
+        with tempfile.TemporaryDirectory() as tmp, Shards(
+                1, 2, SGD + ["--mode=ssp", "--staleness=1"], tmp) as cluster:
+            run_workers(cluster.servers, 2, 30, 8, tmp, extra=["--pipeline"],
+                        sleep_of={1: 0.01})
+            pst.init(servers=cluster.servers)
+            report = pst.status()[0]
+        worst = max(w["max_staleness"] for w in report["workers"])
+        self.assertLessEqual(worst, 4)
+        self.assertGreater(worst, 1, "pipelined steps under SSP see stale gradients")
+        self.assertEqual(sum(w["applied"] for w in report["workers"]), 60)
+
+    def test_refused_where_a_step_needs_the_last_round(self):
+        for flags in (["--mode=bsp"], ["--mode=ssp", "--staleness=0"]):
+            with Shards(1, 1, SGD + flags) as cluster:
+                pst.init(servers=cluster.servers, rank=0, num_workers=1, retry_s=1)
+                with self.assertRaises(PsError) as caught:
+                    pst.ServerOptimizer(torch.nn.Linear(3, 2), pipeline=True)
+            self.assertEqual(caught.exception.code, FAILED_PRECONDITION, flags)
+            self.assertIn("pipeline needs SSP with a bound of at least 1, or ASP",
+                          str(caught.exception))
+        with self.assertRaisesRegex(ValueError, "not with overlap=True"):
+            pst.ServerOptimizer(torch.nn.Linear(3, 2), pipeline=True, overlap=True)
+
+    def test_a_restarted_shard_loses_no_step(self):
+        # As the synchronous test below: the shard dies and comes back from its checkpoint while
+        # a push travels; the worker registers again, pushes that step's gradient again and
+        # goes on, and every step is applied once.
+        steps, batch = 8, 16
+        x, y = make_data()
+        with tempfile.TemporaryDirectory() as tmp, Shards(
+                1, 1, SGD + ["--mode=asp", f"--checkpoint_dir={tmp}/ckpt-{{shard}}",
+                             "--checkpoint_every=1"], tmp) as cluster:
+            pst.init(servers=cluster.servers, rank=0, num_workers=1, retry_s=60)
+            model = make_model()
+            opt = pst.ServerOptimizer(model, pipeline=True)
+            for t in range(steps):
+                if t == 4:
+                    deadline = time.time() + 30
+                    while pst.status()[0]["checkpoint_version"] < 4:
+                        self.assertLess(time.time(), deadline, "no checkpoint of version 4")
+                        time.sleep(0.05)
+                    cluster.kill(0)
+                    cluster.restart(0)
+                opt.zero_grad()
+                rows = slice(t * batch, (t + 1) * batch)
+                torch.nn.functional.cross_entropy(model(x[rows]), y[rows]).backward()
+                stats = opt.step()
+                self.assertEqual(stats.rolled_back, 0)
+            work = pst.finish()
+        self.assertEqual(stats.rejoins, 1)
+        self.assertEqual((work["gradients_applied"], work["gradients_expected"]), (steps, steps))
+
+
 class Errors(unittest.TestCase):
     """Every failure is a PsError with the gRPC code and the shard's message, never a hang."""
 

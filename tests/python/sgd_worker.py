@@ -2,7 +2,7 @@
 ps_train.torch and saves its final parameters (flattened, in order) as a .npy file.
 
     sgd_worker.py --servers H:P,H:P --rank R --num_workers W --steps T --batch B --out F.npy
-        [--accumulate K] [--overlap] [--sleep_s S]
+        [--accumulate K] [--overlap] [--pipeline] [--sleep_s S]
 
 Worker r's micro-batch of step t is rows [(t*W*K + k*W + r) * B, ... + B) of the data (micro-batch
 k of K): together the W workers' K micro-batches of step t are rows [t*W*K*B, (t+1)*W*K*B), the
@@ -29,6 +29,7 @@ def main():
     p.add_argument("--batch", type=int, required=True)
     p.add_argument("--accumulate", type=int, default=1)
     p.add_argument("--overlap", action="store_true")
+    p.add_argument("--pipeline", action="store_true")
     p.add_argument("--min_part_bytes", type=int, default=256 << 10)
     p.add_argument("--sleep_s", type=float, default=0.0, help="per step: a slow worker")
     p.add_argument("--sparse", action="store_true",
@@ -46,7 +47,8 @@ def main():
         x, y = make_data()
         model = make_model()
     opt = pst.ServerOptimizer(model, accumulate=args.accumulate, overlap=args.overlap,
-                              batch_size=args.batch, min_part_bytes=args.min_part_bytes)
+                              batch_size=args.batch, min_part_bytes=args.min_part_bytes,
+                              pipeline=args.pipeline)
     w, k, b = args.num_workers, args.accumulate, args.batch
     max_staleness = 0
     for t in range(args.steps):

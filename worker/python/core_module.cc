@@ -14,6 +14,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -31,11 +32,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/base/param_layout.h"
+#include "common/base/status_macros.h"
 #include "common/transport/grpc_security.h"
 #include "spdlog/spdlog.h"
 #include "worker/grpc_parameter_client.h"
 #include "worker/heartbeat_thread.h"
 #include "worker/shard_report_json.h"
+#include "worker/task_pool.h"
 #include "worker/work_account.h"
 
 namespace py = pybind11;
@@ -298,12 +301,17 @@ class Worker {
   // `tensors`: the model's parameters in order, (name, shape) each; their fingerprint is what the
   // shards check, so a worker with another model is refused (FAILED_PRECONDITION).
   // `tables`: the model's sparse tables in order, (name, dim, init_scale) each; the fingerprint
-  // covers them too.
+  // covers them too. `buffer_sets`: 2 for PipelinedStep (one set of weights and gradient
+  // computes while the other travels), else 1.
   Worker(WorkerConfig config,
          const std::vector<std::pair<std::string, std::vector<int64_t>>>& tensors,
-         const std::vector<std::tuple<std::string, int64_t, float>>& tables)
-      : config_(std::move(config)) {
+         const std::vector<std::tuple<std::string, int64_t, float>>& tables, int buffer_sets)
+      : config_(std::move(config)), buffer_sets_(buffer_sets) {
     CheckConfig(config_);
+    if (buffer_sets_ != 1 && buffer_sets_ != 2) {
+      throw StatusError{
+          absl::InvalidArgumentError(absl::StrCat("buffer_sets is 1 or 2, not ", buffer_sets_))};
+    }
     std::vector<TensorSpec> specs;
     for (const auto& [name, shape] : tensors) specs.push_back(TensorSpec{name, shape});
     std::vector<SparseTableSpec> sparse;
@@ -317,6 +325,7 @@ class Worker {
     options.fingerprint = description.fingerprint();
     options.total_params = description.dense().total();
     options.tables = sparse;
+    options.shared_memory_slots = buffer_sets_;
     for (const SparseTableSpec& t : sparse) table_dims_.push_back(t.dim);
     n_ = options.total_params;
     fingerprint_ = options.fingerprint;
@@ -324,7 +333,10 @@ class Worker {
   }
 
   ~Worker() {
-    // The sender and the heartbeats use the client: they go first.
+    // A pipelined push still travelling lands before its buffers go (its calls have deadlines).
+    if (in_flight_.has_value()) in_flight_->result.wait();
+    // The pipeline, the sender and the heartbeats use the client: they go first.
+    pipeline_.reset();
     sender_.reset();
     heartbeat_.reset();
   }
@@ -340,9 +352,17 @@ class Worker {
           absl::StrCat("the shards run a job of ", cluster.num_workers,
                        " workers, this worker was told ", config_.num_workers))};
     }
+    if (buffer_sets_ == 2 && (cluster.mode == ConsistencyMode::kBsp ||
+                              (cluster.mode == ConsistencyMode::kSsp && cluster.staleness < 1))) {
+      throw StatusError{absl::FailedPreconditionError(absl::StrCat(
+          "a pipelined worker computes on weights one step older than a BSP (or SSP bound 0) "
+          "step allows; the shards run ",
+          ConsistencyModeName(cluster.mode), " with bound ", cluster.staleness,
+          ": pipeline needs SSP with a bound of at least 1, or ASP"))};
+    }
     cluster_ = cluster;
     clock_ = cluster.resume_clock;
-    if (weights_.empty()) TakeBuffers();
+    if (weights_sets_[0].empty()) TakeBuffers();
     heartbeat_ = std::make_unique<HeartbeatThread>(*client_, cluster.lease);
     return ClusterDict();
   }
@@ -374,6 +394,7 @@ class Worker {
       int num_samples,
       const std::vector<std::tuple<int, py::array_t<uint64_t>, py::array_t<float>>>& rows) {
     RequireRegistered();
+    RequireNothingInFlight();
     const absl::Time start = absl::Now();
     const int64_t clock = clock_;
     std::vector<RowsToPush> push_rows;
@@ -411,6 +432,7 @@ class Worker {
   // caller computes the rest (the parts of one step are disjoint and cover what is to be pushed).
   void StartPart(int64_t begin, int64_t end, int num_samples) {
     RequireRegistered();
+    RequireNothingInFlight();
     if (begin < 0 || end > n_ || begin >= end) {
       throw StatusError{absl::InvalidArgumentError(
           absl::StrCat("part [", begin, ", ", end, ") is not inside [0, ", n_, ")"))};
@@ -444,6 +466,52 @@ class Worker {
     return StepDone(clock, *parts, pulled, start);
   }
 
+  // Pipeline (SSP with a bound of at least 1, or ASP; made with 2 buffer sets): pushes the
+  // gradient set as step clock() and returns while it travels, so the next step computes during
+  // the round trip. Each call pushes step c and pulls step c+2 into the weights set step c
+  // computed from; the step before waits for that call, then computes on what it brought. A
+  // step thus computes on weights that lack the previous step's gradient (one more step of
+  // staleness, as ps_worker's pipelined schedule). The first step, and the first after a rejoin,
+  // push and pull at once and then prefetch the step after next. Afterwards weights_set() and
+  // gradient_set() name the sets the next step computes from and into. Returns the stats of the
+  // call this step waited for: the previous step's push, or this one's when it went at once.
+  py::dict PipelinedStep(int num_samples) {
+    RequireRegistered();
+    if (buffer_sets_ != 2) {
+      throw StatusError{
+          absl::FailedPreconditionError("this worker was made with one buffer set: no pipeline")};
+    }
+    const absl::Time start = absl::Now();
+    if (in_flight_.has_value()) {
+      // The push names the versions this step computed from, not those the settled call brings.
+      const std::vector<int64_t> computed_from = versions_;
+      std::optional<InFlight> settled = Settle();
+      if (settled.has_value()) {
+        const int64_t clock = clock_;
+        StartInFlight(clock, computed_from, num_samples, clock + 2, 1 - weights_set_);
+        gradient_set_ = 1 - gradient_set_;  // the next step computes while this one travels
+        clock_ = clock + 1;
+        return StatsDict(settled->push_clock, settled->stats.pushed, settled->stats.pulled, start);
+      }
+    }
+    // Nothing in flight (the first step, or a rejoin): push and pull now, then prefetch the weights
+    // of the step after next into the set this step computed from.
+    const int next = 1 - weights_set_;
+    const int64_t clock = clock_;
+    const PushPullStats stats = WithRejoin<PushPullStats>([this, num_samples, next] {
+      return client_->PushPull(clock_, versions_, num_samples, Gradient(), clock_ + 1,
+                               weights_sets_[next]);
+    });
+    weights_set_ = next;
+    py::dict d = StepDone(clock, stats.pushed, stats.pulled, start);
+    StartInFlight(/*push_clock=*/-1, {}, num_samples, clock_ + 1, 1 - weights_set_);
+    return d;
+  }
+
+  // Which buffer set the next step computes from (weights) and into (gradient).
+  int weights_set() const { return weights_set_; }
+  int gradient_set() const { return gradient_set_; }
+
   std::vector<std::string> Status() {
     const std::vector<ShardReport> reports =
         RunInterruptibly<std::vector<ShardReport>>([this] { return client_->Status(); });
@@ -455,6 +523,9 @@ class Worker {
   // and returns the job's work account (what was trained, what skipped). Stops the heartbeats.
   py::dict Finish(int64_t samples_per_step, double wait_s) {
     RequireRegistered();
+    // A pipelined push still travelling is part of the work: it lands first, and the weights it
+    // brought become the current ones.
+    if (in_flight_.has_value()) Settle();
     client_->SetWorkPlan(clock_, samples_per_step);
     RunStatusInterruptibly([this] { return client_->Heartbeat(); });
     const absl::Time deadline = absl::Now() + absl::Seconds(wait_s);
@@ -480,8 +551,12 @@ class Worker {
     return WorkAccountDict(work);
   }
 
-  py::array_t<float> WeightsArray(py::object self) { return ArrayOver(weights_, self); }
-  py::array_t<float> GradientArray(py::object self) { return ArrayOver(gradient_, self); }
+  py::array_t<float> WeightsArray(int set, py::object self) {
+    return ArrayOver(weights_sets_[CheckedSet(set)], self);
+  }
+  py::array_t<float> GradientArray(int set, py::object self) {
+    return ArrayOver(gradient_sets_[CheckedSet(set)], self);
+  }
   int64_t clock() const { return clock_; }
   int64_t size() const { return n_; }
   uint64_t fingerprint() const { return fingerprint_; }
@@ -501,6 +576,21 @@ class Worker {
                        keys.size() * table_dims_[table], " values, not ", values.size()))};
     }
   }
+  void RequireNothingInFlight() const {
+    if (in_flight_.has_value()) {
+      throw StatusError{absl::FailedPreconditionError(
+          "a pipelined step is in flight: this worker steps with pipelined_step only")};
+    }
+  }
+  int CheckedSet(int set) const {
+    if (set < 0 || set >= buffer_sets_) {
+      throw StatusError{absl::InvalidArgumentError(
+          absl::StrCat("buffer set ", set, " is not in [0, ", buffer_sets_, ")"))};
+    }
+    if (weights_sets_[set].empty())
+      throw StatusError{absl::FailedPreconditionError("register() first")};
+    return set;
+  }
   void RequireRegistered() const {
     if (!cluster_.has_value()) {
       throw StatusError{absl::FailedPreconditionError("register() first")};
@@ -517,22 +607,87 @@ class Worker {
   void RunStatusInterruptibly(const std::function<absl::Status()>& call) {
     ThrowIfError(calls_.Call<absl::Status>(call, Canceller()));
   }
-  absl::Span<float> Weights() { return absl::MakeSpan(weights_); }
-  absl::Span<float> Gradient() { return absl::MakeSpan(gradient_); }
+  absl::Span<float> Weights() { return weights_sets_[weights_set_]; }
+  absl::Span<float> Gradient() { return gradient_sets_[gradient_set_]; }
 
-  // The shared region's buffers when the client has them, else memory of our own.
+  // Per set, the shared region's buffers when the client has them, else memory of our own.
   void TakeBuffers() {
-    const TransportBuffers t = client_->TakeTransportBuffers(0);
-    if (static_cast<int64_t>(t.weights.size()) == n_ &&
-        static_cast<int64_t>(t.gradient.size()) == n_) {
-      weights_ = t.weights;
-      gradient_ = t.gradient;
-      return;
+    for (int set = 0; set < buffer_sets_; ++set) {
+      const TransportBuffers t = client_->TakeTransportBuffers(set);
+      if (static_cast<int64_t>(t.weights.size()) == n_ &&
+          static_cast<int64_t>(t.gradient.size()) == n_) {
+        weights_sets_[set] = t.weights;
+        gradient_sets_[set] = t.gradient;
+        continue;
+      }
+      own_weights_[set].assign(n_, 0.0f);
+      own_gradient_[set].assign(n_, 0.0f);
+      weights_sets_[set] = absl::MakeSpan(own_weights_[set]);
+      gradient_sets_[set] = absl::MakeSpan(own_gradient_[set]);
     }
-    own_weights_.assign(n_, 0.0f);
-    own_gradient_.assign(n_, 0.0f);
-    weights_ = absl::MakeSpan(own_weights_);
-    gradient_ = absl::MakeSpan(own_gradient_);
+  }
+
+  // A pipelined call: pushes step `push_clock` (-1: none, a prefetch) from the current gradient
+  // set, computed from weights of `versions`, and pulls step `pull_clock` into weights set
+  // `into`.
+  struct InFlight {
+    int64_t push_clock = -1;
+    int gradient_set = 0;
+    int weights_set = 0;
+    int num_samples = 0;
+    std::future<absl::StatusOr<PushPullStats>> result;
+    PushPullStats stats;  // once settled
+  };
+
+  void StartInFlight(int64_t push_clock, std::vector<int64_t> versions, int num_samples,
+                     int64_t pull_clock, int into) {
+    if (pipeline_ == nullptr) pipeline_ = std::make_unique<TaskPool>(1);
+    InFlight f;
+    f.push_clock = push_clock;
+    f.gradient_set = gradient_set_;
+    f.weights_set = into;
+    f.num_samples = num_samples;
+    f.result = pipeline_->Submit([client = client_.get(), push_clock, num_samples, pull_clock,
+                                  versions = std::move(versions), gradient = Gradient(),
+                                  weights =
+                                      weights_sets_[into]]() -> absl::StatusOr<PushPullStats> {
+      if (push_clock >= 0) {
+        return client->PushPull(push_clock, versions, num_samples, gradient, pull_clock, weights);
+      }
+      PushPullStats prefetched;
+      ASSIGN_OR_RETURN(prefetched.pulled, client->Pull(pull_clock, /*no_wait=*/false, weights));
+      return prefetched;
+    });
+    in_flight_ = std::move(f);
+  }
+
+  // Waits for the pipelined call and makes the weights it brought the current ones. When a shard
+  // restarted (ABORTED), registers again and pushes that call's gradient again as the sync step
+  // does, and returns nothing: the caller then goes on as after the first step. Other errors are
+  // thrown (the call is over either way).
+  std::optional<InFlight> Settle() {
+    InFlight f = std::move(*in_flight_);
+    in_flight_.reset();
+    absl::StatusOr<PushPullStats> r =
+        calls_.Call<absl::StatusOr<PushPullStats>>([&f] { return f.result.get(); }, Canceller());
+    if (r.ok()) {
+      f.stats = *std::move(r);
+      weights_set_ = f.weights_set;
+      versions_ = f.stats.pulled.versions;
+      return f;
+    }
+    if (!absl::IsAborted(r.status())) throw StatusError{r.status()};
+    if (f.push_clock >= 0) clock_ = f.push_clock;  // that push may not have landed
+    Rejoin(r.status());  // the shards' clock for this rank, and its weights into Weights()
+    if (f.push_clock >= 0) {
+      const PushPullStats again = WithRejoin<PushPullStats>([this, &f] {
+        return client_->PushPull(clock_, versions_, f.num_samples, gradient_sets_[f.gradient_set],
+                                 clock_ + 1, Weights());
+      });
+      versions_ = again.pulled.versions;
+      ++clock_;
+    }
+    return std::nullopt;
   }
 
   // A numpy array over `span` that keeps `owner` (the Python Worker) alive.
@@ -598,6 +753,12 @@ class Worker {
                     absl::Time start) {
     versions_ = pulled.versions;
     clock_ = clock + 1;
+    return StatsDict(clock, pushed, pulled, start);
+  }
+
+  // A step's stats for StepStats: `step` is the clock pushed (-1: none, a prefetch).
+  py::dict StatsDict(int64_t clock, const PushStats& pushed, const PullStats& pulled,
+                     absl::Time start) const {
     py::dict d = PushStatsDict(pushed);
     d["step"] = clock;
     d["server_wait_ms"] = absl::ToDoubleMilliseconds(pulled.server_wait);
@@ -628,9 +789,13 @@ class Worker {
   std::unique_ptr<GrpcParameterClient> client_;
   std::optional<ClusterInfo> cluster_;
   int64_t clock_ = 0;
-  std::vector<int64_t> versions_;
-  absl::Span<float> weights_, gradient_;
-  std::vector<float> own_weights_, own_gradient_;
+  std::vector<int64_t> versions_;  // of the current weights set's values, per shard
+  const int buffer_sets_;
+  std::array<absl::Span<float>, 2> weights_sets_, gradient_sets_;
+  std::array<std::vector<float>, 2> own_weights_, own_gradient_;
+  int weights_set_ = 0, gradient_set_ = 0;  // the sets the next step computes from and into
+  std::optional<InFlight> in_flight_;       // the pipelined call travelling, if any
+  std::unique_ptr<TaskPool> pipeline_;
   std::vector<int64_t> table_dims_;  // of the model's sparse tables, in order
   std::unique_ptr<HeartbeatThread> heartbeat_;
   std::unique_ptr<PartSender> sender_;
@@ -680,8 +845,8 @@ PYBIND11_MODULE(_core, m) {
   py::class_<ps::Worker>(m, "Worker")
       .def(py::init<ps::WorkerConfig,
                     const std::vector<std::pair<std::string, std::vector<int64_t>>>&,
-                    const std::vector<std::tuple<std::string, int64_t, float>>&>(),
-           py::arg("config"), py::arg("tensors"), py::arg("tables"))
+                    const std::vector<std::tuple<std::string, int64_t, float>>&, int>(),
+           py::arg("config"), py::arg("tensors"), py::arg("tables"), py::arg("buffer_sets") = 1)
       .def("register", &ps::Worker::Register)
       .def("declare_work", &ps::Worker::DeclareWork, py::arg("steps"), py::arg("samples_per_step"))
       .def("init_and_pull", &ps::Worker::InitAndPull)
@@ -691,13 +856,22 @@ PYBIND11_MODULE(_core, m) {
       .def("start_part", &ps::Worker::StartPart, py::arg("begin"), py::arg("end"),
            py::arg("num_samples"))
       .def("finish_parts", &ps::Worker::FinishParts, py::arg("num_samples"))
+      .def("pipelined_step", &ps::Worker::PipelinedStep, py::arg("num_samples"))
       .def("status", &ps::Worker::Status)
       .def("finish", &ps::Worker::Finish, py::arg("samples_per_step"), py::arg("wait_s"))
       .def("cancel", &ps::Worker::Cancel)
-      .def_property_readonly(
-          "weights", [](py::object self) { return self.cast<ps::Worker&>().WeightsArray(self); })
-      .def_property_readonly(
-          "gradient", [](py::object self) { return self.cast<ps::Worker&>().GradientArray(self); })
+      .def(
+          "weights_array",
+          [](py::object self, int set) { return self.cast<ps::Worker&>().WeightsArray(set, self); },
+          py::arg("set"))
+      .def(
+          "gradient_array",
+          [](py::object self, int set) {
+            return self.cast<ps::Worker&>().GradientArray(set, self);
+          },
+          py::arg("set"))
+      .def_property_readonly("weights_set", &ps::Worker::weights_set)
+      .def_property_readonly("gradient_set", &ps::Worker::gradient_set)
       .def_property_readonly("clock", &ps::Worker::clock)
       .def_property_readonly("size", &ps::Worker::size)
       .def_property_readonly("fingerprint", &ps::Worker::fingerprint)

@@ -175,6 +175,13 @@ class ServerOptimizer:
     overlap=True: each part of the gradient (parameters merged, last layer first, to at least
       min_part_bytes) leaves as soon as backward has produced it, while backward goes on; step()
       waits for the rest and pulls. Needs one backward per micro-batch.
+    pipeline=True (shards under SSP with a bound of at least 1, or ASP): step() returns while
+      the gradient travels, and the next forward and backward run during the round trip. They
+      compute on the weights the previous call brought, which lack the previous step's gradient
+      (one more step of staleness, counted by the shards' bound); the parameters and gradients
+      alternate between two buffer sets. Under BSP (or SSP bound 0) PsError
+      FAILED_PRECONDITION. StepStats are then those of the call the step waited for: the
+      previous step's push (step -1 after the first step: that call only fetched weights).
     batch_size: samples per micro-batch, for the shards' statistics and work account.
     steps: the pushes this worker will make, when known: the shards' cosine schedule ends with
       them, and the work account counts against them from the start (else it is declared at
@@ -182,7 +189,7 @@ class ServerOptimizer:
     """
 
     def __init__(self, model, accumulate=1, overlap=False, batch_size=0, steps=0,
-                 min_part_bytes=256 << 10):
+                 min_part_bytes=256 << 10, pipeline=False):
         config = _require_config()
         if accumulate < 1:
             raise ValueError(f"accumulate must be >= 1, not {accumulate}")
@@ -195,6 +202,9 @@ class ServerOptimizer:
         if self._embeddings and overlap:
             raise ValueError("overlap=True pushes the dense gradient in parts, which carry no "
                              "sparse rows: a model with Embedding tables needs overlap=False")
+        if pipeline and (overlap or self._embeddings):
+            raise ValueError("pipeline=True pushes whole steps without sparse rows: not with "
+                             "overlap=True or Embedding tables")
         if not named:
             raise ValueError("the model has no parameters")
         for name, p in named:
@@ -203,11 +213,13 @@ class ServerOptimizer:
                                 "float32 parameters of a CPU model")
         self.accumulate = accumulate
         self.overlap = overlap
+        self.pipeline = pipeline
         self.batch_size = batch_size
         self._params = [p for _, p in named]
         self._worker = _core.Worker(
             config, [(name, list(p.shape) or [1]) for name, p in named],
-            [(e.table, e.dim, e.init_scale) for e in self._embeddings])
+            [(e.table, e.dim, e.init_scale) for e in self._embeddings],
+            buffer_sets=2 if pipeline else 1)
         for index, e in enumerate(self._embeddings):
             e._opt, e._index = self, index
         # Per table: the (keys, gradients) its lookups produced since the last push.
@@ -215,22 +227,27 @@ class ServerOptimizer:
         self.cluster = self._worker.register()
         if steps > 0:
             self._worker.declare_work(steps, batch_size * accumulate)
-        self._flat_weights = torch.from_numpy(self._worker.weights)
-        self._flat_grads = torch.from_numpy(self._worker.gradient)
         self._ranges = []
         offset = 0
         for p in self._params:
             self._ranges.append((offset, offset + p.numel()))
             offset += p.numel()
+        # Per buffer set: the flat weights and gradient, and each parameter's view of them.
+        self._sets = []
+        for index in range(2 if pipeline else 1):
+            weights = torch.from_numpy(self._worker.weights_array(index))
+            grads = torch.from_numpy(self._worker.gradient_array(index))
+            grads.zero_()
+            self._sets.append((weights, grads,
+                               [weights[b:e].view(p.shape)
+                                for p, (b, e) in zip(self._params, self._ranges)],
+                               [grads[b:e].view(p.shape)
+                                for p, (b, e) in zip(self._params, self._ranges)]))
+        self._use_sets()
         with torch.no_grad():
             for p, (b, e) in zip(self._params, self._ranges):
                 self._flat_weights[b:e].copy_(p.reshape(-1))
         self._worker.init_and_pull()
-        self._flat_grads.zero_()
-        self._weight_views = [self._flat_weights[b:e].view(p.shape)
-                              for p, (b, e) in zip(self._params, self._ranges)]
-        self._grad_views = [self._flat_grads[b:e].view(p.shape)
-                            for p, (b, e) in zip(self._params, self._ranges)]
         self._bind()
         self.param_groups = [{"params": self._params}]
         self._micro = 0  # micro-batches of the current accumulation window pushed into the grads
@@ -241,6 +258,11 @@ class ServerOptimizer:
         _optimizers.add(self)
 
     # -- the parameters as views of the flat buffers ------------------------------------------
+
+    def _use_sets(self):
+        """Points the flat buffers and views at the sets the worker's next step uses."""
+        self._flat_weights, _, self._weight_views, _ = self._sets[self._worker.weights_set]
+        _, self._flat_grads, _, self._grad_views = self._sets[self._worker.gradient_set]
 
     def _bind(self):
         """Makes every parameter and its gradient a view of the flat buffers again (they may
@@ -383,7 +405,11 @@ class ServerOptimizer:
             self._gather()
             if self.accumulate > 1:
                 self._flat_grads.mul_(1.0 / self.accumulate)
-            result = self._worker.step(samples, self._take_row_grads())
+            if self.pipeline:
+                result = self._worker.pipelined_step(samples)
+                self._use_sets()
+            else:
+                result = self._worker.step(samples, self._take_row_grads())
         self._bind()
         self._last_return = time.perf_counter()
         return StepStats(pushed=True, compute_ms=compute_ms, **result)
@@ -402,7 +428,10 @@ class ServerOptimizer:
         return self._worker.shared_memory_shards
 
     def _finish(self, wait_s):
-        return self._worker.finish(self.batch_size * self.accumulate, wait_s)
+        work = self._worker.finish(self.batch_size * self.accumulate, wait_s)
+        self._use_sets()  # a pipelined push landed and its weights became the current ones
+        self._bind()
+        return work
 
 
 class Embedding(torch.nn.Module):
