@@ -75,6 +75,8 @@ def main():
     parser.add_argument("--accumulate", type=int, default=1)
     parser.add_argument("--hidden", default="256,128")
     parser.add_argument("--overlap", action="store_true")
+    parser.add_argument("--pipeline", action="store_true",
+                        help="SSP (bound >= 1) or ASP: compute the next step while this one travels")
     parser.add_argument("--train_limit", type=int, default=0)
     parser.add_argument("--test_limit", type=int, default=0)
     parser.add_argument("--seed", type=int, default=int(os.environ.get("PS_SEED", 1)))
@@ -90,7 +92,8 @@ def main():
     per_step = args.batch_size * args.accumulate
     steps_per_epoch = len(train_x) // (workers * per_step)
     opt = pst.ServerOptimizer(model, accumulate=args.accumulate, overlap=args.overlap,
-                              batch_size=args.batch_size, steps=steps_per_epoch * args.epochs)
+                              pipeline=args.pipeline, batch_size=args.batch_size,
+                              steps=steps_per_epoch * args.epochs)
     loss_fn = torch.nn.CrossEntropyLoss()
     start = time.time()
     max_staleness = 0

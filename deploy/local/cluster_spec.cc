@@ -229,6 +229,10 @@ namespace {
 std::vector<std::string> PythonWorkerCommand(const ClusterSpec& spec, int rank,
                                              const std::string& servers) {
   const char* inherited = std::getenv("PYTHONPATH");
+  // One BLAS thread per worker, as ps_worker's CPU device, unless the caller chose: PyTorch's
+  // set_num_threads does not bound OpenBLAS, whose idle threads spin on the cores the other
+  // workers and the shards need (3 workers on 2 cores trained 1.4x faster with one).
+  const char* blas_threads = std::getenv("OPENBLAS_NUM_THREADS");
   std::vector<std::string> args = {
       "/usr/bin/env",
       absl::StrCat("PS_SERVERS=", servers),
@@ -236,6 +240,8 @@ std::vector<std::string> PythonWorkerCommand(const ClusterSpec& spec, int rank,
       absl::StrCat("PS_NUM_WORKERS=", spec.workers),
       absl::StrCat("PS_SHARED_MEMORY=", absl::GetFlag(FLAGS_shared_memory) ? "true" : "false"),
       absl::StrCat("PS_REQUIRE_ALL_WORK=", spec.require_all_work ? "true" : "false"),
+      absl::StrCat("OPENBLAS_NUM_THREADS=",
+                   blas_threads != nullptr && *blas_threads != 0 ? blas_threads : "1"),
       absl::StrCat("PYTHONPATH=", spec.python_path,
                    inherited != nullptr && *inherited != 0 ? absl::StrCat(":", inherited) : "")};
   // The client's security flags as the variables of the same names (--tls_ca=F: PS_TLS_CA=F).

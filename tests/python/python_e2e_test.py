@@ -1,6 +1,6 @@
 """End to end: ps_launch --python runs examples/fashion_mnist_mlp.py as every worker, on
 Debian's Fashion-MNIST, under SSP(2) and ASP with 3 workers for 5 epochs (the acceptance runs of
-docs/python.md), and refuses bad command lines with exit code 2.
+docs/python.md), and pipelined under SSP(2), and refuses bad command lines with exit code 2.
 
     PYTHONPATH=build/python PS_BIN_DIR=build/bin PS_SOURCE_DIR=. python3 -m unittest python_e2e_test
 """
@@ -22,12 +22,13 @@ def launch(args, timeout=600):
 
 
 class PythonWorkers(unittest.TestCase):
-    def train(self, mode_flags):
+    def train(self, mode_flags, example_args=()):
         with tempfile.TemporaryDirectory() as tmp:
             result = os.path.join(tmp, "result.json")
             run = launch(["--shards=2", "--workers=3", "--optimizer=adam", "--lr=0.001",
                           f"--metrics_dir={tmp}/run", "--quiet"] + mode_flags +
-                         ["--python", EXAMPLE, "--", "--epochs", "5", "--result", result])
+                         ["--python", EXAMPLE, "--", "--epochs", "5", "--result", result] +
+                         list(example_args))
             self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
             self.assertIn("done: 3 Python workers", run.stdout)
             with open(result, encoding="utf-8") as f:
@@ -51,10 +52,46 @@ class PythonWorkers(unittest.TestCase):
             for w in shard["workers"]:
                 self.assertLessEqual(w["max_staleness"], 10, shard)
 
+    def test_pipelined_ssp_converges_within_its_bound_plus_one(self):
+        # A pipelined step computes on weights one call older, and its own previous push lands
+        # in between: (W-1)(2s+1) + 1 updates at most.
+        out = self.train(["--mode=ssp", "--staleness=2"], ["--pipeline"])
+        self.assertGreaterEqual(out["test_accuracy"], 0.86)
+        for shard in out["status"]:
+            for w in shard["workers"]:
+                self.assertLessEqual(w["max_staleness"], 11, shard)
+
     def test_asp_converges(self):
         out = self.train(["--mode=asp"])
         self.assertGreaterEqual(out["test_accuracy"], 0.86)
         self.assertEqual(out["status"][0]["mode"], "asp")
+
+    def test_one_blas_thread_per_worker_unless_chosen(self):
+        # A worker that reports OpenBLAS's thread count, then takes one step of a tiny model.
+        script = (
+            "import os, sys, torch, ps_train.torch as pst\n"
+            "pst.init()\n"
+            "m = torch.nn.Linear(3, 2)\n"
+            "opt = pst.ServerOptimizer(m, batch_size=1, steps=1)\n"
+            "m(torch.ones(1, 3)).sum().backward()\n"
+            "opt.step()\n"
+            "pst.finish()\n"
+            "open(sys.argv[1], 'w').write(os.environ['OPENBLAS_NUM_THREADS'])\n")
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "worker.py")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(script)
+            for inherited, want in ((None, "1"), ("3", "3")):
+                env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+                if inherited:
+                    env["OPENBLAS_NUM_THREADS"] = inherited
+                run = subprocess.run(
+                    [os.path.join(BIN_DIR, "ps_launch"), "--workers=1", f"--metrics_dir={tmp}/run",
+                     "--quiet", "--python", path, "--", f"{tmp}/threads"],
+                    capture_output=True, text=True, timeout=120, env=env)
+                self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+                with open(f"{tmp}/threads", encoding="utf-8") as f:
+                    self.assertEqual(f.read(), want)
 
     def test_bad_command_lines_exit_2(self):
         with tempfile.TemporaryDirectory() as tmp:
