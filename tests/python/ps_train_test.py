@@ -274,6 +274,27 @@ def grad_at(flat_weights, rows, x, y):
     return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
 
 
+def steps_through_a_restart(test, cluster, model, opt, steps, batch, kill_at=4):
+    """Trains `steps` steps on the tests' data; before step kill_at, once shard 0's checkpoint of
+    version kill_at is on disk (they are written in the background), kills and restarts it.
+    Returns every step's StepStats."""
+    x, y = make_data()
+    seen = []
+    for t in range(steps):
+        if t == kill_at:
+            deadline = time.time() + 30
+            while pst.status()[0]["checkpoint_version"] < kill_at:
+                test.assertLess(time.time(), deadline, f"no checkpoint of version {kill_at}")
+                time.sleep(0.05)
+            cluster.kill(0)
+            cluster.restart(0)
+        opt.zero_grad()
+        rows = slice(t * batch, (t + 1) * batch)
+        torch.nn.functional.cross_entropy(model(x[rows]), y[rows]).backward()
+        seen.append(opt.step())
+    return seen
+
+
 class Pipeline(unittest.TestCase):
     """ServerOptimizer(pipeline=True): step() returns while the gradient travels."""
 
@@ -338,32 +359,20 @@ class Pipeline(unittest.TestCase):
             pst.ServerOptimizer(torch.nn.Linear(3, 2), pipeline=True, overlap=True)
 
     def test_a_restarted_shard_loses_no_step(self):
-        # As the synchronous test below: the shard dies and comes back from its checkpoint while
+        # As Errors' test of the same name: the shard dies and comes back from its checkpoint while
         # a push travels; the worker registers again, pushes that step's gradient again and
         # goes on, and every step is applied once.
         steps, batch = 8, 16
-        x, y = make_data()
         with tempfile.TemporaryDirectory() as tmp, Shards(
                 1, 1, SGD + ["--mode=asp", f"--checkpoint_dir={tmp}/ckpt-{{shard}}",
                              "--checkpoint_every=1"], tmp) as cluster:
             pst.init(servers=cluster.servers, rank=0, num_workers=1, retry_s=60)
             model = make_model()
             opt = pst.ServerOptimizer(model, pipeline=True)
-            for t in range(steps):
-                if t == 4:
-                    deadline = time.time() + 30
-                    while pst.status()[0]["checkpoint_version"] < 4:
-                        self.assertLess(time.time(), deadline, "no checkpoint of version 4")
-                        time.sleep(0.05)
-                    cluster.kill(0)
-                    cluster.restart(0)
-                opt.zero_grad()
-                rows = slice(t * batch, (t + 1) * batch)
-                torch.nn.functional.cross_entropy(model(x[rows]), y[rows]).backward()
-                stats = opt.step()
-                self.assertEqual(stats.rolled_back, 0)
+            seen = steps_through_a_restart(self, cluster, model, opt, steps, batch)
             work = pst.finish()
-        self.assertEqual(stats.rejoins, 1)
+        self.assertEqual([s.rolled_back for s in seen], [0] * steps)
+        self.assertEqual(seen[-1].rejoins, 1)
         self.assertEqual((work["gradients_applied"], work["gradients_expected"]), (steps, steps))
 
 
@@ -429,28 +438,13 @@ class Errors(unittest.TestCase):
                 1, 1, SGD + [f"--checkpoint_dir={tmp}/ckpt-{{shard}}", "--checkpoint_every=1"],
                 tmp) as cluster:
             pst.init(servers=cluster.servers, rank=0, num_workers=1, retry_s=60)
-            x, y = make_data()
             model = make_model()
             opt = pst.ServerOptimizer(model)
-            rejoins = 0
-            for t in range(steps):
-                if t == 4:
-                    # Checkpoints are written in the background: kill once step 3's is on disk.
-                    deadline = time.time() + 30
-                    while pst.status()[0]["checkpoint_version"] < 4:
-                        self.assertLess(time.time(), deadline, "no checkpoint of version 4")
-                        time.sleep(0.05)
-                    cluster.kill(0)
-                    cluster.restart(0)
-                opt.zero_grad()
-                rows = slice(t * batch, (t + 1) * batch)
-                torch.nn.functional.cross_entropy(model(x[rows]), y[rows]).backward()
-                stats = opt.step()
-                self.assertEqual(stats.step, t)
-                rejoins = stats.rejoins
-                self.assertEqual(stats.rolled_back, 0)
+            seen = steps_through_a_restart(self, cluster, model, opt, steps, batch)
             pst.finish(wait_s=0)
-        self.assertEqual(rejoins, 1)
+        self.assertEqual([s.step for s in seen], list(range(steps)))
+        self.assertEqual([s.rolled_back for s in seen], [0] * steps)
+        self.assertEqual(seen[-1].rejoins, 1)
         got = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
         self.assertLess(relative_error(got, reference_sgd(steps, batch, lr=0.1)), 1e-5)
 
