@@ -102,6 +102,12 @@ if kubectl kustomize "$WORK/tree/k8s/overlays/python" |
 else
   fail "overlays/python runs the example under python3"
 fi
+if kubectl kustomize "$WORK/tree/k8s/overlays/python" |
+  grep -A1 -- '- name: OPENBLAS_NUM_THREADS' | grep -q 'value: "1"'; then
+  pass "overlays/python gives OpenBLAS one thread, the pod's CPU request"
+else
+  fail "overlays/python gives OpenBLAS one thread, the pod's CPU request"
+fi
 if kubectl kustomize "$WORK/tree/k8s/overlays/gpu" | grep -q 'nvidia.com/gpu: 1'; then
   pass "overlays/gpu asks for nvidia.com/gpu"
 else
