@@ -493,17 +493,21 @@ class Errors(unittest.TestCase):
 class Signals(unittest.TestCase):
     """A worker waiting in a BSP barrier ends on Ctrl-C or SIGTERM, at once and with no trace."""
 
-    # Both wait for rank 1, which never comes.
+    # All wait for rank 1, which never comes. Pipelined under SSP(1), the second step waits for
+    # the prefetch of step 2's weights, which needs rank 1's step 0.
     STEP = "m(torch.ones(1, 3)).sum().backward()\nprint('waiting', flush=True)\nopt.step()\n"
     FINISH = "print('waiting', flush=True)\npst.finish(wait_s=100)\n"
+    PIPELINED = ("m(torch.ones(1, 3)).sum().backward()\nopt.step()\n"
+                 "m(torch.ones(1, 3)).sum().backward()\nprint('waiting', flush=True)\nopt.step()\n")
 
-    def check(self, signo, want_code, want_text, wait=STEP):
+    def check(self, signo, want_code, want_text, wait=STEP, pipeline=False):
         script = (
             "import torch, ps_train.torch as pst\n"
             "pst.init(rank=0, num_workers=2)\n"
             "m = torch.nn.Linear(3, 2)\n"
-            "opt = pst.ServerOptimizer(m)\n" + wait)
-        with Shards(1, 2, SGD) as cluster:
+            f"opt = pst.ServerOptimizer(m, pipeline={pipeline})\n" + wait)
+        flags = SGD + (["--mode=ssp", "--staleness=1"] if pipeline else [])
+        with Shards(1, 2, flags) as cluster:
             env = dict(os.environ, PS_SERVERS=cluster.servers)
             p = subprocess.Popen([sys.executable, "-c", script], env=env, text=True,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -525,6 +529,10 @@ class Signals(unittest.TestCase):
 
     def test_ctrl_c_ends_a_finish_that_waits_for_the_others(self):
         self.check(signal.SIGINT, -signal.SIGINT, "KeyboardInterrupt", wait=self.FINISH)
+
+    def test_ctrl_c_ends_a_pipelined_step_that_waits(self):
+        self.check(signal.SIGINT, -signal.SIGINT, "KeyboardInterrupt", wait=self.PIPELINED,
+                   pipeline=True)
 
 
 if __name__ == "__main__":

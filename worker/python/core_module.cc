@@ -333,8 +333,21 @@ class Worker {
   }
 
   ~Worker() {
-    // A pipelined push still travelling lands before its buffers go (its calls have deadlines).
-    if (in_flight_.has_value()) in_flight_->result.wait();
+    // A pipelined call still travelling ends before its buffers go: a prefetch at once, a push
+    // given the call timeout to land (its pull may wait on workers that are gone; finish()
+    // waits for it in full).
+    if (in_flight_.has_value()) {
+      const bool push = in_flight_->push_clock >= 0;
+      if (!push || in_flight_->result.wait_for(std::chrono::duration<double>(
+                       config_.call_timeout_s)) != std::future_status::ready) {
+        if (push) {
+          spdlog::warn("rank {}: the pipelined push of step {} did not end within {} s: cancelled",
+                       config_.rank, in_flight_->push_clock, config_.call_timeout_s);
+        }
+        client_->Cancel();
+        in_flight_->result.wait();
+      }
+    }
     // The pipeline, the sender and the heartbeats use the client: they go first.
     pipeline_.reset();
     sender_.reset();
