@@ -352,6 +352,9 @@ class Pipeline(unittest.TestCase):
                 pst.init(servers=cluster.servers, rank=0, num_workers=1, retry_s=1)
                 with self.assertRaises(PsError) as caught:
                     pst.ServerOptimizer(torch.nn.Linear(3, 2), pipeline=True)
+                # Refused before it registered: the job does not count on it.
+                self.assertEqual([(w["rank"], w["state"]) for w in pst.status()[0]["workers"]],
+                                 [(0, "pending")])
             self.assertEqual(caught.exception.code, FAILED_PRECONDITION, flags)
             self.assertIn("pipeline needs SSP with a bound of at least 1, or ASP",
                           str(caught.exception))

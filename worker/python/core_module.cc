@@ -357,6 +357,7 @@ class Worker {
   // Registers with every shard, checks the job's size, takes the buffers and starts the
   // heartbeats. Returns what the shards said about the cluster.
   py::dict Register() {
+    if (buffer_sets_ == 2) RefusePipelineUnlessAsync();
     const ClusterInfo cluster = RunInterruptibly<ClusterInfo>([this] {
       return client_->Register(config_.rank, absl::Seconds(config_.register_timeout_s));
     });
@@ -364,14 +365,6 @@ class Worker {
       throw StatusError{absl::FailedPreconditionError(
           absl::StrCat("the shards run a job of ", cluster.num_workers,
                        " workers, this worker was told ", config_.num_workers))};
-    }
-    if (buffer_sets_ == 2 && (cluster.mode == ConsistencyMode::kBsp ||
-                              (cluster.mode == ConsistencyMode::kSsp && cluster.staleness < 1))) {
-      throw StatusError{absl::FailedPreconditionError(absl::StrCat(
-          "a pipelined worker computes on weights one step older than a BSP (or SSP bound 0) "
-          "step allows; the shards run ",
-          ConsistencyModeName(cluster.mode), " with bound ", cluster.staleness,
-          ": pipeline needs SSP with a bound of at least 1, or ASP"))};
     }
     cluster_ = cluster;
     clock_ = cluster.resume_clock;
@@ -587,6 +580,30 @@ class Worker {
       throw StatusError{absl::InvalidArgumentError(
           absl::StrCat("rows of table ", table, ": ", keys.size(), " keys need ",
                        keys.size() * table_dims_[table], " values, not ", values.size()))};
+    }
+  }
+  // A pipelined step computes on weights one round older than BSP or SSP(0) allow. The shards'
+  // mode, read as an observer (with the same wait for them to come up as Register's), so that a
+  // refused worker never joins the job.
+  void RefusePipelineUnlessAsync() {
+    const absl::Time deadline = absl::Now() + absl::Seconds(config_.register_timeout_s);
+    absl::StatusOr<std::vector<ShardReport>> reports;
+    for (;;) {
+      reports = calls_.Call<absl::StatusOr<std::vector<ShardReport>>>(
+          [this] { return client_->Status(); }, Canceller());
+      if (reports.ok() || !absl::IsUnavailable(reports.status()) || absl::Now() >= deadline) break;
+      py::gil_scoped_release unlocked;
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+    for (const ShardReport& r : ValueOrThrow(std::move(reports))) {
+      if (r.mode == ConsistencyMode::kBsp ||
+          (r.mode == ConsistencyMode::kSsp && r.staleness_bound < 1)) {
+        throw StatusError{absl::FailedPreconditionError(absl::StrCat(
+            "a pipelined worker computes on weights one step older than a BSP (or SSP bound 0) "
+            "step allows; the shards run ",
+            ConsistencyModeName(r.mode), " with bound ", r.staleness_bound,
+            ": pipeline needs SSP with a bound of at least 1, or ASP"))};
+      }
     }
   }
   void RequireNothingInFlight() const {
