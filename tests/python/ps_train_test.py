@@ -298,22 +298,27 @@ def steps_through_a_restart(test, cluster, model, opt, steps, batch, kill_at=4):
 class Pipeline(unittest.TestCase):
     """ServerOptimizer(pipeline=True): step() returns while the gradient travels."""
 
-    def test_one_worker_computes_on_the_weights_one_step_back(self):
+    def check_recurrence(self, accumulate=1, shared_memory=True, tolerance=1e-6):
         # One worker under ASP: step 0 pushes and pulls at once, step 1 computes on W1 (the
         # weights after gradient 0); from step 2 on, step c computes on W(c-1), the weights the
-        # call of step c-2 brought, which lack gradient c-1. W(k+1) = W(k) - lr * gradient k.
+        # call of step c-2 brought, which lack gradient c-1. W(k+1) = W(k) - lr * gradient k,
+        # gradient k over `batch` rows (the mean of `accumulate` micro-batches).
         steps, batch, lr = 10, 16, 0.1
+        micro = batch // accumulate
         x, y = make_data()
         with Shards(1, 1, SGD + ["--mode=asp"]) as cluster:
-            pst.init(servers=cluster.servers, rank=0, num_workers=1, retry_s=1)
+            pst.init(servers=cluster.servers, rank=0, num_workers=1, retry_s=1,
+                     shared_memory=shared_memory)
             model = make_model()
-            opt = pst.ServerOptimizer(model, pipeline=True)
+            opt = pst.ServerOptimizer(model, pipeline=True, accumulate=accumulate)
+            self.assertEqual(opt.shared_memory_shards, 1 if shared_memory else 0)
             seen = []
             for t in range(steps):
-                opt.zero_grad()
-                rows = slice(t * batch, (t + 1) * batch)
-                torch.nn.functional.cross_entropy(model(x[rows]), y[rows]).backward()
-                stats = opt.step()
+                for m in range(accumulate):
+                    opt.zero_grad()
+                    rows = slice(t * batch + m * micro, t * batch + (m + 1) * micro)
+                    torch.nn.functional.cross_entropy(model(x[rows]), y[rows]).backward()
+                    stats = opt.step()
                 seen.append((stats.step, stats.staleness, stats.applied))
             work = pst.finish()
         # Each step reports the call it waited for: its own push first, then a prefetch of
@@ -329,7 +334,17 @@ class Pipeline(unittest.TestCase):
         want = weights[steps].numpy()
         self.assertGreater(relative_error(weights[0].numpy(), want), 1e-2, "must move")
         got = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
-        self.assertLess(relative_error(got, want), 1e-6)
+        self.assertLess(relative_error(got, want), tolerance)
+
+    def test_one_worker_computes_on_the_weights_one_step_back(self):
+        self.check_recurrence()
+
+    def test_payloads_in_the_messages(self):
+        self.check_recurrence(shared_memory=False)
+
+    def test_accumulation(self):
+        # The mean of two micro-batches' gradients is the batch's up to rounding.
+        self.check_recurrence(accumulate=2, tolerance=1e-5)
 
     def test_ssp_bound_holds_with_one_more_update(self):
         # SSP(1), 2 workers, rank 1 slow. A pipelined step computes on weights pulled for its
