@@ -6,6 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "grpc/grpc_security_constants.h"
 #include "grpcpp/security/server_credentials.h"
 
@@ -32,6 +33,20 @@ absl::Status CheckPair(const SecurityOptions& o) {
   return absl::OkStatus();
 }
 
+// The token of --token_file ("" without one). Without TLS (`tls` false) a token is refused
+// unless --allow_plaintext_token: it would travel in clear text; `tls_flags` names the flags
+// that would encrypt it on this side.
+absl::StatusOr<std::string> TokenOf(const SecurityOptions& o, bool tls, const char* tls_flags) {
+  if (o.token_file.empty()) return std::string();
+  ASSIGN_OR_RETURN(std::string token, ReadTokenFile(o.token_file));
+  if (!tls && !o.allow_plaintext_token) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--token_file without ", tls_flags, " would send the token in clear text: add ", tls_flags,
+        ", or --allow_plaintext_token on a trusted network"));
+  }
+  return token;
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
@@ -54,36 +69,22 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
 }
 
 absl::StatusOr<ServerSecurity> MakeServerSecurity(const SecurityOptions& o) {
-  absl::Status pair = CheckPair(o);
-  if (!pair.ok()) return pair;
-  ServerSecurity out;
+  RETURN_IF_ERROR(CheckPair(o));
   if (!o.tls_ca.empty() && o.tls_cert.empty()) {
     return absl::InvalidArgumentError("--tls_ca on a server needs --tls_cert and --tls_key");
   }
-  if (!o.token_file.empty()) {
-    absl::StatusOr<std::string> token = ReadTokenFile(o.token_file);
-    if (!token.ok()) return token.status();
-    out.token = *token;
-  }
+  ServerSecurity out;
+  ASSIGN_OR_RETURN(out.token, TokenOf(o, !o.tls_cert.empty(), "--tls_cert/--tls_key"));
   if (o.tls_cert.empty()) {
-    if (!out.token.empty() && !o.allow_plaintext_token) {
-      return absl::InvalidArgumentError(
-          "--token_file without TLS would send the token in clear text: add --tls_cert/--tls_key, "
-          "or --allow_plaintext_token on a trusted network");
-    }
     out.credentials = grpc::InsecureServerCredentials();
     return out;
   }
-  absl::StatusOr<std::string> cert = ReadPem(o.tls_cert, "tls_cert");
-  if (!cert.ok()) return cert.status();
-  absl::StatusOr<std::string> key = ReadPem(o.tls_key, "tls_key");
-  if (!key.ok()) return key.status();
+  ASSIGN_OR_RETURN(const std::string cert, ReadPem(o.tls_cert, "tls_cert"));
+  ASSIGN_OR_RETURN(const std::string key, ReadPem(o.tls_key, "tls_key"));
   grpc::SslServerCredentialsOptions ssl(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
-  ssl.pem_key_cert_pairs.push_back({*key, *cert});
+  ssl.pem_key_cert_pairs.push_back({key, cert});
   if (!o.tls_ca.empty()) {
-    absl::StatusOr<std::string> ca = ReadPem(o.tls_ca, "tls_ca");
-    if (!ca.ok()) return ca.status();
-    ssl.pem_root_certs = *ca;
+    ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadPem(o.tls_ca, "tls_ca"));
     ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
     out.mutual_tls = true;
   }
@@ -93,37 +94,21 @@ absl::StatusOr<ServerSecurity> MakeServerSecurity(const SecurityOptions& o) {
 }
 
 absl::StatusOr<ClientSecurity> MakeClientSecurity(const SecurityOptions& o) {
-  absl::Status pair = CheckPair(o);
-  if (!pair.ok()) return pair;
-  ClientSecurity out;
-  if (!o.token_file.empty()) {
-    absl::StatusOr<std::string> token = ReadTokenFile(o.token_file);
-    if (!token.ok()) return token.status();
-    out.token = *token;
+  RETURN_IF_ERROR(CheckPair(o));
+  if (o.tls_ca.empty() && !o.tls_cert.empty()) {
+    return absl::InvalidArgumentError("a client certificate needs --tls_ca (TLS)");
   }
+  ClientSecurity out;
+  ASSIGN_OR_RETURN(out.token, TokenOf(o, !o.tls_ca.empty(), "--tls_ca"));
   if (o.tls_ca.empty()) {
-    if (!o.tls_cert.empty()) {
-      return absl::InvalidArgumentError("a client certificate needs --tls_ca (TLS)");
-    }
-    if (!out.token.empty() && !o.allow_plaintext_token) {
-      return absl::InvalidArgumentError(
-          "--token_file without --tls_ca would send the token in clear text: add --tls_ca, or "
-          "--allow_plaintext_token on a trusted network");
-    }
     out.credentials = grpc::InsecureChannelCredentials();
     return out;
   }
   grpc::SslCredentialsOptions ssl;
-  absl::StatusOr<std::string> ca = ReadPem(o.tls_ca, "tls_ca");
-  if (!ca.ok()) return ca.status();
-  ssl.pem_root_certs = *ca;
+  ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadPem(o.tls_ca, "tls_ca"));
   if (!o.tls_cert.empty()) {
-    absl::StatusOr<std::string> cert = ReadPem(o.tls_cert, "tls_cert");
-    if (!cert.ok()) return cert.status();
-    absl::StatusOr<std::string> key = ReadPem(o.tls_key, "tls_key");
-    if (!key.ok()) return key.status();
-    ssl.pem_cert_chain = *cert;
-    ssl.pem_private_key = *key;
+    ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadPem(o.tls_cert, "tls_cert"));
+    ASSIGN_OR_RETURN(ssl.pem_private_key, ReadPem(o.tls_key, "tls_key"));
   }
   out.credentials = grpc::SslCredentials(ssl);
   out.server_name_override = o.tls_server_name;
