@@ -149,49 +149,55 @@ absl::StatusOr<double> CpuDevice::Sum(int64_t n, const float* x) {
   return s;
 }
 
-absl::Status CpuDevice::Im2Col(int batch, int height, int width, int channels, int kernel,
-                               const float* x, float* cols) {
-  const int out_h = height - kernel + 1;
-  const int out_w = width - kernel + 1;
-  if (out_h < 1 || out_w < 1) return absl::InvalidArgumentError("Im2Col: kernel larger than image");
-  const int64_t row_len = int64_t{kernel} * kernel * channels;
-  const int64_t span = int64_t{kernel} * channels;  // one kernel row of a patch is contiguous in x
+namespace {
+
+// Calls visit(image_at, row_at) for each kernel row of each patch of a valid convolution: the
+// kernel * channels floats at offset image_at of the images (NHWC) are those at offset row_at
+// of the im2col rows, one row per output pixel in (n, oh, ow) order.
+template <typename Visit>
+void ForEachPatchSpan(int batch, int height, int width, int channels, int kernel,
+                      const ValidConvShape& shape, Visit visit) {
+  const int64_t span = int64_t{kernel} * channels;  // one kernel row of a patch is contiguous
   for (int n = 0; n < batch; ++n) {
-    const float* image = x + int64_t{n} * height * width * channels;
-    for (int oh = 0; oh < out_h; ++oh) {
-      for (int ow = 0; ow < out_w; ++ow) {
-        float* row = cols + ((int64_t{n} * out_h + oh) * out_w + ow) * row_len;
+    const int64_t image_at = int64_t{n} * height * width * channels;
+    for (int oh = 0; oh < shape.out_h; ++oh) {
+      for (int ow = 0; ow < shape.out_w; ++ow) {
+        const int64_t row_at =
+            ((int64_t{n} * shape.out_h + oh) * shape.out_w + ow) * shape.patch_len;
         for (int kh = 0; kh < kernel; ++kh) {
-          const float* src = image + ((int64_t{oh} + kh) * width + ow) * channels;
-          std::copy(src, src + span, row + kh * span);
+          visit(image_at + ((int64_t{oh} + kh) * width + ow) * channels, row_at + kh * span);
         }
       }
     }
   }
+}
+
+}  // namespace
+
+absl::Status CpuDevice::Im2Col(int batch, int height, int width, int channels, int kernel,
+                               const float* x, float* cols) {
+  ASSIGN_OR_RETURN(const ValidConvShape shape,
+                   ValidConvShapeOf(height, width, channels, kernel, "Im2Col"));
+  const int64_t span = int64_t{kernel} * channels;
+  ForEachPatchSpan(batch, height, width, channels, kernel, shape,
+                   [&](int64_t image_at, int64_t row_at) {
+                     std::copy(x + image_at, x + image_at + span, cols + row_at);
+                   });
   return absl::OkStatus();
 }
 
 absl::Status CpuDevice::Col2Im(int batch, int height, int width, int channels, int kernel,
                                const float* dcols, float* dx) {
-  const int out_h = height - kernel + 1;
-  const int out_w = width - kernel + 1;
-  if (out_h < 1 || out_w < 1) return absl::InvalidArgumentError("Col2Im: kernel larger than image");
-  const int64_t row_len = int64_t{kernel} * kernel * channels;
+  ASSIGN_OR_RETURN(const ValidConvShape shape,
+                   ValidConvShapeOf(height, width, channels, kernel, "Col2Im"));
   const int64_t span = int64_t{kernel} * channels;
   std::fill(dx, dx + int64_t{batch} * height * width * channels, 0.0f);
-  for (int n = 0; n < batch; ++n) {
-    float* image = dx + int64_t{n} * height * width * channels;
-    for (int oh = 0; oh < out_h; ++oh) {
-      for (int ow = 0; ow < out_w; ++ow) {
-        const float* row = dcols + ((int64_t{n} * out_h + oh) * out_w + ow) * row_len;
-        for (int kh = 0; kh < kernel; ++kh) {
-          float* dst = image + ((int64_t{oh} + kh) * width + ow) * channels;
-          const float* src = row + kh * span;
-          for (int64_t i = 0; i < span; ++i) dst[i] += src[i];
-        }
-      }
-    }
-  }
+  ForEachPatchSpan(batch, height, width, channels, kernel, shape,
+                   [&](int64_t image_at, int64_t row_at) {
+                     float* dst = dx + image_at;
+                     const float* src = dcols + row_at;
+                     for (int64_t i = 0; i < span; ++i) dst[i] += src[i];
+                   });
   return absl::OkStatus();
 }
 

@@ -238,6 +238,23 @@ inline absl::StatusOr<bool> GemmHasWork(int m, int n, int k) {
   return m > 0 && n > 0;
 }
 
+// The shape of a valid (unpadded, stride 1) convolution of a height x width x channels image
+// with a kernel x kernel window, the same on every device.
+struct ValidConvShape {
+  int out_h = 0;
+  int out_w = 0;
+  int64_t patch_len = 0;  // one im2col row: kernel * kernel * channels
+};
+// INVALID_ARGUMENT, naming `op`, when the kernel does not fit in the image.
+inline absl::StatusOr<ValidConvShape> ValidConvShapeOf(int height, int width, int channels,
+                                                       int kernel, const char* op) {
+  ValidConvShape s{height - kernel + 1, width - kernel + 1, int64_t{kernel} * kernel * channels};
+  if (s.out_h < 1 || s.out_w < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": kernel larger than image"));
+  }
+  return s;
+}
+
 }  // namespace ps
 
 #endif  // PS_COMMON_DEVICE_DEVICE_H_

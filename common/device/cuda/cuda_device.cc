@@ -256,18 +256,14 @@ absl::Status CudaDevice::SumTo(int64_t n, const float* x, double* out) {
 
 absl::Status CudaDevice::Im2Col(int batch, int height, int width, int channels, int kernel,
                                 const float* x, float* cols) {
-  if (height - kernel + 1 < 1 || width - kernel + 1 < 1) {
-    return absl::InvalidArgumentError("Im2Col: kernel larger than image");
-  }
+  RETURN_IF_ERROR(ValidConvShapeOf(height, width, channels, kernel, "Im2Col").status());
   return CudaStatus(cuda::LaunchIm2Col(batch, height, width, channels, kernel, x, cols, stream_),
                     "Im2Col kernel");
 }
 
 absl::Status CudaDevice::Col2Im(int batch, int height, int width, int channels, int kernel,
                                 const float* dcols, float* dx) {
-  if (height - kernel + 1 < 1 || width - kernel + 1 < 1) {
-    return absl::InvalidArgumentError("Col2Im: kernel larger than image");
-  }
+  RETURN_IF_ERROR(ValidConvShapeOf(height, width, channels, kernel, "Col2Im").status());
   return CudaStatus(cuda::LaunchCol2Im(batch, height, width, channels, kernel, dcols, dx, stream_),
                     "Col2Im kernel");
 }
