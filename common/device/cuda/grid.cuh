@@ -24,10 +24,19 @@ inline int BlocksFor(int64_t n) {
 // Blocks of kThreads for one warp per row.
 inline int WarpBlocksFor(int64_t rows) { return BlocksFor(rows * kWarp); }
 
+// Starts `kernel` on `blocks` blocks of kThreads on `stream` and returns the launch's error (a
+// bad configuration; a fault inside the kernel surfaces at the stream's next synchronisation).
+template <typename... Params, typename... Args>
+cudaError_t Launch(void (*kernel)(Params...), int blocks, cudaStream_t stream, Args... args) {
+  kernel<<<blocks, kThreads, 0, stream>>>(args...);
+  return cudaGetLastError();
+}
+
 // The sum (or maximum) of v over the 32 lanes of a warp, in every lane. The butterfly order is
 // fixed, so a warp's result does not vary from run to run.
 __device__ inline float WarpSum(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
 }
 __device__ inline float WarpMax(float v) {

@@ -319,91 +319,78 @@ __global__ void LogisticLossBackwardKernel(int rows, const float* probs, const i
 // Launchers.
 
 cudaError_t LaunchFill(float value, int64_t n, float* x, cudaStream_t stream) {
-  FillKernel<<<BlocksFor(n), kThreads, 0, stream>>>(value, n, x);
-  return cudaGetLastError();
+  return Launch(FillKernel, BlocksFor(n), stream, value, n, x);
 }
 
 cudaError_t LaunchAddBias(int rows, int cols, const float* bias, float* x, cudaStream_t stream) {
-  AddBiasKernel<<<BlocksFor(int64_t{rows} * cols), kThreads, 0, stream>>>(rows, cols, bias, x);
-  return cudaGetLastError();
+  return Launch(AddBiasKernel, BlocksFor(int64_t{rows} * cols), stream, rows, cols, bias, x);
 }
 
 cudaError_t LaunchSumRows(int rows, int cols, const float* x, float beta, float* out,
                           cudaStream_t stream) {
-  SumRowsKernel<<<BlocksFor(cols), kThreads, 0, stream>>>(rows, cols, x, beta, out);
-  return cudaGetLastError();
+  return Launch(SumRowsKernel, BlocksFor(cols), stream, rows, cols, x, beta, out);
 }
 
 cudaError_t LaunchReluForward(int64_t n, const float* x, float* y, cudaStream_t stream) {
-  ReluForwardKernel<<<BlocksFor(n), kThreads, 0, stream>>>(n, x, y);
-  return cudaGetLastError();
+  return Launch(ReluForwardKernel, BlocksFor(n), stream, n, x, y);
 }
 
 cudaError_t LaunchReluBackward(int64_t n, const float* y, const float* dy, float* dx,
                                cudaStream_t stream) {
-  ReluBackwardKernel<<<BlocksFor(n), kThreads, 0, stream>>>(n, y, dy, dx);
-  return cudaGetLastError();
+  return Launch(ReluBackwardKernel, BlocksFor(n), stream, n, y, dy, dx);
 }
 
 cudaError_t LaunchSoftmaxCrossEntropy(int rows, int classes, const float* logits,
                                       const int32_t* labels, float* probs, float* loss_per_row,
                                       float* correct_per_row, int* bad_label, cudaStream_t stream) {
-  SoftmaxCrossEntropyKernel<<<BlocksFor(rows), kThreads, 0, stream>>>(
-      rows, classes, logits, labels, probs, loss_per_row, correct_per_row, bad_label);
-  return cudaGetLastError();
+  return Launch(SoftmaxCrossEntropyKernel, BlocksFor(rows), stream, rows, classes, logits, labels,
+                probs, loss_per_row, correct_per_row, bad_label);
 }
 
 cudaError_t LaunchSoftmaxCrossEntropyBackward(int rows, int classes, const float* probs,
                                               const int32_t* labels, float scale, float* dlogits,
                                               int* bad_label, cudaStream_t stream) {
-  SoftmaxCrossEntropyBackwardKernel<<<BlocksFor(int64_t{rows} * classes), kThreads, 0, stream>>>(
-      rows, classes, probs, labels, scale, dlogits, bad_label);
-  return cudaGetLastError();
+  return Launch(SoftmaxCrossEntropyBackwardKernel, BlocksFor(int64_t{rows} * classes), stream, rows,
+                classes, probs, labels, scale, dlogits, bad_label);
 }
 
 cudaError_t LaunchSum(int64_t n, const float* x, double* out, cudaStream_t stream) {
-  SumKernel<<<1, kThreads, 0, stream>>>(n, x, out);
-  return cudaGetLastError();
+  return Launch(SumKernel, 1, stream, n, x, out);
 }
 
 cudaError_t LaunchIm2Col(int batch, int height, int width, int channels, int kernel, const float* x,
                          float* cols, cudaStream_t stream) {
   const int64_t n =
       int64_t{batch} * (height - kernel + 1) * (width - kernel + 1) * kernel * kernel * channels;
-  Im2ColKernel<<<BlocksFor(n), kThreads, 0, stream>>>(batch, height, width, channels, kernel, x,
-                                                      cols);
-  return cudaGetLastError();
+  return Launch(Im2ColKernel, BlocksFor(n), stream, batch, height, width, channels, kernel, x,
+                cols);
 }
 
 cudaError_t LaunchCol2Im(int batch, int height, int width, int channels, int kernel,
                          const float* dcols, float* dx, cudaStream_t stream) {
   const int64_t n = int64_t{batch} * height * width * channels;
-  Col2ImKernel<<<BlocksFor(n), kThreads, 0, stream>>>(batch, height, width, channels, kernel, dcols,
-                                                      dx);
-  return cudaGetLastError();
+  return Launch(Col2ImKernel, BlocksFor(n), stream, batch, height, width, channels, kernel, dcols,
+                dx);
 }
 
 cudaError_t LaunchMaxPoolForward(int batch, int height, int width, int channels, int pool,
                                  const float* x, float* y, int32_t* argmax, cudaStream_t stream) {
   const int64_t n = int64_t{batch} * (height / pool) * (width / pool) * channels;
-  MaxPoolForwardKernel<<<BlocksFor(n), kThreads, 0, stream>>>(batch, height, width, channels, pool,
-                                                              x, y, argmax);
-  return cudaGetLastError();
+  return Launch(MaxPoolForwardKernel, BlocksFor(n), stream, batch, height, width, channels, pool, x,
+                y, argmax);
 }
 
 cudaError_t LaunchMaxPoolScatter(int64_t y_size, const float* dy, const int32_t* argmax, float* dx,
                                  cudaStream_t stream) {
-  MaxPoolScatterKernel<<<BlocksFor(y_size), kThreads, 0, stream>>>(y_size, dy, argmax, dx);
-  return cudaGetLastError();
+  return Launch(MaxPoolScatterKernel, BlocksFor(y_size), stream, y_size, dy, argmax, dx);
 }
 
 cudaError_t LaunchEmbeddingConcatForward(int batch, int width, const float* x, int fields, int dim,
                                          const float* rows, const int32_t* lookups, float* y,
                                          cudaStream_t stream) {
   const int64_t n = int64_t{batch} * (width + int64_t{fields} * dim);
-  EmbeddingConcatForwardKernel<<<BlocksFor(n), kThreads, 0, stream>>>(batch, width, x, fields, dim,
-                                                                      rows, lookups, y);
-  return cudaGetLastError();
+  return Launch(EmbeddingConcatForwardKernel, BlocksFor(n), stream, batch, width, x, fields, dim,
+                rows, lookups, y);
 }
 
 cudaError_t LaunchEmbeddingConcatBackward(int batch, int width, const float* dy, int fields,
@@ -414,39 +401,34 @@ cudaError_t LaunchEmbeddingConcatBackward(int batch, int width, const float* dy,
     CopyColumnsKernel<<<BlocksFor(int64_t{batch} * width), kThreads, 0, stream>>>(
         batch, width, width + int64_t{fields} * dim, dy, dx);
   }
-  EmbeddingRowGradKernel<<<BlocksFor(unique * dim), kThreads, 0, stream>>>(
-      width, dy, fields, dim, unique, offsets, positions, row_grads);
-  return cudaGetLastError();
+  return Launch(EmbeddingRowGradKernel, BlocksFor(unique * dim), stream, width, dy, fields, dim,
+                unique, offsets, positions, row_grads);
 }
 
 cudaError_t LaunchDotInteractionForward(int batch, int n, int dim, const float* x, float* y,
                                         cudaStream_t stream) {
   const int64_t total = int64_t{batch} * (dim + int64_t{n} * (n - 1) / 2);
-  DotInteractionForwardKernel<<<BlocksFor(total), kThreads, 0, stream>>>(batch, n, dim, x, y);
-  return cudaGetLastError();
+  return Launch(DotInteractionForwardKernel, BlocksFor(total), stream, batch, n, dim, x, y);
 }
 
 cudaError_t LaunchDotInteractionBackward(int batch, int n, int dim, const float* x, const float* dy,
                                          float* dx, cudaStream_t stream) {
   const int64_t total = int64_t{batch} * n * dim;
-  DotInteractionBackwardKernel<<<BlocksFor(total), kThreads, 0, stream>>>(batch, n, dim, x, dy, dx);
-  return cudaGetLastError();
+  return Launch(DotInteractionBackwardKernel, BlocksFor(total), stream, batch, n, dim, x, dy, dx);
 }
 
 cudaError_t LaunchLogisticLoss(int rows, const float* logits, const int32_t* labels, float* probs,
                                float* loss_per_row, float* correct_per_row, int* bad_label,
                                cudaStream_t stream) {
-  LogisticLossKernel<<<BlocksFor(rows), kThreads, 0, stream>>>(
-      rows, logits, labels, probs, loss_per_row, correct_per_row, bad_label);
-  return cudaGetLastError();
+  return Launch(LogisticLossKernel, BlocksFor(rows), stream, rows, logits, labels, probs,
+                loss_per_row, correct_per_row, bad_label);
 }
 
 cudaError_t LaunchLogisticLossBackward(int rows, const float* probs, const int32_t* labels,
                                        float scale, float* dlogits, int* bad_label,
                                        cudaStream_t stream) {
-  LogisticLossBackwardKernel<<<BlocksFor(rows), kThreads, 0, stream>>>(rows, probs, labels, scale,
-                                                                       dlogits, bad_label);
-  return cudaGetLastError();
+  return Launch(LogisticLossBackwardKernel, BlocksFor(rows), stream, rows, probs, labels, scale,
+                dlogits, bad_label);
 }
 
 }  // namespace ps::cuda

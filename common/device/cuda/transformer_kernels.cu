@@ -241,16 +241,14 @@ __global__ void TokenGradKernel(int64_t positions, int dim, int vocab, const flo
 }  // namespace
 
 cudaError_t LaunchAxpy(int64_t n, float alpha, const float* x, float* y, cudaStream_t stream) {
-  AxpyKernel<<<BlocksFor(n), kThreads, 0, stream>>>(n, alpha, x, y);
-  return cudaGetLastError();
+  return Launch(AxpyKernel, BlocksFor(n), stream, n, alpha, x, y);
 }
 
 cudaError_t LaunchLayerNormForward(int rows, int dim, const float* x, const float* gamma,
                                    const float* beta, float* y, float* mean, float* rstd,
                                    cudaStream_t stream) {
-  LayerNormForwardKernel<<<WarpBlocksFor(rows), kThreads, 0, stream>>>(rows, dim, x, gamma, beta,
-                                                                       y, mean, rstd);
-  return cudaGetLastError();
+  return Launch(LayerNormForwardKernel, WarpBlocksFor(rows), stream, rows, dim, x, gamma, beta, y,
+                mean, rstd);
 }
 
 int LayerNormParamChunks(int rows) {
@@ -259,9 +257,9 @@ int LayerNormParamChunks(int rows) {
 }
 
 cudaError_t LaunchLayerNormBackward(int rows, int dim, const float* x, const float* gamma,
-                                    const float* mean, const float* rstd, const float* dy, float* dx,
-                                    float* dgamma, float* dbeta, float grads_beta, float* partials,
-                                    cudaStream_t stream) {
+                                    const float* mean, const float* rstd, const float* dy,
+                                    float* dx, float* dgamma, float* dbeta, float grads_beta,
+                                    float* partials, cudaStream_t stream) {
   LayerNormInputGradKernel<<<WarpBlocksFor(rows), kThreads, 0, stream>>>(rows, dim, x, gamma, mean,
                                                                          rstd, dy, dx);
   const int chunks = LayerNormParamChunks(rows);
@@ -270,40 +268,34 @@ cudaError_t LaunchLayerNormBackward(int rows, int dim, const float* x, const flo
                                                                     chunks, partials);
   AddChunksKernel<<<BlocksFor(dim), kThreads, 0, stream>>>(dim, chunks, partials, grads_beta,
                                                            dgamma);
-  AddChunksKernel<<<BlocksFor(dim), kThreads, 0, stream>>>(
-      dim, chunks, partials + int64_t{chunks} * dim, grads_beta, dbeta);
-  return cudaGetLastError();
+  return Launch(AddChunksKernel, BlocksFor(dim), stream, dim, chunks,
+                partials + int64_t{chunks} * dim, grads_beta, dbeta);
 }
 
 cudaError_t LaunchGeluForward(int64_t n, const float* x, float* y, cudaStream_t stream) {
-  GeluForwardKernel<<<BlocksFor(n), kThreads, 0, stream>>>(n, x, y);
-  return cudaGetLastError();
+  return Launch(GeluForwardKernel, BlocksFor(n), stream, n, x, y);
 }
 
 cudaError_t LaunchGeluBackward(int64_t n, const float* x, const float* dy, float* dx,
                                cudaStream_t stream) {
-  GeluBackwardKernel<<<BlocksFor(n), kThreads, 0, stream>>>(n, x, dy, dx);
-  return cudaGetLastError();
+  return Launch(GeluBackwardKernel, BlocksFor(n), stream, n, x, dy, dx);
 }
 
 cudaError_t LaunchCausalSoftmax(int64_t rows, int t, float* scores, cudaStream_t stream) {
-  CausalSoftmaxKernel<<<WarpBlocksFor(rows), kThreads, 0, stream>>>(rows, t, scores);
-  return cudaGetLastError();
+  return Launch(CausalSoftmaxKernel, WarpBlocksFor(rows), stream, rows, t, scores);
 }
 
 cudaError_t LaunchCausalSoftmaxBackward(int64_t rows, int t, const float* att, float scale,
                                         float* dweights, cudaStream_t stream) {
-  CausalSoftmaxBackwardKernel<<<WarpBlocksFor(rows), kThreads, 0, stream>>>(rows, t, att, scale,
-                                                                            dweights);
-  return cudaGetLastError();
+  return Launch(CausalSoftmaxBackwardKernel, WarpBlocksFor(rows), stream, rows, t, att, scale,
+                dweights);
 }
 
 cudaError_t LaunchTokenEmbeddingForward(int batch, int t, int dim, int vocab, const float* ids,
                                         const float* wte, const float* wpe, float* y, int* bad_id,
                                         cudaStream_t stream) {
-  TokenEmbeddingForwardKernel<<<BlocksFor(int64_t{batch} * t * dim), kThreads, 0, stream>>>(
-      batch, t, dim, vocab, ids, wte, wpe, y, bad_id);
-  return cudaGetLastError();
+  return Launch(TokenEmbeddingForwardKernel, BlocksFor(int64_t{batch} * t * dim), stream, batch, t,
+                dim, vocab, ids, wte, wpe, y, bad_id);
 }
 
 cudaError_t LaunchTokenEmbeddingBackward(int batch, int t, int dim, int vocab, const float* ids,
@@ -312,8 +304,9 @@ cudaError_t LaunchTokenEmbeddingBackward(int batch, int t, int dim, int vocab, c
   PositionGradKernel<<<BlocksFor(int64_t{t} * dim), kThreads, 0, stream>>>(batch, t, dim, dy, dwpe,
                                                                            grads_beta);
   const int threads = dim < kThreads ? (dim + kWarp - 1) / kWarp * kWarp : kThreads;
-  TokenGradKernel<<<vocab < 65535 ? (vocab < 1 ? 1 : vocab) : 65535, threads, 0, stream>>>(
-      int64_t{batch} * t, dim, vocab, ids, dy, dwte, grads_beta, bad_id);
+  const int blocks = vocab < 65535 ? (vocab < 1 ? 1 : vocab) : 65535;  // a block per row of dwte
+  TokenGradKernel<<<blocks, threads, 0, stream>>>(int64_t{batch} * t, dim, vocab, ids, dy, dwte,
+                                                  grads_beta, bad_id);
   return cudaGetLastError();
 }
 
