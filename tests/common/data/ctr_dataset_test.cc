@@ -3,11 +3,7 @@
 
 #include "common/data/ctr_dataset.h"
 
-#include <unistd.h>
-#include <zlib.h>
-
 #include <cmath>
-#include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
@@ -19,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "common/data/data_registry.h"
 #include "gtest/gtest.h"
+#include "tests/support/scratch_dir.h"
 
 namespace ps {
 namespace {
@@ -90,26 +87,7 @@ TEST(CriteoLine, ErrorsNameTheField) {
   EXPECT_EQ(error(""), "label: '' is not 0 or 1");
 }
 
-class CtrFiles : public testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = testing::TempDir() + "/ctr_" + std::to_string(getpid()) + "_" +
-           testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
-  void Write(const std::string& name, const std::string& text) {
-    std::ofstream(Path(name), std::ios::binary) << text;
-  }
-  void WriteGz(const std::string& name, const std::string& text) {
-    gzFile f = gzopen(Path(name).c_str(), "wb");
-    ASSERT_NE(f, nullptr);
-    ASSERT_EQ(gzwrite(f, text.data(), text.size()), static_cast<int>(text.size()));
-    ASSERT_EQ(gzclose(f), Z_OK);
-  }
-  std::string dir_;
-};
+class CtrFiles : public ScratchDirTest {};
 
 TEST_F(CtrFiles, PlainAndGzipFilesGiveTheSameSamples) {
   // CRLF endings and a last line without a newline are read too.

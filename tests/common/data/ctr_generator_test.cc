@@ -3,33 +3,25 @@
 
 #include "common/data/ctr_generator.h"
 
-#include <unistd.h>
-
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 
 #include "common/data/ctr_dataset.h"
 #include "gtest/gtest.h"
+#include "tests/support/scratch_dir.h"
 
 namespace ps {
 namespace {
 
-class CtrGenerator : public testing::Test {
+class CtrGenerator : public ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = testing::TempDir() + "/ctrgen_" + std::to_string(getpid());
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string Read(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     std::stringstream s;
     s << in.rdbuf();
     return s.str();
   }
-  std::string dir_;
 };
 
 TEST_F(CtrGenerator, WritesParsableLinesWhoseLabelsMatchTheTruth) {

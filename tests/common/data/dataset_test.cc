@@ -2,9 +2,6 @@
 
 #include "common/data/dataset.h"
 
-#include <unistd.h>
-#include <zlib.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "common/data/data_registry.h"
 #include "gtest/gtest.h"
+#include "tests/support/scratch_dir.h"
 
 namespace ps {
 namespace {
@@ -28,34 +26,17 @@ std::vector<uint8_t> Header(uint32_t magic, const std::vector<uint32_t>& dims) {
   return out;
 }
 
-void WriteGz(const std::string& path, const std::vector<uint8_t>& bytes) {
-  gzFile f = gzopen(path.c_str(), "wb");
-  ASSERT_NE(f, nullptr);
-  ASSERT_EQ(gzwrite(f, bytes.data(), bytes.size()), static_cast<int>(bytes.size()));
-  ASSERT_EQ(gzclose(f), Z_OK);
-}
-
-class IdxFiles : public testing::Test {
+class IdxFiles : public ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = testing::TempDir() + "/idx_" + std::to_string(getpid()) + "_" +
-           testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
   // Three 2x2 images with pixel values 0..11 and labels 7, 0, 9.
   void WriteValid(const std::string& prefix) {
     std::vector<uint8_t> images = Header(0x803, {3, 2, 2});
     for (int i = 0; i < 12; ++i) images.push_back(static_cast<uint8_t>(i));
-    WriteGz(Path(prefix + "-images-idx3-ubyte.gz"), images);
+    WriteGz(prefix + "-images-idx3-ubyte.gz", images);
     std::vector<uint8_t> labels = Header(0x801, {3});
     labels.insert(labels.end(), {7, 0, 9});
-    WriteGz(Path(prefix + "-labels-idx1-ubyte.gz"), labels);
+    WriteGz(prefix + "-labels-idx1-ubyte.gz", labels);
   }
-  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
-
-  std::string dir_;
 };
 
 TEST_F(IdxFiles, LoadsValidFiles) {
@@ -79,7 +60,7 @@ TEST_F(IdxFiles, LoadsValidFiles) {
 TEST_F(IdxFiles, TruncatedDataIsDataLoss) {
   std::vector<uint8_t> images = Header(0x803, {3, 2, 2});
   for (int i = 0; i < 10; ++i) images.push_back(1);  // two bytes short
-  WriteGz(Path("img.gz"), images);
+  WriteGz("img.gz", images);
   auto r = ReadIdxFile(Path("img.gz"), 0x803);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(r.status().message().find("truncated"), std::string::npos) << r.status();
@@ -107,7 +88,7 @@ TEST_F(IdxFiles, CorruptGzipIsDataLoss) {
 TEST_F(IdxFiles, WrongMagicIsDataLoss) {
   std::vector<uint8_t> labels = Header(0x803, {1, 1, 1});
   labels.push_back(0);
-  WriteGz(Path("lab.gz"), labels);
+  WriteGz("lab.gz", labels);
   auto r = ReadIdxFile(Path("lab.gz"), 0x801);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(r.status().message().find("magic"), std::string::npos) << r.status();
@@ -116,7 +97,7 @@ TEST_F(IdxFiles, WrongMagicIsDataLoss) {
 TEST_F(IdxFiles, TrailingBytesAreDataLoss) {
   std::vector<uint8_t> labels = Header(0x801, {2});
   labels.insert(labels.end(), {1, 2, 3});
-  WriteGz(Path("lab.gz"), labels);
+  WriteGz("lab.gz", labels);
   EXPECT_EQ(ReadIdxFile(Path("lab.gz"), 0x801).status().code(), absl::StatusCode::kDataLoss);
 }
 
@@ -128,11 +109,11 @@ TEST_F(IdxFiles, CountMismatchAndBadLabelsAreDataLoss) {
   WriteValid("train");
   std::vector<uint8_t> labels = Header(0x801, {2});
   labels.insert(labels.end(), {1, 2});
-  WriteGz(Path("train-labels-idx1-ubyte.gz"), labels);
+  WriteGz("train-labels-idx1-ubyte.gz", labels);
   EXPECT_EQ(LoadFashionMnist(dir_, "train").status().code(), absl::StatusCode::kDataLoss);
   labels = Header(0x801, {3});
   labels.insert(labels.end(), {1, 12, 2});
-  WriteGz(Path("train-labels-idx1-ubyte.gz"), labels);
+  WriteGz("train-labels-idx1-ubyte.gz", labels);
   EXPECT_EQ(LoadFashionMnist(dir_, "train").status().code(), absl::StatusCode::kDataLoss);
 }
 

@@ -1,0 +1,50 @@
+#ifndef PS_TESTS_SUPPORT_SCRATCH_DIR_H_
+#define PS_TESTS_SUPPORT_SCRATCH_DIR_H_
+
+// A fixture for tests that write files: each test gets a fresh, empty folder of its own
+// (testing::TempDir()/ps_<pid>_<suite>_<test>, so parallel test binaries and tests never share
+// one), removed with everything in it when the test ends, passed or failed.
+
+#include <unistd.h>
+#include <zlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace ps {
+
+class ScratchDirTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    const testing::TestInfo* test = testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = testing::TempDir() + "/ps_" + std::to_string(getpid()) + "_" + test->test_suite_name() +
+           "_" + test->name();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
+  // Writes `bytes` to Path(name) as they are.
+  void Write(const std::string& name, const std::string& bytes) const {
+    std::ofstream(Path(name), std::ios::binary) << bytes;
+  }
+  // Writes `bytes` (a std::string or std::vector<uint8_t>) to Path(name) gzip-compressed.
+  template <typename Bytes>
+  void WriteGz(const std::string& name, const Bytes& bytes) const {
+    gzFile f = gzopen(Path(name).c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())),
+              static_cast<int>(bytes.size()));
+    ASSERT_EQ(gzclose(f), Z_OK);
+  }
+
+  std::string dir_;
+};
+
+}  // namespace ps
+
+#endif  // PS_TESTS_SUPPORT_SCRATCH_DIR_H_
