@@ -346,6 +346,56 @@ absl::Status GrpcParameterClient::Init(absl::Span<const float> params) {
                  false);
 }
 
+absl::StatusOr<ShardReport> ShardReportFromResponse(const ps::v1::GetStatusResponse& r) {
+  ShardReport rep;
+  rep.shard_id = r.shard_id();
+  ASSIGN_OR_RETURN(rep.mode, ParseConsistencyMode(r.mode()));
+  rep.staleness_bound = r.staleness();
+  rep.initialized = r.initialized();
+  rep.range = KeyRange{r.begin(), r.end()};
+  rep.version = r.version();
+  rep.min_clock = r.min_clock();
+  rep.rejected_nonfinite = r.rejected_nonfinite();
+  rep.update_rule = r.update_rule();
+  rep.backup_workers = r.backup_workers();
+  rep.incarnation = r.shard_incarnation();
+  rep.restored_version = r.restored_version();
+  rep.checkpoint_version = r.checkpoint_version();
+  rep.pushes_accepted = r.pushes_accepted();
+  rep.pushes_duplicate = r.pushes_duplicate();
+  rep.pieces_received = r.pieces_received();
+  rep.shared_memory_workers = r.shared_memory_workers();
+  rep.shared_memory_payloads = r.shared_memory_payloads();
+  rep.rejected_unauthenticated = r.rejected_unauthenticated();
+  rep.finished_at_restore = r.finished_at_restore();
+  rep.decay_updates = r.decay_updates();
+  rep.finished_job_rerun = r.finished_job_rerun();
+  for (const auto& t : r.tables()) {
+    SparseTableStatus table{t.name(), t.rows(), t.bytes(), t.capacity(), {}};
+    table.counters = {t.admissions(), t.evictions(), t.not_admitted()};
+    rep.tables.push_back(std::move(table));
+  }
+  rep.sparse_timing = {r.sparse_pulls(), r.sparse_pull_seconds(), r.sparse_pushes(),
+                       r.sparse_push_seconds()};
+  for (const auto& w : r.workers()) {
+    ShardReport::Worker out;
+    out.rank = w.rank();
+    out.clock = w.clock();
+    out.state = w.state();
+    out.applied = w.applied();
+    out.max_staleness = w.max_staleness();
+    out.mean_staleness = w.mean_staleness();
+    out.staleness_counts.assign(w.staleness_counts().begin(), w.staleness_counts().end());
+    out.dropped = w.dropped();
+    out.late = w.late();
+    out.planned_steps = w.planned_steps();
+    out.samples_per_step = w.samples_per_step();
+    out.skipped_steps = w.skipped_steps();
+    rep.workers.push_back(std::move(out));
+  }
+  return rep;
+}
+
 absl::StatusOr<std::vector<ShardReport>> GrpcParameterClient::Status() {
   std::vector<ps::v1::GetStatusRequest> requests(stubs_.size());
   std::vector<ps::v1::GetStatusResponse> responses;
@@ -353,53 +403,8 @@ absl::StatusOr<std::vector<ShardReport>> GrpcParameterClient::Status() {
                           options_.call_timeout, false));
   std::vector<ShardReport> reports;
   for (const auto& r : responses) {
-    ShardReport rep;
-    rep.shard_id = r.shard_id();
-    ASSIGN_OR_RETURN(rep.mode, ParseConsistencyMode(r.mode()));
-    rep.staleness_bound = r.staleness();
-    rep.initialized = r.initialized();
-    rep.range = KeyRange{r.begin(), r.end()};
-    rep.version = r.version();
-    rep.min_clock = r.min_clock();
-    rep.rejected_nonfinite = r.rejected_nonfinite();
-    rep.update_rule = r.update_rule();
-    rep.backup_workers = r.backup_workers();
-    rep.incarnation = r.shard_incarnation();
-    rep.restored_version = r.restored_version();
-    rep.checkpoint_version = r.checkpoint_version();
-    rep.pushes_accepted = r.pushes_accepted();
-    rep.pushes_duplicate = r.pushes_duplicate();
-    rep.pieces_received = r.pieces_received();
-    rep.shared_memory_workers = r.shared_memory_workers();
-    rep.shared_memory_payloads = r.shared_memory_payloads();
-    rep.rejected_unauthenticated = r.rejected_unauthenticated();
-    rep.finished_at_restore = r.finished_at_restore();
-    rep.decay_updates = r.decay_updates();
-    rep.finished_job_rerun = r.finished_job_rerun();
-    for (const auto& t : r.tables()) {
-      SparseTableStatus table{t.name(), t.rows(), t.bytes(), t.capacity(), {}};
-      table.counters = {t.admissions(), t.evictions(), t.not_admitted()};
-      rep.tables.push_back(std::move(table));
-    }
-    rep.sparse_timing = {r.sparse_pulls(), r.sparse_pull_seconds(), r.sparse_pushes(),
-                         r.sparse_push_seconds()};
-    for (const auto& w : r.workers()) {
-      ShardReport::Worker out;
-      out.rank = w.rank();
-      out.clock = w.clock();
-      out.state = w.state();
-      out.applied = w.applied();
-      out.max_staleness = w.max_staleness();
-      out.mean_staleness = w.mean_staleness();
-      out.staleness_counts.assign(w.staleness_counts().begin(), w.staleness_counts().end());
-      out.dropped = w.dropped();
-      out.late = w.late();
-      out.planned_steps = w.planned_steps();
-      out.samples_per_step = w.samples_per_step();
-      out.skipped_steps = w.skipped_steps();
-      rep.workers.push_back(std::move(out));
-    }
-    reports.push_back(std::move(rep));
+    ASSIGN_OR_RETURN(ShardReport report, ShardReportFromResponse(r));
+    reports.push_back(std::move(report));
   }
   return reports;
 }

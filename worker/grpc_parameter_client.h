@@ -83,6 +83,10 @@ struct GrpcClientOptions {
   int shared_memory_slots = 1;
 };
 
+// A shard's GetStatus answer as the report Status() returns; INVALID_ARGUMENT for a mode this
+// build does not know.
+absl::StatusOr<ShardReport> ShardReportFromResponse(const ps::v1::GetStatusResponse& r);
+
 class GrpcParameterClient final : public ParameterClient {
  public:
   // INVALID_ARGUMENT for an empty server list.

@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "server/service.h"
+#include "worker/grpc_parameter_client.h"
 #include "worker/sparse_routing.h"
 
 namespace ps {
@@ -285,42 +287,17 @@ absl::StatusOr<PushStats> InProcessClient::PushParts(int64_t clock,
   return PushRanges(clock, base_versions, gradient, pieces);
 }
 
+// Through the service's answer and the gRPC client's reading of it, so that a report here is
+// the one a real worker would get (the service adds no state of its own to a fresh shard's).
 absl::StatusOr<std::vector<ShardReport>> InProcessClient::Status() {
   std::vector<ShardReport> reports;
   for (Shard* shard : shards_) {
-    const ShardStatus st = shard->GetStatus();
-    ShardReport rep;
-    rep.shard_id = st.shard_id;
-    rep.mode = st.mode;
-    rep.staleness_bound = st.staleness_bound;
-    rep.initialized = st.initialized;
-    rep.range = st.range;
-    rep.version = st.version;
-    rep.min_clock = st.min_clock;
-    rep.rejected_nonfinite = st.rejected_nonfinite;
-    rep.incarnation = shard->options().incarnation;
-    rep.restored_version = st.restored_version;
-    rep.pushes_accepted = st.pushes_accepted;
-    rep.pushes_duplicate = st.pushes_duplicate;
-    rep.pieces_received = st.pieces_received;
-    rep.finished_at_restore = st.finished_at_restore;
-    rep.decay_updates = st.decay_updates;
-    rep.finished_job_rerun = st.finished_job_rerun;
-    rep.tables = shard->TableStatuses();
-    rep.sparse_timing = shard->sparse_timing();
-    for (const WorkerStatusInfo& w : st.workers) {
-      ShardReport::Worker out;
-      out.rank = w.rank;
-      out.clock = w.clock;
-      out.state = WorkerStateName(w.state);
-      out.dropped = w.dropped;
-      out.late = w.late;
-      out.planned_steps = w.plan.steps;
-      out.samples_per_step = w.plan.samples_per_step;
-      out.skipped_steps = w.skipped_steps;
-      rep.workers.push_back(std::move(out));
-    }
-    reports.push_back(std::move(rep));
+    ParameterServerService service(*shard, ServiceOptions{});
+    ps::v1::GetStatusResponse response;
+    const grpc::Status answered = service.HandleGetStatus(&response);
+    if (!answered.ok()) return absl::InternalError(answered.error_message());
+    ASSIGN_OR_RETURN(ShardReport report, ShardReportFromResponse(response));
+    reports.push_back(std::move(report));
   }
   return reports;
 }
