@@ -153,24 +153,22 @@ void AddSparseTotals(const std::vector<ShardReport>& reports, JsonObject* out) {
 
 // The work account: totals, and per worker as a JSON array.
 void AddWork(const WorkAccount& work, bool require_all, JsonObject* out) {
-  std::string per_worker = "[";
+  std::vector<JsonObject> per_worker;
   for (const WorkerWork& w : work.workers) {
-    JsonObject o;
-    o.Add("rank", w.rank)
-        .Add("state", w.state)
-        .Add("planned_steps", w.planned_steps)
-        .Add("gradients_expected", w.gradients_expected)
-        .Add("gradients_applied", w.gradients_applied)
-        .Add("steps_skipped", w.steps_skipped)
-        .Add("samples_skipped", w.samples_skipped);
-    absl::StrAppend(&per_worker, w.rank > 0 ? "," : "", o.str());
+    per_worker.push_back(JsonObject()
+                             .Add("rank", w.rank)
+                             .Add("state", w.state)
+                             .Add("planned_steps", w.planned_steps)
+                             .Add("gradients_expected", w.gradients_expected)
+                             .Add("gradients_applied", w.gradients_applied)
+                             .Add("steps_skipped", w.steps_skipped)
+                             .Add("samples_skipped", w.samples_skipped));
   }
-  per_worker += "]";
   out->Add("gradients_expected", work.gradients_expected)
       .Add("gradients_applied", work.gradients_applied)
       .Add("samples_skipped", work.samples_skipped)
       .Add("require_all_work", require_all)
-      .AddRaw("work", per_worker);
+      .Add("work", per_worker);
 }
 
 void PrintResult(const BatchStats& stats, int64_t max_staleness, const WorkAccount& work) {

@@ -5,39 +5,33 @@
 namespace ps {
 
 std::string ShardReportJson(const ShardReport& r, const std::string& server) {
-  std::string workers = "[";
+  std::vector<JsonObject> workers;
   for (const auto& w : r.workers) {
-    if (workers.size() > 1) workers += ",";
-    workers += JsonObject()
-                   .Add("rank", w.rank)
-                   .Add("state", w.state)
-                   .Add("clock", w.clock)
-                   .Add("applied", w.applied)
-                   .Add("max_staleness", w.max_staleness)
-                   .Add("mean_staleness", w.mean_staleness)
-                   .Add("staleness_counts", w.staleness_counts)
-                   .Add("dropped", w.dropped)
-                   .Add("late", w.late)
-                   .Add("planned_steps", w.planned_steps)
-                   .Add("samples_per_step", w.samples_per_step)
-                   .Add("skipped_steps", w.skipped_steps)
-                   .str();
+    workers.push_back(JsonObject()
+                          .Add("rank", w.rank)
+                          .Add("state", w.state)
+                          .Add("clock", w.clock)
+                          .Add("applied", w.applied)
+                          .Add("max_staleness", w.max_staleness)
+                          .Add("mean_staleness", w.mean_staleness)
+                          .Add("staleness_counts", w.staleness_counts)
+                          .Add("dropped", w.dropped)
+                          .Add("late", w.late)
+                          .Add("planned_steps", w.planned_steps)
+                          .Add("samples_per_step", w.samples_per_step)
+                          .Add("skipped_steps", w.skipped_steps));
   }
-  workers += "]";
-  std::string tables = "[";
+  std::vector<JsonObject> tables;
   for (const SparseTableStatus& t : r.tables) {
-    if (tables.size() > 1) tables += ",";
-    tables += JsonObject()
-                  .Add("name", t.name)
-                  .Add("rows", t.rows)
-                  .Add("bytes", t.bytes)
-                  .Add("capacity", t.capacity)
-                  .Add("admissions", t.counters.admissions)
-                  .Add("evictions", t.counters.evictions)
-                  .Add("not_admitted", t.counters.not_admitted)
-                  .str();
+    tables.push_back(JsonObject()
+                         .Add("name", t.name)
+                         .Add("rows", t.rows)
+                         .Add("bytes", t.bytes)
+                         .Add("capacity", t.capacity)
+                         .Add("admissions", t.counters.admissions)
+                         .Add("evictions", t.counters.evictions)
+                         .Add("not_admitted", t.counters.not_admitted));
   }
-  tables += "]";
   return JsonObject()
       .Add("server", server)
       .Add("shard_id", r.shard_id)
@@ -61,8 +55,8 @@ std::string ShardReportJson(const ShardReport& r, const std::string& server) {
       .Add("rejected_unauthenticated", r.rejected_unauthenticated)
       .Add("finished_at_restore", r.finished_at_restore)
       .Add("decay_updates", r.decay_updates)
-      .AddRaw("tables", tables)
-      .AddRaw("workers", workers)
+      .Add("tables", tables)
+      .Add("workers", workers)
       .str();
 }
 

@@ -86,9 +86,14 @@ JsonObject& JsonObject::Add(const std::string& key, const std::vector<int64_t>& 
   return *this;
 }
 
-JsonObject& JsonObject::AddRaw(const std::string& key, const std::string& json) {
+JsonObject& JsonObject::Add(const std::string& key, const std::vector<JsonObject>& objects) {
   Key(key);
-  body_ += json;
+  body_ += '[';
+  for (size_t i = 0; i < objects.size(); ++i) {
+    if (i > 0) body_ += ',';
+    body_ += objects[i].str();
+  }
+  body_ += ']';
   return *this;
 }
 

@@ -26,8 +26,7 @@ class JsonObject {
   JsonObject& Add(const std::string& key, int value) { return Add(key, int64_t{value}); }
   JsonObject& Add(const std::string& key, bool value);
   JsonObject& Add(const std::string& key, const std::vector<int64_t>& values);
-  // `json` must already be valid JSON (an object or array built elsewhere).
-  JsonObject& AddRaw(const std::string& key, const std::string& json);
+  JsonObject& Add(const std::string& key, const std::vector<JsonObject>& objects);  // an array
   std::string str() const { return "{" + body_ + "}"; }
 
  private:

@@ -17,6 +17,13 @@ TEST(JsonObject, WritesFieldsInOrderWithEscapes) {
   EXPECT_EQ(o.str(), R"({"name":"a\"b\\c\n","n":-3,"x":0.5,"ok":true,"v":[1,2],"nan":null})");
 }
 
+TEST(JsonObject, WritesArraysOfObjects) {
+  JsonObject o;
+  o.Add("none", std::vector<JsonObject>{});
+  o.Add("two", std::vector<JsonObject>{JsonObject().Add("rank", 1), JsonObject()});
+  EXPECT_EQ(o.str(), R"({"none":[],"two":[{"rank":1},{}]})");
+}
+
 TEST(JsonLinesWriter, AppendsOneLinePerObject) {
   const std::string path = testing::TempDir() + "/metrics.jsonl";
   {
