@@ -80,6 +80,8 @@ def main():
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--shared_memory", default="true", choices=["true", "false"])
+    parser.add_argument("--local_calls", default="true", choices=["true", "false"],
+                        help="with shared memory: calls over the shard's local socket, not gRPC")
     parser.add_argument("--mode", default="bsp", choices=["bsp", "ssp", "asp"])
     parser.add_argument("--threads", type=int, default=1, help="torch threads (both loops)")
     parser.add_argument("--pipeline", action="store_true",
@@ -99,7 +101,8 @@ def main():
         shard, servers = start_shard(args.bin_dir, tmp, args.shared_memory == "true",
                                      args.mode)
         try:
-            pst.init(servers=servers, rank=0, num_workers=1)
+            pst.init(servers=servers, rank=0, num_workers=1,
+                     local_calls=args.local_calls == "true")
             for batch in [int(b) for b in args.batch.split(",")]:
                 torch.manual_seed(0)
                 x, y = torch.randn(batch, 784), torch.randint(0, 10, (batch,))
@@ -120,6 +123,7 @@ def main():
                     "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"),
                     "params": sum(p.numel() for p in shard_model.parameters()),
                     "shared_memory_shards": remote.shared_memory_shards,
+                    "local_calls": args.local_calls == "true",
                     "local_steps_per_s": round(local_best, 1),
                     "shard_steps_per_s": round(shard_best, 1),
                     "ratio_vs_local": round(local_best / shard_best, 3),

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "common/base/status_macros.h"
 #include "common/codec/tensor_bytes.h"
@@ -248,15 +250,24 @@ grpc::Status ParameterServerService::Authenticate(
     const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) {
   if (options_.token.empty()) return grpc::Status::OK;
   const auto it = metadata.find(kAuthorizationHeader);
-  const std::string expected = absl::StrCat(kBearerPrefix, options_.token);
-  if (it != metadata.end() &&
-      ConstantTimeEquals(absl::string_view(it->second.data(), it->second.size()), expected)) {
+  if (it == metadata.end()) return Unauthenticated("the call carries no cluster token");
+  const absl::string_view header(it->second.data(), it->second.size());
+  if (!absl::StartsWith(header, kBearerPrefix)) {
+    return Unauthenticated("the call carries a wrong cluster token");
+  }
+  return AuthenticateToken(header.substr(std::strlen(kBearerPrefix)));
+}
+
+grpc::Status ParameterServerService::AuthenticateToken(absl::string_view token) {
+  if (options_.token.empty() || ConstantTimeEquals(token, options_.token)) {
     return grpc::Status::OK;
   }
+  return Unauthenticated("the call carries a wrong cluster token");
+}
+
+grpc::Status ParameterServerService::Unauthenticated(const char* why) {
   rejected_unauthenticated_.fetch_add(1);
-  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                      it == metadata.end() ? "the call carries no cluster token"
-                                           : "the call carries a wrong cluster token");
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, why);
 }
 
 namespace {
@@ -307,9 +318,9 @@ grpc::ServerUnaryReactor* ParameterServerService::GetStatus(grpc::CallbackServer
 
 grpc::ServerUnaryReactor* ParameterServerService::AttachSharedMemory(
     grpc::CallbackServerContext* ctx, const ps::v1::AttachSharedMemoryRequest* req,
-    ps::v1::AttachSharedMemoryResponse*) {
+    ps::v1::AttachSharedMemoryResponse* resp) {
   return Answer(ctx, Authenticate(ctx->client_metadata()),
-                [&] { return HandleAttachSharedMemory(*req); });
+                [&] { return HandleAttachSharedMemory(*req, resp); });
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::ServePull(
@@ -436,6 +447,48 @@ grpc::Status ParameterServerService::HandlePushPull(const grpc::ByteBuffer& req,
   return grpc::Status::OK;
 }
 
+int64_t ParameterServerService::StartPull(
+    const grpc::ByteBuffer& req, bool push_pull, absl::Time deadline,
+    std::function<void(grpc::Status, grpc::ByteBuffer)> done) {
+  struct Pending {
+    PullSink sink;
+    std::optional<ps::v1::PushResponse> pushed;
+    std::function<void(grpc::Status, grpc::ByteBuffer)> done;
+  };
+  auto pending = std::make_shared<Pending>();
+  pending->done = std::move(done);
+  ParsedPull pull;
+  absl::Status prepared;
+  if (push_pull) {
+    pending->pushed.emplace();
+    prepared = PushThenPreparePull(req, &pull, &pending->sink, &*pending->pushed);
+  } else {
+    absl::StatusOr<ParsedPull> parsed = ParsePull(req);
+    absl::StatusOr<PullSink> sink = parsed.ok() ? SinkFor(&*parsed) : parsed.status();
+    prepared = sink.status();
+    if (prepared.ok()) {
+      pull = *std::move(parsed);
+      pending->sink = *std::move(sink);
+    }
+  }
+  if (!prepared.ok()) {
+    pending->done(ToGrpcStatus(prepared), grpc::ByteBuffer());
+    return 0;
+  }
+  return shard_.PullAsync(
+      pull.args, std::min(deadline, absl::Now() + options_.max_pull_wait),
+      [pending](absl::Span<const float> values) { pending->sink.Fill(values); },
+      [pending](absl::StatusOr<Shard::PullResult> r) {
+        if (!r.ok()) {
+          pending->done(ToGrpcStatus(r.status()), grpc::ByteBuffer());
+          return;
+        }
+        grpc::ByteBuffer reply =
+            pending->sink.Reply(*r, pending->pushed.has_value() ? &*pending->pushed : nullptr);
+        pending->done(grpc::Status::OK, std::move(reply));
+      });
+}
+
 absl::Status ParameterServerService::PushThenPreparePull(const grpc::ByteBuffer& req,
                                                          ParsedPull* pull, PullSink* sink,
                                                          ps::v1::PushResponse* pushed) {
@@ -516,7 +569,7 @@ absl::StatusOr<ps::v1::PushResponse> ParameterServerService::ApplyPush(
 }
 
 grpc::Status ParameterServerService::HandleAttachSharedMemory(
-    const ps::v1::AttachSharedMemoryRequest& req) {
+    const ps::v1::AttachSharedMemoryRequest& req, ps::v1::AttachSharedMemoryResponse* resp) {
   if (!options_.accept_shared_memory) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "this shard does not accept shared memory (--shared_memory=false)");
@@ -539,8 +592,11 @@ grpc::Status ParameterServerService::HandleAttachSharedMemory(
         grpc::StatusCode::INVALID_ARGUMENT,
         absl::StrCat("slots ", req.slots(), " is not in [0, ", kMaxSharedSlots, "]"));
   }
-  return ToGrpcStatus(
-      regions_.Attach(req.rank(), req.incarnation(), req.pid(), req.fd(), req.nonce(), layout));
+  const absl::Status attached =
+      regions_.Attach(req.rank(), req.incarnation(), req.pid(), req.fd(), req.nonce(), layout);
+  if (!attached.ok()) return ToGrpcStatus(attached);
+  resp->set_local_socket(local_socket_);
+  return grpc::Status::OK;
 }
 
 int ParameterServerService::shared_memory_workers() const { return regions_.size(); }
@@ -592,6 +648,7 @@ grpc::Status ParameterServerService::HandleGetStatus(ps::v1::GetStatusResponse* 
   resp->set_rejected_unauthenticated(rejected_unauthenticated_.load());
   resp->set_shared_memory_workers(shared_memory_workers());
   resp->set_shared_memory_payloads(shared_memory_payloads());
+  resp->set_local_calls(local_calls_.load());
   resp->set_finished_at_restore(s.finished_at_restore);
   resp->set_decay_updates(s.decay_updates);
   resp->set_finished_job_rerun(s.finished_job_rerun);

@@ -107,14 +107,28 @@ class ParameterServerService final : public ParameterServerServiceBase {
   grpc::Status HandlePull(const grpc::ByteBuffer& req, absl::Time deadline, grpc::ByteBuffer* resp);
   grpc::Status HandlePushPull(const grpc::ByteBuffer& req, absl::Time deadline,
                               grpc::ByteBuffer* resp);
+  // Pull (or, `push_pull`, PushPull) for the local call path (server/local_call_server.h): parses
+  // the request and applies a PushPull's push as the rpc would, then starts the pull without
+  // holding a thread; `done` runs once, on whichever thread settles it, with the reply or the
+  // error. Returns the pull's id for Shard::CancelPull, 0 when `done` has already run.
+  int64_t StartPull(const grpc::ByteBuffer& req, bool push_pull, absl::Time deadline,
+                    std::function<void(grpc::Status, grpc::ByteBuffer)> done);
   grpc::Status HandleGetStatus(ps::v1::GetStatusResponse* resp);
-  grpc::Status HandleAttachSharedMemory(const ps::v1::AttachSharedMemoryRequest& req);
+  grpc::Status HandleAttachSharedMemory(const ps::v1::AttachSharedMemoryRequest& req,
+                                        ps::v1::AttachSharedMemoryResponse* resp);
   // OK when no token is configured or `metadata` carries it; UNAUTHENTICATED (counted) otherwise.
   grpc::Status Authenticate(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata);
+  // The same for a token presented outside gRPC's metadata (the local call path).
+  grpc::Status AuthenticateToken(absl::string_view token);
 
   int64_t rejected_unauthenticated() const { return rejected_unauthenticated_.load(); }
   // The version of the newest checkpoint written (-1: none), reported by GetStatus.
   void set_checkpoint_version(int64_t version) { checkpoint_version_.store(version); }
+  // The local call path: the socket AttachSharedMemory names (set before serving), and the
+  // count of the calls it answered.
+  void set_local_socket(std::string name) { local_socket_ = std::move(name); }
+  void CountLocalCall() { local_calls_.fetch_add(1); }
+  void CancelPull(int64_t id) { shard_.CancelPull(id); }
   int64_t checkpoint_version() const { return checkpoint_version_.load(); }
   // Worker processes with an attached shared region, and the pushes and pulls whose payload
   // went through one.
@@ -122,6 +136,8 @@ class ParameterServerService final : public ParameterServerServiceBase {
   int64_t shared_memory_payloads() const { return shared_payloads_.load(); }
 
  private:
+  // UNAUTHENTICATED with `why`, counted.
+  grpc::Status Unauthenticated(const char* why);
   class PullReactor;
   // Where `pull`'s values go: the reply, or the caller's attached region. Asks the shard for a
   // loan of its values (pull->args.lend) when the reply is sent from them.
@@ -148,6 +164,8 @@ class ParameterServerService final : public ParameterServerServiceBase {
   std::atomic<int64_t> checkpoint_version_{-1};
   std::atomic<int64_t> pushes_seen_{0};
   std::atomic<int64_t> shared_payloads_{0};
+  std::string local_socket_;
+  std::atomic<int64_t> local_calls_{0};
   WorkerRegions regions_;  // the shared regions workers on this host attached
 };
 

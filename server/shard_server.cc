@@ -95,6 +95,18 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
   service_options.on_initialized = [raw = s.get()] { raw->SetParametersServing(true); };
   s->service_ = std::make_unique<ParameterServerService>(*s->shard_, service_options);
   if (s->restored_.has_value()) s->service_->set_checkpoint_version(s->last_written_version_);
+  if (options.accept_shared_memory && options.local_calls) {
+    // Without it the workers on this host still move their payloads through shared memory, with
+    // the calls over gRPC.
+    absl::StatusOr<std::unique_ptr<LocalCallServer>> local = LocalCallServer::Start(*s->service_);
+    if (local.ok()) {
+      s->local_calls_ = std::move(*local);
+      s->service_->set_local_socket(s->local_calls_->name());
+    } else {
+      spdlog::warn("no local calls, workers on this host call over gRPC: {}",
+                   local.status().ToString());
+    }
+  }
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
@@ -241,7 +253,9 @@ absl::Status ShardServer::Shutdown(absl::Duration grace) {
       spdlog::error("final checkpoint failed: {}", shutdown_status_.ToString());
     }
   }
-  // grpc::Server::Shutdown is idempotent and thread-safe.
+  // The waiting pulls have failed (UNAVAILABLE) and been answered; the workers find the next
+  // shard over gRPC. grpc::Server::Shutdown is idempotent and thread-safe.
+  if (local_calls_ != nullptr) local_calls_->Shutdown();
   if (server_ != nullptr) server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   if (health_server_ != nullptr) health_server_->Shutdown(absl::ToChronoTime(absl::Now()));
   return shutdown_status_;

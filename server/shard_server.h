@@ -33,6 +33,7 @@
 #include "common/transport/grpc_security.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/server.h"
+#include "server/local_call_server.h"
 #include "server/service.h"
 #include "server/shard.h"
 
@@ -59,8 +60,10 @@ struct ShardServerOptions {
   // statuses: for probes that cannot speak TLS (Kubernetes' gRPC probes, container health
   // checks) when the main port requires it.
   int health_port = -1;
-  // Workers on this host may move payloads through shared memory (ServiceOptions).
+  // Workers on this host may move payloads through shared memory (ServiceOptions), and with
+  // local_calls send their calls over a Unix socket instead of gRPC (local_call_server.h).
   bool accept_shared_memory = true;
+  bool local_calls = true;
 };
 
 class ShardServer {
@@ -97,6 +100,7 @@ class ShardServer {
   std::FILE* record_ = nullptr;  // closed after the shard stops
   std::unique_ptr<Shard> shard_;
   std::unique_ptr<ParameterServerService> service_;
+  std::unique_ptr<LocalCallServer> local_calls_;  // after service_: goes first
   // Bounds what the connections may buffer; sized to the slice once the shard has one.
   grpc::ResourceQuota receive_quota_{"ps-shard-receive"};
   std::unique_ptr<grpc::Server> server_;

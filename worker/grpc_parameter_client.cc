@@ -1,11 +1,17 @@
 #include "worker/grpc_parameter_client.h"
 
+#include <poll.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <limits>
 #include <random>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/transport/grpc_status.h"
+#include "common/transport/local_frames.h"
 #include "common/transport/tensor_wire.h"
 #include "spdlog/spdlog.h"
 
@@ -128,16 +134,147 @@ absl::Status GrpcParameterClient::CallRaw(const char* method, RawMethod raw,
                                           std::vector<grpc::ByteBuffer>* responses,
                                           absl::Duration timeout,
                                           const std::function<void(size_t)>& on_ok) {
-  std::vector<int> shards(pieces.size());
-  for (size_t i = 0; i < pieces.size(); ++i) shards[i] = pieces[i].shard;
+  responses->assign(pieces.size(), grpc::ByteBuffer());
+  std::vector<char> answered(pieces.size(), 0);
+  if (std::optional<absl::Status> local =
+          CallLocal(method, raw, pieces, requests, responses, timeout, on_ok, &answered)) {
+    return *local;
+  }
+  // Over gRPC: the pieces the local channels did not answer, each answer put where the caller
+  // looks for piece i's before on_ok(i) runs.
+  std::vector<size_t> rest;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (!answered[i]) rest.push_back(i);
+  }
+  std::vector<int> shards(rest.size());
+  for (size_t j = 0; j < rest.size(); ++j) shards[j] = pieces[rest[j]].shard;
+  std::vector<grpc::ByteBuffer> answers;
   return CallEach(
       method, shards,
-      [&](size_t i, grpc::ClientContext* ctx, grpc::CompletionQueue* cq) {
-        const Piece& piece = pieces[i];
+      [&](size_t j, grpc::ClientContext* ctx, grpc::CompletionQueue* cq) {
+        const Piece& piece = pieces[rest[j]];
         return raw_stubs_[piece.shard][piece.connection]->PrepareUnaryCall(ctx, raw.path,
-                                                                           requests[i], cq);
+                                                                           requests[rest[j]], cq);
       },
-      responses, timeout, /*wait_for_ready=*/false, on_ok);
+      &answers, timeout, /*wait_for_ready=*/false,
+      [&](size_t j) {
+        (*responses)[rest[j]] = std::move(answers[j]);
+        if (on_ok) on_ok(rest[j]);
+      });
+}
+
+std::optional<absl::Status> GrpcParameterClient::CallLocal(
+    const char* method, RawMethod raw, const std::vector<Piece>& pieces,
+    const std::vector<grpc::ByteBuffer>& requests, std::vector<grpc::ByteBuffer>* responses,
+    absl::Duration timeout, const std::function<void(size_t)>& on_ok, std::vector<char>* answered) {
+  LocalFrameHeader header;
+  const absl::string_view path = raw.path;
+  if (path == "/ps.v1.ParameterServer/Push") {
+    header.method_or_code = static_cast<uint32_t>(LocalMethod::kPush);
+  } else if (path == "/ps.v1.ParameterServer/Pull") {
+    header.method_or_code = static_cast<uint32_t>(LocalMethod::kPull);
+  } else if (path == "/ps.v1.ParameterServer/PushPull") {
+    header.method_or_code = static_cast<uint32_t>(LocalMethod::kPushPull);
+  } else {
+    return std::nullopt;
+  }
+  header.timeout_ms =
+      timeout == absl::InfiniteDuration()
+          ? 0
+          : static_cast<uint32_t>(std::clamp<int64_t>(absl::ToInt64Milliseconds(timeout), 1,
+                                                      std::numeric_limits<uint32_t>::max()));
+  std::vector<std::shared_ptr<LocalChannel>> channels(pieces.size());
+  {
+    absl::MutexLock lock(&local_mu_);
+    if (local_.empty()) return std::nullopt;
+    for (size_t i = 0; i < pieces.size(); ++i) channels[i] = local_[pieces[i].shard];
+  }
+  size_t held = 0;  // channels [0, held) are this call's
+  while (held < channels.size() && channels[held] != nullptr && channels[held]->TryAcquire()) {
+    ++held;
+  }
+  const auto release = absl::MakeCleanup([&] {
+    for (size_t i = 0; i < held; ++i) channels[i]->Release();
+  });
+  if (held < channels.size() || fanout_.cancelled()) return std::nullopt;
+  // Gives up the calls still waiting: their shards see the connections go and cancel them.
+  const auto abandon = [&] {
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      if (!(*answered)[i]) DropLocal(pieces[i].shard, channels[i]);
+    }
+  };
+  const auto shard_name = [&](size_t i) {
+    const int shard = pieces[i].shard;
+    return absl::StrCat(method, " to shard ", shard, " (", options_.servers[shard], ")");
+  };
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (!WriteLocalFrame(channels[i]->fd(), header, requests[i]).ok()) {
+      abandon();
+      return std::nullopt;
+    }
+  }
+  std::vector<pollfd> watched(pieces.size());
+  for (size_t i = 0; i < pieces.size(); ++i) watched[i] = pollfd{channels[i]->fd(), POLLIN, 0};
+  const absl::Time deadline = absl::Now() + timeout;
+  size_t waiting = pieces.size();
+  while (waiting > 0) {
+    const absl::Duration left = deadline - absl::Now();
+    const int wait_ms =
+        left == absl::InfiniteDuration()
+            ? -1
+            : static_cast<int>(std::clamp<int64_t>(
+                  absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))), 0,
+                  std::numeric_limits<int>::max()));
+    const int ready = poll(watched.data(), watched.size(), wait_ms);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) {
+      abandon();
+      if (ready < 0) return std::nullopt;
+      for (size_t i = 0; i < pieces.size(); ++i) {
+        if (!(*answered)[i]) {
+          return absl::DeadlineExceededError(absl::StrCat(shard_name(i), ": Deadline Exceeded"));
+        }
+      }
+    }
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      if (watched[i].fd < 0 || watched[i].revents == 0) continue;
+      watched[i].fd = -1;  // answered or broken: poll skips it from now on
+      LocalFrameHeader reply;
+      grpc::ByteBuffer body;
+      const absl::Status read = channels[i]->interrupted()
+                                    ? absl::CancelledError("interrupted")
+                                    : ReadLocalFrame(channels[i]->fd(), &reply, &body);
+      if (!read.ok()) {
+        abandon();
+        if (fanout_.cancelled())
+          return absl::CancelledError(absl::StrCat(method, ": client cancelled"));
+        return std::nullopt;
+      }
+      const auto code = static_cast<grpc::StatusCode>(reply.method_or_code);
+      if (code == grpc::StatusCode::OK) {
+        (*responses)[i] = std::move(body);
+        (*answered)[i] = 1;
+        --waiting;
+        if (on_ok) on_ok(i);
+        continue;
+      }
+      const std::string message = LocalFrameText(body);
+      abandon();
+      // A shard shutting down (its waiting pulls fail UNAVAILABLE): gRPC's retries find the
+      // next one.
+      if (code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::CANCELLED) {
+        return std::nullopt;
+      }
+      return FromGrpcStatus(grpc::Status(code, message), shard_name(i));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void GrpcParameterClient::DropLocal(int shard, const std::shared_ptr<LocalChannel>& channel) {
+  channel->Interrupt();
+  absl::MutexLock lock(&local_mu_);
+  if (local_[shard] == channel) local_[shard] = nullptr;
 }
 
 std::vector<int> GrpcParameterClient::EveryShard() const {
@@ -253,6 +390,7 @@ void GrpcParameterClient::AttachSharedMemory(const std::vector<uint64_t>& shard_
     Prepare(&ctx, options_.call_timeout, /*wait_for_ready=*/false);
     const grpc::Status st = stubs_[s]->AttachSharedMemory(&ctx, req, &resp);
     attached[s] = st.ok();
+    ConnectLocal(s, st.ok() && options_.local_calls ? resp.local_socket() : std::string());
     if (st.ok()) {
       spdlog::debug("shard {}: payloads through shared memory", s);
     } else {
@@ -261,6 +399,19 @@ void GrpcParameterClient::AttachSharedMemory(const std::vector<uint64_t>& shard_
     }
   }
   region_->SetAttached(std::move(attached));
+}
+
+void GrpcParameterClient::ConnectLocal(size_t shard, const std::string& name) {
+  absl::StatusOr<std::shared_ptr<LocalChannel>> channel =
+      name.empty() ? absl::NotFoundError("no local socket")
+                   : LocalChannel::Connect(name, options_.security.token, options_.call_timeout);
+  if (!channel.ok() && !name.empty()) {
+    spdlog::info("shard {} ({}): calls over gRPC, not its local socket: {}", shard,
+                 options_.servers[shard], channel.status().ToString());
+  }
+  absl::MutexLock lock(&local_mu_);
+  local_.resize(stubs_.size());
+  local_[shard] = channel.ok() ? *std::move(channel) : nullptr;
 }
 
 int GrpcParameterClient::shared_memory_shards() const {
@@ -316,7 +467,18 @@ absl::Status GrpcParameterClient::Heartbeat() {
 }
 
 void GrpcParameterClient::CancelCallsTo(int shard) {
-  const int cancelled = fanout_.CancelCallsTo(shard);
+  int cancelled = fanout_.CancelCallsTo(shard);
+  {
+    // A call waiting on the shard's local channel goes on over gRPC.
+    absl::MutexLock lock(&local_mu_);
+    if (!local_.empty() && local_[shard] != nullptr && !local_[shard]->TryAcquire()) {
+      local_[shard]->Interrupt();
+      local_[shard] = nullptr;
+      ++cancelled;
+    } else if (!local_.empty() && local_[shard] != nullptr) {
+      local_[shard]->Release();
+    }
+  }
   if (cancelled > 0) {
     spdlog::info(
         "shard {} ({}) restarted or dropped this worker: {} calls in flight to it start "
@@ -366,6 +528,7 @@ absl::StatusOr<ShardReport> ShardReportFromResponse(const ps::v1::GetStatusRespo
   rep.pieces_received = r.pieces_received();
   rep.shared_memory_workers = r.shared_memory_workers();
   rep.shared_memory_payloads = r.shared_memory_payloads();
+  rep.local_calls = r.local_calls();
   rep.rejected_unauthenticated = r.rejected_unauthenticated();
   rep.finished_at_restore = r.finished_at_restore();
   rep.decay_updates = r.decay_updates();
@@ -409,6 +572,12 @@ absl::StatusOr<std::vector<ShardReport>> GrpcParameterClient::Status() {
   return reports;
 }
 
-void GrpcParameterClient::Cancel() { fanout_.Cancel(); }
+void GrpcParameterClient::Cancel() {
+  fanout_.Cancel();
+  absl::MutexLock lock(&local_mu_);
+  for (const std::shared_ptr<LocalChannel>& channel : local_) {
+    if (channel != nullptr) channel->Interrupt();
+  }
+}
 
 }  // namespace ps

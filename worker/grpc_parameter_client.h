@@ -17,6 +17,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/parameter_server.grpc.pb.h"
+#include "worker/local_channel.h"
 #include "worker/parameter_client.h"
 #include "worker/piece_plan.h"
 #include "worker/shard_fanout.h"
@@ -81,6 +83,10 @@ struct GrpcClientOptions {
   // Sets of buffers (gradient and weights) in the region: 2 for a caller that computes one step
   // while the next travels (TakeTransportBuffers(0) and (1)).
   int shared_memory_slots = 1;
+  // With shared memory: Push, Pull and PushPull to a shard that took the region go over its
+  // local socket (common/transport/local_frames.h) when it offers one, not through gRPC's
+  // HTTP/2; a call the socket cannot carry, or one whose socket breaks, goes over gRPC.
+  bool local_calls = true;
 };
 
 // A shard's GetStatus answer as the report Status() returns; INVALID_ARGUMENT for a mode this
@@ -225,6 +231,24 @@ class GrpcParameterClient final : public ParameterClient {
                        const std::vector<grpc::ByteBuffer>& requests,
                        std::vector<grpc::ByteBuffer>* responses, absl::Duration timeout,
                        const std::function<void(size_t)>& on_ok = nullptr);
+  // CallRaw over the local channels, when every piece goes to its own shard and that shard's
+  // channel is free. Sets answered[i] for each piece answered (on_ok(i) has run). Returns the
+  // call's outcome, or nothing when the pieces not answered should go over gRPC: no channel, one
+  // that broke (a shard restarted, CancelCallsTo) or an UNAVAILABLE answer (a shard shutting
+  // down), which gRPC's retries handle.
+  std::optional<absl::Status> CallLocal(const char* method, RawMethod raw,
+                                        const std::vector<Piece>& pieces,
+                                        const std::vector<grpc::ByteBuffer>& requests,
+                                        std::vector<grpc::ByteBuffer>* responses,
+                                        absl::Duration timeout,
+                                        const std::function<void(size_t)>& on_ok,
+                                        std::vector<char>* answered);
+  // Breaks `channel` (shard `shard`'s) and forgets it: later calls to the shard use gRPC until
+  // the next Register connects again.
+  void DropLocal(int shard, const std::shared_ptr<LocalChannel>& channel);
+  // Connects shard `shard`'s local channel to its socket `name` (none when that fails or `name` is
+  // empty).
+  void ConnectLocal(size_t shard, const std::string& name);
   // The loop behind both: `start(i, ctx, cq)` starts call i (to shard shards[i]) and returns its
   // reader.
   template <typename Response, typename Start>
@@ -260,6 +284,9 @@ class GrpcParameterClient final : public ParameterClient {
     return region_ == nullptr ? -1 : region_->DirectSlot(area, data);
   }
   std::unique_ptr<SharedRegion> region_;
+  // Per shard, the local call channel (null: none; local_channel.h).
+  mutable absl::Mutex local_mu_;
+  std::vector<std::shared_ptr<LocalChannel>> local_ ABSL_GUARDED_BY(local_mu_);
   // The shards run BSP (as the last Register found): a split pull's pieces read one version.
   std::atomic<bool> bsp_{false};
 

@@ -72,6 +72,7 @@ struct ShardReport {
   int64_t pieces_received = 0;         // pushes of part of a range (priority scheduling)
   int shared_memory_workers = 0;       // worker processes with a shared region attached
   int64_t shared_memory_payloads = 0;  // pushes and pulls whose payload used shared memory
+  int64_t local_calls = 0;  // Push, Pull and PushPull calls over the local socket, not gRPC
   int64_t rejected_unauthenticated = 0;
   bool finished_at_restore = false;  // the restored checkpoint held a finished job
   int64_t decay_updates = 0;         // the cosine schedule's end in force; 0: none or unknown

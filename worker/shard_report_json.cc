@@ -52,6 +52,7 @@ std::string ShardReportJson(const ShardReport& r, const std::string& server) {
       .Add("pieces_received", r.pieces_received)
       .Add("shared_memory_workers", r.shared_memory_workers)
       .Add("shared_memory_payloads", r.shared_memory_payloads)
+      .Add("local_calls", r.local_calls)
       .Add("rejected_unauthenticated", r.rejected_unauthenticated)
       .Add("finished_at_restore", r.finished_at_restore)
       .Add("decay_updates", r.decay_updates)

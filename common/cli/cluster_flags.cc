@@ -7,4 +7,5 @@ ABSL_FLAG(int32_t, num_workers, 0,
           "ps_worker: checked against the shards' count (0: take theirs).");
 ABSL_FLAG(bool, shared_memory, true,
           "A worker and a shard on the same host move gradients and weights through shared "
-          "memory (the calls stay gRPC); off on either side, or hosts apart: in the messages.");
+          "memory, and the worker's pushes and pulls go over the shard's local Unix socket "
+          "instead of gRPC; off on either side, or hosts apart: in gRPC messages.");

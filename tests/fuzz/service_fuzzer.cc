@@ -115,7 +115,8 @@ grpc::Status Attach(ps::ParameterServerService& service, const uint8_t* data, si
   }
   const grpc::Status auth = service.Authenticate({});
   if (!auth.ok()) return auth;
-  return service.HandleAttachSharedMemory(request);
+  ps::v1::AttachSharedMemoryResponse response;
+  return service.HandleAttachSharedMemory(request, &response);
 }
 
 grpc::ByteBuffer Raw(const uint8_t* data, size_t size) {

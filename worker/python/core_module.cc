@@ -49,6 +49,7 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("tls_server_name", &ps::WorkerConfig::tls_server_name)
       .def_readwrite("allow_plaintext_token", &ps::WorkerConfig::allow_plaintext_token)
       .def_readwrite("shared_memory", &ps::WorkerConfig::shared_memory)
+      .def_readwrite("local_calls", &ps::WorkerConfig::local_calls)
       .def_readwrite("register_timeout_s", &ps::WorkerConfig::register_timeout_s)
       .def_readwrite("call_timeout_s", &ps::WorkerConfig::call_timeout_s)
       .def_readwrite("pull_timeout_s", &ps::WorkerConfig::pull_timeout_s)

@@ -25,6 +25,7 @@ GrpcClientOptions ClientOptions(const WorkerConfig& c) {
   security.allow_plaintext_token = c.allow_plaintext_token;
   o.security = ValueOrThrow(MakeClientSecurity(security));
   o.shared_memory = c.shared_memory;
+  o.local_calls = c.local_calls;
   return o;
 }
 

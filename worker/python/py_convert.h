@@ -23,6 +23,7 @@ struct WorkerConfig {
   std::string token_file, tls_ca, tls_cert, tls_key, tls_server_name;
   bool allow_plaintext_token = false;
   bool shared_memory = true;
+  bool local_calls = true;  // with shared memory: calls over the shards' local sockets
   double register_timeout_s = 120;
   double call_timeout_s = 30;
   double pull_timeout_s = 600;

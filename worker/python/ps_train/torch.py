@@ -81,7 +81,7 @@ def _exit_on_sigterm(signo, _frame):
 
 def init(servers=None, rank=None, num_workers=None, *, token_file=None, tls_ca=None,
          tls_cert=None, tls_key=None, tls_server_name=None, allow_plaintext_token=None,
-         shared_memory=None, register_timeout_s=120.0, call_timeout_s=30.0,
+         shared_memory=None, local_calls=None, register_timeout_s=120.0, call_timeout_s=30.0,
          pull_timeout_s=600.0, retry_s=None, max_rejoins=10):
     """Says where the shards are and which worker this process is.
 
@@ -90,7 +90,8 @@ def init(servers=None, rank=None, num_workers=None, *, token_file=None, tls_ca=N
     JOB_COMPLETION_INDEX (a Kubernetes indexed Job); num_workers from PS_NUM_WORKERS (0: take
     the shards' word); the TLS files and the token from PS_TLS_CA, PS_TLS_CERT, PS_TLS_KEY,
     PS_TLS_SERVER_NAME, PS_TOKEN_FILE and PS_ALLOW_PLAINTEXT_TOKEN; shared memory with shards on
-    this host from PS_SHARED_MEMORY (default on). retry_s (PS_RETRY_S, default 60) is how long
+    this host from PS_SHARED_MEMORY (default on), and with it the calls to those shards over
+    their local sockets instead of gRPC from PS_LOCAL_CALLS (default on). retry_s (PS_RETRY_S, default 60) is how long
     an unreachable shard is retried before the call fails with UNAVAILABLE (0: forever).
 
     Also turns SIGTERM into SystemExit when the process has no handler of its own, so an
@@ -126,6 +127,8 @@ def init(servers=None, rank=None, num_workers=None, *, token_file=None, tls_ca=N
                                else _env_bool("PS_ALLOW_PLAINTEXT_TOKEN", False))
     c.shared_memory = (shared_memory if shared_memory is not None
                        else _env_bool("PS_SHARED_MEMORY", True))
+    c.local_calls = (local_calls if local_calls is not None
+                     else _env_bool("PS_LOCAL_CALLS", True))
     c.register_timeout_s = register_timeout_s
     c.call_timeout_s = call_timeout_s
     c.pull_timeout_s = pull_timeout_s
