@@ -78,9 +78,12 @@ ABSL_FLAG(bool, split_lone_pulls, true,
 ABSL_FLAG(std::vector<std::string>, transports,
           std::vector<std::string>({"grpc", "shm", "shm_direct"}),
           "Our client's payload paths: grpc (in the messages), shm (through shared memory, the "
-          "calls still gRPC: what workers next to their shards use) and shm_direct (shm with the "
+          "calls over the shard's local socket unless --local_calls=false: what workers next to "
+          "their shards use) and shm_direct (shm with the "
           "caller's weights and gradient kept in the transport's buffers, as ps_worker's CPU "
           "trainer does without --overlap/--async_push: no copy on the worker).");
+ABSL_FLAG(bool, local_calls, true,
+          "shm and shm_direct: calls over the shard's local socket (false: over gRPC).");
 ABSL_FLAG(int32_t, rounds, 3, "Measurements of each kind; the best is reported (noisy machine).");
 ABSL_FLAG(bool, small, false,
           "Also measure small messages: the 64 KiB push and pull round trips and a burst of 1 000 "
@@ -389,6 +392,7 @@ Cluster StartCluster(const Sites& sites, int workers, int shards, int64_t total,
     o.connections = absl::GetFlag(FLAGS_connections);
     o.split_lone_pulls = absl::GetFlag(FLAGS_split_lone_pulls);
     o.shared_memory = shared_memory;
+    o.local_calls = absl::GetFlag(FLAGS_local_calls);
     auto client = ps::GrpcParameterClient::Create(o);
     absl::Status s = client.status();
     if (s.ok()) s = (*client)->Register(w, absl::Seconds(30)).status();
@@ -528,6 +532,7 @@ ps::JsonObject Line(const char* op, const std::string& transport, int workers, i
   line.Add("bench", "transport")
       .Add("op", op)
       .Add("transport", transport)
+      .Add("local_calls", transport != "grpc" && absl::GetFlag(FLAGS_local_calls))
       .Add("path", absl::GetFlag(FLAGS_server_netns).empty() ? "loopback" : "netns")
       .Add("mode", absl::GetFlag(FLAGS_mode))
       .Add("workers", workers)

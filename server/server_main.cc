@@ -73,6 +73,7 @@ absl::StatusOr<ps::ShardServerOptions> OptionsFromFlags() {
   o.checkpoint_interval = absl::Seconds(absl::GetFlag(FLAGS_checkpoint_seconds));
   o.drop_push_reply_every = absl::GetFlag(FLAGS_fault_drop_push_reply_every);
   o.accept_shared_memory = absl::GetFlag(FLAGS_shared_memory);
+  o.local_calls = absl::GetFlag(FLAGS_local_calls);
   if (o.drop_push_reply_every < 0) {
     return absl::InvalidArgumentError("--fault_drop_push_reply_every must be >= 0");
   }

@@ -85,6 +85,7 @@ void AddShardTotals(const std::vector<ShardReport>& reports, JsonObject* out) {
   std::vector<int64_t> histogram, versions, restored_versions;
   int64_t max_staleness = 0, rejected = 0, dropped = 0, late = 0, applied = 0;
   int64_t pushes_accepted = 0, pushes_duplicate = 0, pieces_received = 0, shared_payloads = 0;
+  int64_t local_calls = 0;
   double staleness_sum = 0.0;
   for (const ShardReport& r : reports) {
     versions.push_back(r.version);
@@ -93,6 +94,7 @@ void AddShardTotals(const std::vector<ShardReport>& reports, JsonObject* out) {
     pushes_duplicate += r.pushes_duplicate;
     pieces_received += r.pieces_received;
     shared_payloads += r.shared_memory_payloads;
+    local_calls += r.local_calls;
     restored_versions.push_back(r.restored_version);
     for (const auto& w : r.workers) {
       max_staleness = std::max(max_staleness, w.max_staleness);
@@ -115,6 +117,7 @@ void AddShardTotals(const std::vector<ShardReport>& reports, JsonObject* out) {
       .Add("pushes_duplicate", pushes_duplicate)
       .Add("pieces_received", pieces_received)
       .Add("shared_memory_payloads", shared_payloads)
+      .Add("local_calls", local_calls)
       .Add("restored_versions", restored_versions)
       .Add("decay_updates", reports.empty() ? int64_t{0} : reports[0].decay_updates);
 }

@@ -159,6 +159,7 @@ absl::StatusOr<ps::GrpcClientOptions> ClientOptionsFromFlags(const ps::Model& mo
   o.connections = absl::GetFlag(FLAGS_connections);
   o.split_lone_pulls = absl::GetFlag(FLAGS_split_lone_pulls);
   o.shared_memory = absl::GetFlag(FLAGS_shared_memory);
+  o.local_calls = absl::GetFlag(FLAGS_local_calls);
   // Double buffers (a step computing while another travels) take a second set of areas.
   o.shared_memory_slots = absl::GetFlag(FLAGS_overlap) || absl::GetFlag(FLAGS_async_push) ? 2 : 1;
   ASSIGN_OR_RETURN(o.security, ps::MakeClientSecurity(ps::SecurityOptionsFromFlags()));

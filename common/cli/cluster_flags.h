@@ -12,5 +12,6 @@
 
 ABSL_DECLARE_FLAG(int32_t, num_workers);
 ABSL_DECLARE_FLAG(bool, shared_memory);
+ABSL_DECLARE_FLAG(bool, local_calls);
 
 #endif  // PS_COMMON_CLI_CLUSTER_FLAGS_H_

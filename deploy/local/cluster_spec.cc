@@ -202,6 +202,7 @@ std::vector<std::string> ShardCommand(const ClusterSpec& spec, int shard,
       absl::StrCat("--checkpoint_dir=",
                    checkpoint_root.empty() ? "" : absl::StrCat(checkpoint_root, "/ps-", shard)),
       absl::StrCat("--shared_memory=", absl::GetFlag(FLAGS_shared_memory)),
+      absl::StrCat("--local_calls=", absl::GetFlag(FLAGS_local_calls)),
       absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))};
   Append(&args, spec.shard_flags);
   Append(&args, spec.optimizer_flags);
@@ -239,6 +240,7 @@ std::vector<std::string> PythonWorkerCommand(const ClusterSpec& spec, int rank,
       absl::StrCat("PS_RANK=", rank),
       absl::StrCat("PS_NUM_WORKERS=", spec.workers),
       absl::StrCat("PS_SHARED_MEMORY=", absl::GetFlag(FLAGS_shared_memory) ? "true" : "false"),
+      absl::StrCat("PS_LOCAL_CALLS=", absl::GetFlag(FLAGS_local_calls) ? "true" : "false"),
       absl::StrCat("PS_REQUIRE_ALL_WORK=", spec.require_all_work ? "true" : "false"),
       absl::StrCat("OPENBLAS_NUM_THREADS=",
                    blas_threads != nullptr && *blas_threads != 0 ? blas_threads : "1"),
@@ -270,6 +272,7 @@ std::vector<std::string> WorkerCommand(const ClusterSpec& spec, int rank,
       absl::StrCat("--slowdown=", spec.slowdown[rank]),
       absl::StrCat("--pause=", spec.pause[rank]),
       absl::StrCat("--shared_memory=", absl::GetFlag(FLAGS_shared_memory)),
+      absl::StrCat("--local_calls=", absl::GetFlag(FLAGS_local_calls)),
       absl::StrCat("--metrics_file=", spec.RunFile(absl::StrCat("worker-", rank, ".jsonl")))};
   Append(&args, spec.worker_flags);
   Append(&args, WorkerProcessArgs(spec, servers));

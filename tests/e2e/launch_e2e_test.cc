@@ -75,14 +75,25 @@ TEST_F(LaunchE2e, BspDataParallelismEqualsOneLargeBatch) {
   const std::string summary = ReadAll(two + "/summary.json");
   EXPECT_EQ(Field(summary, "max_staleness"), 0);
   EXPECT_EQ(Field(summary, "workers"), 2);
-  // The payloads went through shared memory (the default between local processes); with
-  // --shared_memory=false they travel in the messages, and BSP gives the same weights bit for bit.
+  // The payloads went through shared memory and the calls over the shards' local sockets (the
+  // defaults between local processes); with --local_calls=false the calls are gRPC's, and with
+  // --shared_memory=false the payloads travel in the messages: BSP gives the same weights bit for
+  // bit.
   EXPECT_GT(Field(summary, "shared_memory_payloads"), 0);
+  EXPECT_GT(Field(summary, "local_calls"), 0);
+  const std::string grpc_calls = RunDir("two_workers_grpc_calls");
+  ASSERT_EQ(RunLaunch(grpc_calls, With(With(Common("640"), sgd),
+                                       {"--workers=2", "--batch_size=32", "--local_calls=false"})),
+            0);
+  EXPECT_GT(Field(ReadAll(grpc_calls + "/summary.json"), "shared_memory_payloads"), 0);
+  EXPECT_EQ(Field(ReadAll(grpc_calls + "/summary.json"), "local_calls"), 0);
+  EXPECT_EQ(ReadWeights(grpc_calls + "/weights.f32"), ReadWeights(two + "/weights.f32"));
   const std::string messages = RunDir("two_workers_messages");
   ASSERT_EQ(RunLaunch(messages, With(With(Common("640"), sgd),
                                      {"--workers=2", "--batch_size=32", "--shared_memory=false"})),
             0);
   EXPECT_EQ(Field(ReadAll(messages + "/summary.json"), "shared_memory_payloads"), 0);
+  EXPECT_EQ(Field(ReadAll(messages + "/summary.json"), "local_calls"), 0);
   EXPECT_EQ(ReadWeights(messages + "/weights.f32"), ReadWeights(two + "/weights.f32"));
 }
 
