@@ -6,12 +6,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/transport/local_frames.h"
 #include "spdlog/spdlog.h"
 
@@ -62,43 +63,63 @@ LocalCallServer::~LocalCallServer() {
   if (listen_fd_ >= 0) close(listen_fd_);
 }
 
+int LocalCallServer::held_connections() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(connections_.size());
+}
+
 void LocalCallServer::Shutdown() {
-  std::vector<std::thread> handlers;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return;
     stopping_ = true;
-    // Wakes accept() and every connection's read or poll; the fds are closed by their threads.
+    // Wakes accept() and every connection's read or poll; each thread closes its own fd.
     if (listen_fd_ >= 0) shutdown(listen_fd_, SHUT_RDWR);
-    for (int fd : connections_) shutdown(fd, SHUT_RDWR);
+    for (const Connection& c : connections_) {
+      if (!c.done) shutdown(c.fd, SHUT_RDWR);
+    }
   }
   if (acceptor_.joinable()) acceptor_.join();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    handlers.swap(handlers_);
-  }
-  for (std::thread& t : handlers) t.join();
+  // No connection is added after the acceptor ended; the list is this thread's alone now.
+  for (Connection& c : connections_) c.thread.join();
+  connections_.clear();
 }
 
 void LocalCallServer::AcceptLoop() {
   for (;;) {
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) {
-      if (fd >= 0) close(fd);
-      return;
+    std::list<Connection> ended;
+    bool back_off = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) {
+        if (fd >= 0) close(fd);
+        return;
+      }
+      if (fd < 0 && errno != EINTR && errno != ECONNABORTED) {
+        // Out of descriptors or memory: the worker waiting in connect() is answered once some
+        // come back (or gives up at its call timeout and calls over gRPC).
+        spdlog::warn("local calls: accept failed ({}); trying again", std::strerror(errno));
+        back_off = true;
+      }
+      for (auto it = connections_.begin(); it != connections_.end();) {
+        auto next = std::next(it);
+        if (it->done) ended.splice(ended.end(), connections_, it);
+        it = next;
+      }
+      if (fd >= 0) {
+        Connection& c = connections_.emplace_back();
+        c.fd = fd;
+        c.thread = std::thread([this, &c] { Serve(&c); });
+      }
     }
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      spdlog::warn("local calls: accept failed ({}); workers use gRPC", std::strerror(errno));
-      return;
-    }
-    connections_.push_back(fd);
-    handlers_.emplace_back([this, fd] { Serve(fd); });
+    for (Connection& c : ended) c.thread.join();
+    if (back_off) absl::SleepFor(absl::Milliseconds(100));
   }
 }
 
-void LocalCallServer::Serve(int fd) {
+void LocalCallServer::Serve(Connection* connection) {
+  const int fd = connection->fd;
   LocalFrameHeader hello;
   grpc::ByteBuffer token;
   bool ok = ReadLocalFrame(fd, &hello, &token).ok() &&
@@ -109,8 +130,8 @@ void LocalCallServer::Serve(int fd) {
   }
   while (ok) ok = Answer(fd);
   std::lock_guard<std::mutex> lock(mu_);
-  connections_.erase(std::find(connections_.begin(), connections_.end(), fd));
   close(fd);
+  connection->done = true;
 }
 
 bool LocalCallServer::Answer(int fd) {

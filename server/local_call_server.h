@@ -9,11 +9,11 @@
 // holds its connection's thread; a client that goes away cancels it, as a cancelled rpc would.
 
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/service.h"
@@ -32,14 +32,22 @@ class LocalCallServer {
 
   // The name workers connect to (without the abstract namespace's leading NUL).
   const std::string& name() const { return name_; }
+  // The connections whose threads this server holds: open ones, and ended ones not yet joined.
+  int held_connections() const;
   // Stops accepting, ends every connection (their waiting pulls are cancelled) and joins the
   // threads. Idempotent.
   void Shutdown();
 
  private:
   explicit LocalCallServer(ParameterServerService& service) : service_(service) {}
+  // One worker's connection; `done` once its thread no longer uses `fd` (then closed).
+  struct Connection {
+    int fd = -1;
+    bool done = false;
+    std::thread thread;
+  };
   void AcceptLoop();
-  void Serve(int fd);
+  void Serve(Connection* connection);
   // One call on `fd`; false when the connection is over.
   bool Answer(int fd);
   // Waits for a pull started on the service while watching `fd` for its client going away.
@@ -50,9 +58,10 @@ class LocalCallServer {
   int listen_fd_ = -1;
   std::thread acceptor_;
   mutable std::mutex mu_;
-  bool stopping_ = false;              // guarded by mu_
-  std::vector<int> connections_;       // open ones, guarded by mu_
-  std::vector<std::thread> handlers_;  // guarded by mu_
+  bool stopping_ = false;  // guarded by mu_
+  // Guarded by mu_; a list for stable addresses. The threads of ended connections are joined and
+  // dropped at the next accept, so a long-lived shard does not keep one per worker it ever had.
+  std::list<Connection> connections_;
 };
 
 }  // namespace ps

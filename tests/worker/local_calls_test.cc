@@ -112,6 +112,22 @@ TEST(LocalCalls, AreRefusedWithoutTheClusterToken) {
   EXPECT_EQ(nowhere.status().code(), absl::StatusCode::kUnavailable) << nowhere.status();
 }
 
+// A shard outlives many worker processes: the thread of each connection that ended is joined at
+// the next one, not kept until the shard stops.
+TEST(LocalCalls, TheThreadsOfEndedConnectionsArePutAway) {
+  auto server = StartShard(ConsistencyMode::kAsp, 1);
+  auto local = LocalCallServer::Start(server->service());
+  ASSERT_TRUE(local.ok()) << local.status();
+  for (int i = 0; i < 40; ++i) {
+    auto channel = LocalChannel::Connect((*local)->name(), "", absl::Seconds(5));
+    ASSERT_TRUE(channel.ok()) << channel.status();
+  }                                         // each closed as it goes out of scope
+  absl::SleepFor(absl::Milliseconds(300));  // their threads see the ends
+  auto last = LocalChannel::Connect((*local)->name(), "", absl::Seconds(5));
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ((*local)->held_connections(), 1);  // the last one's
+}
+
 // Under BSP a pull waits for the round; rank 1 never pushes.
 struct WaitingPull {
   std::unique_ptr<ShardServer> server;
