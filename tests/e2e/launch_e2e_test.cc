@@ -81,20 +81,21 @@ TEST_F(LaunchE2e, BspDataParallelismEqualsOneLargeBatch) {
   // bit.
   EXPECT_GT(Field(summary, "shared_memory_payloads"), 0);
   EXPECT_GT(Field(summary, "local_calls"), 0);
-  const std::string grpc_calls = RunDir("two_workers_grpc_calls");
-  ASSERT_EQ(RunLaunch(grpc_calls, With(With(Common("640"), sgd),
-                                       {"--workers=2", "--batch_size=32", "--local_calls=false"})),
-            0);
-  EXPECT_GT(Field(ReadAll(grpc_calls + "/summary.json"), "shared_memory_payloads"), 0);
-  EXPECT_EQ(Field(ReadAll(grpc_calls + "/summary.json"), "local_calls"), 0);
-  EXPECT_EQ(ReadWeights(grpc_calls + "/weights.f32"), ReadWeights(two + "/weights.f32"));
-  const std::string messages = RunDir("two_workers_messages");
-  ASSERT_EQ(RunLaunch(messages, With(With(Common("640"), sgd),
-                                     {"--workers=2", "--batch_size=32", "--shared_memory=false"})),
-            0);
-  EXPECT_EQ(Field(ReadAll(messages + "/summary.json"), "shared_memory_payloads"), 0);
-  EXPECT_EQ(Field(ReadAll(messages + "/summary.json"), "local_calls"), 0);
-  EXPECT_EQ(ReadWeights(messages + "/weights.f32"), ReadWeights(two + "/weights.f32"));
+  struct Variant {
+    const char* flag;
+    bool shared_memory;
+  };
+  for (const Variant v :
+       {Variant{"--local_calls=false", true}, Variant{"--shared_memory=false", false}}) {
+    const std::string dir = RunDir(absl::StrCat("two_workers_", v.flag + 2));
+    ASSERT_EQ(
+        RunLaunch(dir, With(With(Common("640"), sgd), {"--workers=2", "--batch_size=32", v.flag})),
+        0);
+    const std::string variant = ReadAll(dir + "/summary.json");
+    EXPECT_EQ(Field(variant, "shared_memory_payloads") > 0, v.shared_memory) << v.flag;
+    EXPECT_EQ(Field(variant, "local_calls"), 0) << v.flag;
+    EXPECT_EQ(ReadWeights(dir + "/weights.f32"), ReadWeights(two + "/weights.f32")) << v.flag;
+  }
 }
 
 // SSP(1) with 3 workers, one 4x slower: no gradient staler than (W-1)(2s+1) = 6.
