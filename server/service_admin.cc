@@ -1,13 +1,12 @@
 // The service's calls that move no tensor: Register, Heartbeat, AttachSharedMemory and
 // GetStatus (Init, which carries the initial values, stays with Push and Pull in service.cc).
 
-#include "server/service.h"
-
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "common/shm/shared_region_layout.h"
 #include "common/transport/grpc_status.h"
+#include "server/service.h"
 #include "server/update_rule.h"
 
 namespace ps {

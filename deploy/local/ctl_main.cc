@@ -75,10 +75,10 @@ void PrintText(const ps::ShardReport& r, const std::string& server) {
       static_cast<long long>(r.pushes_accepted), static_cast<long long>(r.pushes_duplicate),
       static_cast<long long>(r.checkpoint_version), static_cast<long long>(r.restored_version),
       static_cast<long long>(r.rejected_unauthenticated));
-  std::printf("  pieces received %lld; shared memory: %d workers, %lld payloads; local calls %lld\n",
-              static_cast<long long>(r.pieces_received), r.shared_memory_workers,
-              static_cast<long long>(r.shared_memory_payloads),
-              static_cast<long long>(r.local_calls));
+  std::printf(
+      "  pieces received %lld; shared memory: %d workers, %lld payloads; local calls %lld\n",
+      static_cast<long long>(r.pieces_received), r.shared_memory_workers,
+      static_cast<long long>(r.shared_memory_payloads), static_cast<long long>(r.local_calls));
   for (const ps::SparseTableStatus& t : r.tables) {
     std::printf(
         "  table %s: %lld rows (capacity %lld), %lld bytes; %lld admitted, %lld evicted, "
