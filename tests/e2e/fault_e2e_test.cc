@@ -127,13 +127,15 @@ TEST_F(FaultE2e, KilledWorkerRejoinsAtTheShardsClockAndItsSkippedStepsFailTheJob
   for (int r : {0, 2, 3}) EXPECT_EQ(work[r]["samples_skipped"], 0) << r;
   EXPECT_EQ(summary["samples_skipped"], skipped * 32);
   EXPECT_EQ(summary["gradients_expected"], 2 * 4 * total);
-  // Each other worker's every step on both shards; worker 1's but the skipped ones, plus the
-  // one push that may have reached one shard only when it was killed (the step still counts as
-  // skipped: no update of the other shard contains it).
+  // Each other worker's every step on both shards; worker 1's but the skipped ones (counted on
+  // the shard that applied fewer), plus on one shard at most two more: the push that may have
+  // reached one shard only when it was killed, and the step it resumed at when the other shard
+  // was a round ahead (a duplicate there). Neither step counts as trained: no update of the
+  // other shard contains it.
   for (int r : {0, 2, 3}) EXPECT_EQ(work[r]["gradients_applied"], 2 * total) << r;
   const int64_t applied_1 = work[1]["gradients_applied"];
   EXPECT_GE(applied_1, 2 * (total - skipped));
-  EXPECT_LE(applied_1, 2 * (total - skipped) + 1);
+  EXPECT_LE(applied_1, 2 * (total - skipped) + 2);
   EXPECT_EQ(summary["gradients_applied"], 3 * 2 * total + applied_1);
   const double calm_accuracy = Field(ReadAll(calm + "/summary.json"), "test_accuracy");
   EXPECT_GT(calm_accuracy, 0.80);
