@@ -157,8 +157,11 @@ void Optimizer::Apply(int64_t update_index, const EncodedTensor& grad, absl::Spa
 int Optimizer::ApplyThreads(int64_t n) const {
   // Below this many elements per thread, starting threads costs more than it saves.
   constexpr int64_t kMinElementsPerThread = int64_t{1} << 20;
+  // hardware_concurrency() reads /sys on every call (open, read, close): about as long as a
+  // small push's whole update, so it is asked once.
+  static const int kCores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int threads = options_.apply_threads;
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads <= 0) threads = kCores;
   return static_cast<int>(std::clamp<int64_t>(n / kMinElementsPerThread, 1, threads));
 }
 
