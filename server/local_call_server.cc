@@ -173,8 +173,16 @@ bool LocalCallServer::Answer(int fd) {
                                         });
   const bool client_stayed = AwaitPull(fd, id, done_fd);
   close(done_fd);
-  std::lock_guard<std::mutex> lock(outcome_mu);
-  return client_stayed && Reply(fd, status, response).ok();
+  if (!client_stayed) return false;
+  // The outcome was handed over before `done_fd` fired; the lock only orders that hand-over.
+  grpc::Status outcome_status;
+  grpc::ByteBuffer outcome_response;
+  {
+    std::lock_guard<std::mutex> lock(outcome_mu);
+    outcome_status = std::move(status);
+    outcome_response = std::move(response);
+  }
+  return Reply(fd, outcome_status, outcome_response).ok();
 }
 
 bool LocalCallServer::AwaitPull(int fd, int64_t id, int done_fd) {
