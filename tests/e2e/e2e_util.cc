@@ -124,6 +124,19 @@ bool WaitForSteps(const std::string& path, size_t steps, double timeout_s) {
   return true;
 }
 
+bool WaitForCheckpoint(const std::string& dir, double timeout_s) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(timeout_s);
+  for (;;) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (absl::StartsWith(name, "ckpt-") && absl::EndsWith(name, ".ps")) return true;
+    }
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
 std::vector<float> ReadWeights(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

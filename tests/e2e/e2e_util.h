@@ -40,6 +40,9 @@ std::vector<float> ReadWeights(const std::string& path);
 std::vector<std::string> ProcessesMentioning(const std::string& marker);
 // Waits up to `timeout` until the worker metrics file at `path` holds `steps` step lines.
 bool WaitForSteps(const std::string& path, size_t steps, double timeout_s);
+// Waits up to `timeout` until the shard checkpoint folder `dir` holds a finished checkpoint
+// (a ckpt-*.ps file: the writer renames it there once written and synced).
+bool WaitForCheckpoint(const std::string& dir, double timeout_s);
 
 // Flags of a small, fast run: a subset of the data, a small MLP, 2 shards.
 std::vector<std::string> Common(const std::string& train_limit);

@@ -175,6 +175,7 @@ TEST_F(FaultE2e, AShardDownForMoreThanAMinuteLosesNoWork) {
   const std::string dir = RunDir("shard_down_long");
   const pid_t launch = StartShardRestartingRun(dir, "12000", 20, 65);
   ASSERT_TRUE(WaitForSteps(dir + "/worker-0.jsonl", 80, 120)) << ReadAll(dir + "/launch.log");
+  ASSERT_TRUE(WaitForCheckpoint(dir + "/checkpoints/ps-1", 60)) << ReadAll(dir + "/launch.log");
   ASSERT_EQ(kill(PidOf(dir, "ps-1"), SIGKILL), 0);
   ASSERT_EQ(WaitExit(launch), 0) << ReadAll(dir + "/launch.log");
   const std::string log = ReadAll(dir + "/launch.log");
@@ -188,18 +189,20 @@ TEST_F(FaultE2e, AShardDownForMoreThanAMinuteLosesNoWork) {
 
 // A shard killed with SIGKILL is restarted on its port by the launcher, restores its newest
 // checkpoint (its version then equals the checkpoint's), the workers register again and the job
-// finishes.
+// finishes. 4 epochs, so that the job outlasts the wait for a finished checkpoint by far.
 TEST_F(FaultE2e, KilledShardRestoresItsCheckpointAndTheJobFinishes) {
   const std::string dir = RunDir("shard_kill");
   const std::string checkpoints = dir + "/checkpoints";
   const pid_t launch = StartLaunch(
       dir,
       {"--data=fashion-mnist:" + DataDir(), "--train_limit=12000", "--test_limit=0", "--shards=2",
-       "--workers=2", "--mode=bsp", "--epochs=2", "--checkpoint_root=" + checkpoints,
+       "--workers=2", "--mode=bsp", "--epochs=4", "--checkpoint_root=" + checkpoints,
        "--checkpoint_every=25", "--restart_shards", "--restart_delay_s=1"},
       /*quiet=*/false);
   ASSERT_TRUE(WaitForSteps(dir + "/worker-0.jsonl", 80, 120)) << ReadAll(dir + "/launch.log");
-  ASSERT_FALSE(std::filesystem::is_empty(checkpoints + "/ps-1"));
+  // A checkpoint is written and synced behind the updates: at 80 steps (0.2 s into a run) the
+  // folder once held only the first one's temporary file, which a restart rightly discards.
+  ASSERT_TRUE(WaitForCheckpoint(checkpoints + "/ps-1", 60)) << ReadAll(dir + "/launch.log");
   ASSERT_EQ(kill(PidOf(dir, "ps-1"), SIGKILL), 0);
   ASSERT_EQ(WaitExit(launch), 0) << ReadAll(dir + "/launch.log");
 
