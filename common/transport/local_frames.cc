@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/transport/tensor_wire.h"
 #include "grpcpp/support/slice.h"
 
 namespace ps {
@@ -96,11 +97,14 @@ absl::Status ReadLocalFrame(int fd, LocalFrameHeader* header, grpc::ByteBuffer* 
   if (header->length > kMaxLocalFrameBytes) {
     return absl::DataLossError(absl::StrCat("local call: a frame of ", header->length, " bytes"));
   }
-  grpc_slice slice = grpc_slice_malloc(header->length);
-  s = ReceiveAll(fd, GRPC_SLICE_START_PTR(slice), header->length);
-  grpc::Slice owned(slice, grpc::Slice::STEAL_REF);
-  if (!s.ok()) return s;
-  *body = grpc::ByteBuffer(&owned, 1);
+  // Slices of at most kPayloadSliceBytes come from the warm heap; one slice of a large frame
+  // would be fresh pages on every call (glibc maps blocks over 32 MiB), faulted in as they fill.
+  std::vector<grpc::Slice> slices = AllocatePayloadSlices(header->length, 1);
+  for (grpc::Slice& slice : slices) {
+    s = ReceiveAll(fd, MutableSliceData(slice), slice.size());
+    if (!s.ok()) return s;
+  }
+  *body = grpc::ByteBuffer(slices.data(), slices.size());
   return absl::OkStatus();
 }
 
