@@ -18,7 +18,7 @@
 #   bench/link_bench.sh [--rate_mbit 1000] [--models mlp,cnn] [--schedules whole,priority,pipeline]
 #                       [--mode bsp] [--steps 150] [--cnn_steps 60] [--batch_size 32]
 #                       [--transport] [--transport_args "--configs 1x1 --small"]
-#                       [--bin_dir build/bin] [--data_dir DIR]
+#                       [--worker_args "--push_pull=false"] [--bin_dir build/bin] [--data_dir DIR]
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BIN="$ROOT/build/bin"
@@ -32,6 +32,7 @@ BATCH=32
 SCHEDULES=whole,priority,pipeline
 TRANSPORT=false
 TRANSPORT_ARGS="--configs 1x1 --mib 1,16,64 --small --rounds 3"
+WORKER_ARGS=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rate_mbit) RATE="$2"; shift 2 ;;
@@ -43,6 +44,7 @@ while [[ $# -gt 0 ]]; do
     --schedules) SCHEDULES="$2"; shift 2 ;;
     --transport) TRANSPORT=true; shift ;;
     --transport_args) TRANSPORT_ARGS="$2"; shift 2 ;;
+    --worker_args) WORKER_ARGS="$2"; shift 2 ;;
     --bin_dir) BIN="$2"; shift 2 ;;
     --data_dir) DATA="$2"; shift 2 ;;
     *) echo "link_bench: unknown argument '$1'" >&2; exit 2 ;;
@@ -115,12 +117,13 @@ run_one() {
   for _ in $(seq 100); do [[ -s "$dir/port" ]] && break; sleep 0.1; done
   [[ -s "$dir/port" ]] || { cat "$dir/server.log" >&2; return 1; }
   # One kernel under both namespaces: without --shared_memory=false the payloads would skip the link.
+  # shellcheck disable=SC2086  # --worker_args is meant to split
   ip netns exec "$NS_WORKER" "$BIN/ps_worker" --rank 0 --num_workers 1 \
     --servers "$NET.1:$(cat "$dir/port")" --model "$model" --batch_size "$BATCH" --epochs 1 \
     --train_limit $((steps * BATCH)) --test_limit 100 --data "fashion-mnist:$DATA" \
     --metrics_file "$dir/worker.jsonl" --priority="$priority" \
     --overlap="$pipeline" --async_push="$pipeline" \
-    --shared_memory=false >"$dir/worker.log" 2>&1 ||
+    --shared_memory=false $WORKER_ARGS >"$dir/worker.log" 2>&1 ||
     { cat "$dir/worker.log" >&2; return 1; }
   kill -TERM "$server"
   wait "$server" || true

@@ -75,6 +75,9 @@ ABSL_FLAG(int32_t, connections, 1, "Our client: TCP connections per shard for th
 ABSL_FLAG(bool, split_lone_pulls, true,
           "Our client: pulls from a lone shard in 2 MiB calls over two connections (as ps_worker's "
           "default).");
+ABSL_FLAG(bool, split_lone_pushes, true,
+          "Our client: pushes to a lone shard in 2 MiB calls over two connections (as ps_worker's "
+          "default).");
 ABSL_FLAG(std::vector<std::string>, transports,
           std::vector<std::string>({"grpc", "shm", "shm_direct"}),
           "Our client's payload paths: grpc (in the messages), shm (through shared memory, the "
@@ -91,8 +94,8 @@ ABSL_FLAG(bool, small, false,
 ABSL_FLAG(bool, bulk, true, "Measure the --mib payloads (false: only --small's).");
 ABSL_FLAG(std::string, mode, "asp",
           "The shards' consistency mode: asp (workers never wait), or bsp with one worker (its "
-          "rounds of one push apply at once; pulls from a lone shard are split only under BSP, "
-          "see --split_lone_pulls).");
+          "rounds of one push apply at once; transfers with a lone shard are split only under "
+          "BSP, see --split_lone_pulls and --split_lone_pushes).");
 ABSL_FLAG(bool, references, true,
           "Measure the references (TCP stream, plain gRPC, memcpy); false measures only the "
           "project's path, for a profiler (the ratios are then left out).");
@@ -391,6 +394,7 @@ Cluster StartCluster(const Sites& sites, int workers, int shards, int64_t total,
     o.chunk_bytes = static_cast<int64_t>(absl::GetFlag(FLAGS_chunk_mib) * (1 << 20));
     o.connections = absl::GetFlag(FLAGS_connections);
     o.split_lone_pulls = absl::GetFlag(FLAGS_split_lone_pulls);
+    o.split_lone_pushes = absl::GetFlag(FLAGS_split_lone_pushes);
     o.shared_memory = shared_memory;
     o.local_calls = absl::GetFlag(FLAGS_local_calls);
     auto client = ps::GrpcParameterClient::Create(o);
@@ -638,6 +642,7 @@ void MeasureBulk(const Sites& sites, int workers, int shards, int mib,
           .Add("chunk_mib", absl::GetFlag(FLAGS_chunk_mib))
           .Add("connections", absl::GetFlag(FLAGS_connections))
           .Add("split_lone_pulls", absl::GetFlag(FLAGS_split_lone_pulls))
+          .Add("split_lone_pushes", absl::GetFlag(FLAGS_split_lone_pushes))
           .Add("gbps", ours);
       if (!references) {
         Print(line);

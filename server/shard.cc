@@ -327,13 +327,19 @@ absl::StatusOr<Shard::PushResult> Shard::PushPieceLocked(const PushArgs& args, b
     result.version = version_;
     return result;
   }
-  StagedPush& staged = staged_[args.caller.rank];
+  const int rank = args.caller.rank;
+  StagedPush& staged = staged_[rank];
   if (staged.clock != args.clock) {  // pieces of an older clock were all superseded by it
     staged.clock = args.clock;
     staged.base_version = args.base_version;
     staged.covered = 0;
     staged.parts.clear();
-    staged.gradient.resize(range_.size());
+    // BSP: the worker's round buffer holds nothing between its rounds (its pieces of clock c
+    // come after its pull of c, which waited for round c-1 to be applied), so the pieces are
+    // gathered there and pushing in pieces costs no slice more than pushing whole.
+    staged.in_round_buffer =
+        options_.consistency.mode == ConsistencyMode::kBsp && !round_has_gradient_[rank];
+    StagedGradient(rank).resize(range_.size());
   }
   // The piece starting at or after args.range.begin, and the one before it, are the only ones
   // that could overlap it.
@@ -355,8 +361,9 @@ absl::StatusOr<Shard::PushResult> Shard::PushPieceLocked(const PushArgs& args, b
         "piece [", args.range.begin, ", ", args.range.end, ") of clock ", args.clock,
         " overlaps the piece [", other.first, ", ", other.second, ") received before"));
   }
+  std::vector<float>& gradient = StagedGradient(rank);
   args.gradient.DecodeInto(
-      absl::MakeSpan(staged.gradient).subspan(args.range.begin - range_.begin, args.range.size()));
+      absl::MakeSpan(gradient).subspan(args.range.begin - range_.begin, args.range.size()));
   staged.parts.emplace(args.range.begin, args.range.end);
   ++pieces_received_;
   staged.covered += args.range.size();
@@ -373,7 +380,7 @@ absl::StatusOr<Shard::PushResult> Shard::PushPieceLocked(const PushArgs& args, b
   whole.range = range_;
   whole.clock = args.clock;
   whole.base_version = staged.base_version;
-  whole.gradient = EncodedTensor::OfFloats(staged.gradient);
+  whole.gradient = EncodedTensor::OfFloats(gradient);
   staged.clock = -1;
   // The completing piece was admitted just now, under this lock, for the same rank and clock;
   // the pieces' base versions were each checked, so their minimum is valid too.
@@ -411,9 +418,12 @@ Shard::PushResult Shard::ActOnPushLocked(const PushArgs& args, PushAction action
       // over the slice fewer. Any other is buffered for the round.
       const float* completing =
           initialized_ && controller_.RoundReady() ? ContiguousFloats(args.gradient) : nullptr;
-      if (completing == nullptr) {
-        round_gradients_[args.caller.rank].resize(args.gradient.size());
-        args.gradient.DecodeInto(absl::MakeSpan(round_gradients_[args.caller.rank]));
+      std::vector<float>& buffer = round_gradients_[args.caller.rank];
+      const bool in_buffer =  // pieces gathered in the round buffer (PushPieceLocked)
+          !buffer.empty() && ContiguousFloats(args.gradient) == buffer.data();
+      if (completing == nullptr && !in_buffer) {
+        buffer.resize(args.gradient.size());
+        args.gradient.DecodeInto(absl::MakeSpan(buffer));
       }
       round_base_versions_[args.caller.rank] = args.base_version;
       round_has_gradient_[args.caller.rank] = true;
@@ -585,6 +595,9 @@ ShardStatus Shard::GetStatus() const {
   s.pushes_accepted = pushes_accepted_;
   s.pushes_duplicate = pushes_duplicate_;
   s.pieces_received = pieces_received_;
+  for (const StagedPush& staged : staged_) {
+    s.staging_bytes += static_cast<int64_t>(staged.gradient.capacity() * sizeof(float));
+  }
   s.restored_version = restored_version_;
   s.finished_at_restore = finished_at_restore_;
   s.finished_job_rerun = rerun_at_version_ == version_;

@@ -115,9 +115,12 @@ struct ShardStatus {
   int64_t version = 0;
   int64_t min_clock = 0;
   int64_t rejected_nonfinite = 0;
-  int64_t pushes_accepted = 0;    // acknowledged as applied, buffered, dropped or late
-  int64_t pushes_duplicate = 0;   // acknowledged as duplicates
-  int64_t pieces_received = 0;    // pushes of part of the range, staged (priority scheduling)
+  int64_t pushes_accepted = 0;   // acknowledged as applied, buffered, dropped or late
+  int64_t pushes_duplicate = 0;  // acknowledged as duplicates
+  int64_t pieces_received = 0;   // pushes of part of the range, staged (priority scheduling)
+  // Bytes held for pieces outside the BSP round buffers (SSP and ASP: a slice per worker that
+  // pushes in pieces; BSP: none).
+  int64_t staging_bytes = 0;
   int64_t restored_version = -1;  // the checkpoint's version this shard restored, -1: none
   // The restored checkpoint held a finished job: every rank had declared its work and pushed
   // all of it. What these shards hold is that job's result, not a new one.
@@ -422,16 +425,22 @@ class Shard {
   // full) and the incremental ones encoded since.
   int64_t chain_base_version_ ABSL_GUARDED_BY(mu_) = -1;
   int chain_increments_ ABSL_GUARDED_BY(mu_) = 0;
-  // Pieces of each worker's current clock received so far (priority scheduling). The buffer is
-  // kept between clocks, so only workers that push in pieces cost a slice each.
+  // Pieces of each worker's current clock received so far (priority scheduling, chunked
+  // pushes). Under SSP and ASP the buffer is kept between clocks, so only workers that push in
+  // pieces cost a slice each; under BSP the pieces fill the worker's round buffer.
   struct StagedPush {
     int64_t clock = -1;  // -1: nothing staged
     int64_t base_version = 0;
     int64_t covered = 0;               // elements received
     std::map<int64_t, int64_t> parts;  // begin -> end of the pieces received, absolute keys
+    bool in_round_buffer = false;      // the pieces fill round_gradients_[rank], not `gradient`
     std::vector<float> gradient;       // the slice's gradient, filled piece by piece
   };
   std::vector<StagedPush> staged_ ABSL_GUARDED_BY(mu_);
+  // Where rank's pieces of its staged clock are gathered.
+  std::vector<float>& StagedGradient(int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return staged_[rank].in_round_buffer ? round_gradients_[rank] : staged_[rank].gradient;
+  }
   // BSP: the keys each worker's latest pull of rows asked for, per table, and its clock. A push
   // may carry rows of those keys only (its step computed from them), for that clock.
   struct PulledKeys {

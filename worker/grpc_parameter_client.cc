@@ -68,10 +68,12 @@ GrpcParameterClient::GrpcParameterClient(const GrpcClientOptions& options)
     stubs_.push_back(ps::v1::ParameterServer::NewStub(channel));
     raw_stubs_.emplace_back();
     raw_stubs_.back().push_back(std::make_unique<grpc::GenericStub>(channel));
-    // A lone shard gets a second connection for split pulls (split_lone_pulls); channels
-    // connect at their first call, so an unused one costs nothing.
+    // A lone shard gets a second connection for split transfers (split_lone_pulls,
+    // split_lone_pushes); channels connect at their first call, so an unused one costs nothing.
     const int connections =
-        LonePullsMaySplit() ? std::max(options_.connections, 2) : options_.connections;
+        LoneTransfersMaySplit(Transfer::kPull) || LoneTransfersMaySplit(Transfer::kPush)
+            ? std::max(options_.connections, 2)
+            : options_.connections;
     for (int c = 1; c < connections; ++c) {
       raw_stubs_.back().push_back(std::make_unique<grpc::GenericStub>(
           grpc::CreateCustomChannel(server, options_.security.credentials, args)));

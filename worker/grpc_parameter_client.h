@@ -74,8 +74,11 @@ struct GrpcClientOptions {
   // in the messages, travels as two or more calls of at most 2 MiB over two connections. One HTTP/2
   // stream leaves its two ends waiting on each other on a two-core host; two in flight measured
   // 1.2-1.4x on loopback and 1.5x across a veth pair at 16 and 64 MiB (docs/performance.md).
-  // Pushes stay whole: chunked pushes cost the shard a staging slice per worker.
   bool split_lone_pulls = true;
+  // The same for pushes (without sparse rows, which travel with whole pushes): under BSP the shard
+  // gathers the pieces in the worker's round buffer, which it holds anyway, so they cost it no
+  // staging slice. A PushPull stays one call per shard.
+  bool split_lone_pushes = true;
   // Move payloads through a shared-memory region (common/shm/shared_memory.h) with every shard that
   // can open it, i.e. runs on this host; the others, and any call that finds its part of the
   // region lent to another call, carry them in the gRPC messages.
@@ -161,17 +164,24 @@ class GrpcParameterClient final : public ParameterClient {
 
   explicit GrpcParameterClient(const GrpcClientOptions& options);
   KeyRange range(int shard) const;
+  // What a transfer's pieces are for: a lone shard's pulls and pushes may be split further
+  // (split_lone_pulls, split_lone_pushes); a PushPull's and a push with sparse rows may not.
+  enum class Transfer { kPull, kPush, kWhole };
   // `parts` cut at the shards' boundaries and into chunks of at most chunk_bytes, in order.
   // INVALID_ARGUMENT for an empty part or one outside the layout.
-  // `pull`: the plan of a pull, which split_lone_pulls may cut further.
   absl::StatusOr<std::vector<Piece>> SplitAtShards(absl::Span<const KeyRange> parts,
-                                                   bool pull = false) const;
-  // What of split_lone_pulls the options decide: asked for, no explicit chunks, one shard.
-  bool LonePullsMaySplit() const {
-    return options_.split_lone_pulls && options_.chunk_bytes == 0 && options_.servers.size() == 1;
+                                                   Transfer transfer) const;
+  // What of split_lone_pulls / split_lone_pushes the options decide: asked for, no explicit
+  // chunks, one shard.
+  bool LoneTransfersMaySplit(Transfer transfer) const {
+    const bool asked = transfer == Transfer::kPull   ? options_.split_lone_pulls
+                       : transfer == Transfer::kPush ? options_.split_lone_pushes
+                                                     : false;
+    return asked && options_.chunk_bytes == 0 && options_.servers.size() == 1;
   }
-  // Whether a pull of `bytes` is cut as split_lone_pulls says (adds the mode and the transport).
-  bool SplitsLonePull(int64_t bytes) const;
+  // Whether a transfer of `bytes` is cut as LoneTransfersMaySplit says (adds the mode and the
+  // transport).
+  bool SplitsLoneTransfer(Transfer transfer, int64_t bytes) const;
   // A piece's push: its header, and its payload (empty when in the region).
   struct PreparedPush {
     ps::v1::PushRequest header;

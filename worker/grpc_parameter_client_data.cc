@@ -14,22 +14,23 @@
 
 namespace ps {
 
-bool GrpcParameterClient::SplitsLonePull(int64_t bytes) const {
-  // Only under BSP: every piece then reads the same version (the round cannot close before this
-  // worker pushes again), while under SSP and ASP pushes landing between the pieces would give
-  // the worker a mix of two versions.
-  return LonePullsMaySplit() && bsp_.load() && shared_memory_shards() == 0 &&
-         LonePullChunkBytes(bytes) > 0;
+bool GrpcParameterClient::SplitsLoneTransfer(Transfer transfer, int64_t bytes) const {
+  // Only under BSP. Pulls: every piece then reads the same version (the round cannot close
+  // before this worker pushes again), while under SSP and ASP pushes landing between the pieces
+  // would give the worker a mix of two versions. Pushes: the shard gathers BSP pieces in the
+  // worker's round buffer; under SSP and ASP it would stage a slice per worker.
+  return LoneTransfersMaySplit(transfer) && bsp_.load() && shared_memory_shards() == 0 &&
+         LoneChunkBytes(bytes) > 0;
 }
 
 absl::StatusOr<std::vector<Piece>> GrpcParameterClient::SplitAtShards(
-    absl::Span<const KeyRange> parts, bool pull) const {
+    absl::Span<const KeyRange> parts, Transfer transfer) const {
   PiecePlanOptions plan{options_.total_params, static_cast<int>(stubs_.size()),
                         options_.chunk_bytes, options_.connections};
   int64_t bytes = 0;
   for (const KeyRange& part : parts) bytes += part.size() * static_cast<int64_t>(sizeof(float));
-  if (pull && SplitsLonePull(bytes)) {
-    plan.chunk_bytes = LonePullChunkBytes(bytes);
+  if (SplitsLoneTransfer(transfer, bytes)) {
+    plan.chunk_bytes = LoneChunkBytes(bytes);
     plan.connections = static_cast<int>(raw_stubs_[0].size());
   }
   return PlanPieces(parts, plan);
@@ -114,7 +115,7 @@ absl::StatusOr<PullStats> GrpcParameterClient::PullPieces(
     return absl::InvalidArgumentError("Pull: buffer size differs from the layout");
   }
   RETURN_IF_ERROR(CheckRows(rows, options_.tables));
-  ASSIGN_OR_RETURN(const std::vector<Piece> pieces, SplitAtShards(parts, /*pull=*/true));
+  ASSIGN_OR_RETURN(const std::vector<Piece> pieces, SplitAtShards(parts, Transfer::kPull));
   const RowsByShard routed = RoutePull(rows, static_cast<int>(stubs_.size()));
   const std::vector<int> first_piece = FirstPieceOfShard(pieces);
   const std::vector<uint64_t> shard_incarnation = shard_incarnations();
@@ -202,7 +203,8 @@ absl::StatusOr<PushStats> GrpcParameterClient::PushPieces(int64_t clock,
     return absl::InvalidArgumentError("Push: gradient or base versions do not fit the layout");
   }
   RETURN_IF_ERROR(CheckRows(rows, options_.tables));
-  ASSIGN_OR_RETURN(const std::vector<Piece> pieces, SplitAtShards(parts));
+  ASSIGN_OR_RETURN(const std::vector<Piece> pieces,
+                   SplitAtShards(parts, rows.empty() ? Transfer::kPush : Transfer::kWhole));
   if (!rows.empty() && pieces.size() != stubs_.size()) {
     return absl::FailedPreconditionError(
         "sparse rows travel with whole pushes: chunked or partial pushes cannot carry them "
@@ -275,7 +277,8 @@ absl::StatusOr<PushPullStats> GrpcParameterClient::PushPullWithRows(
         "PushPull: gradient, weights or base versions do not fit the layout");
   }
   const KeyRange whole{0, options_.total_params};
-  ASSIGN_OR_RETURN(const std::vector<Piece> pieces, SplitAtShards(absl::MakeConstSpan(&whole, 1)));
+  ASSIGN_OR_RETURN(const std::vector<Piece> pieces,
+                   SplitAtShards(absl::MakeConstSpan(&whole, 1), Transfer::kWhole));
   // A shard applies a step cut into chunks only once all its chunks are in, so a chunk's pull
   // must wait for the other chunks' pushes: two rounds, as Push then Pull.
   if (pieces.size() != stubs_.size()) {

@@ -6,7 +6,7 @@
 
 namespace ps {
 
-int64_t LonePullChunkBytes(int64_t bytes) {
+int64_t LoneChunkBytes(int64_t bytes) {
   constexpr int64_t kSplitFrom = int64_t{512} << 10;
   constexpr int64_t kLargest = int64_t{2} << 20;
   if (bytes < kSplitFrom) return 0;

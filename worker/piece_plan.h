@@ -33,10 +33,11 @@ struct PiecePlanOptions {
   int connections = 1;      // per shard
 };
 
-// A pull of `bytes` from a worker's only shard (GrpcClientOptions::split_lone_pulls): the chunk
-// size that cuts it into calls for two connections, at least two and each at most 2 MiB, a
-// multiple of 4 bytes; 0 below 512 KiB, which goes whole (a round trip more would cost more).
-int64_t LonePullChunkBytes(int64_t bytes);
+// A pull or push of `bytes` with a worker's only shard (GrpcClientOptions::split_lone_pulls,
+// split_lone_pushes): the chunk size that cuts it into calls for two connections, at least two
+// and each at most 2 MiB, a multiple of 4 bytes; 0 below 512 KiB, which goes whole (a round trip
+// more would cost more).
+int64_t LoneChunkBytes(int64_t bytes);
 
 // The pieces of `parts` (each non-empty and inside the layout: INVALID_ARGUMENT otherwise), in
 // part order, then shard order, then chunk order. A shard whose range is empty (more shards than

@@ -28,13 +28,16 @@ ABSL_FLAG(double, topk_ratio, 0.01, "--push_encoding topk: share of elements sen
 ABSL_FLAG(std::string, pull_encoding, "f32", "How weights travel: f32, bf16 or fp16.");
 ABSL_FLAG(double, chunk_mib, 0,
           "Large slices: each shard's range travels in calls of at most this many MiB, all in "
-          "flight together (0: one call per shard). 4 doubled 64 MiB pulls here. The shard stages "
-          "the chunks of a push, a slice per worker that sends them.");
+          "flight together (0: one call per shard). 4 doubled 64 MiB pulls here. Under SSP and ASP "
+          "the shard stages the chunks of a push, a slice per worker that sends them.");
 ABSL_FLAG(int32_t, connections, 1, "TCP connections per shard over which the chunks spread.");
 ABSL_FLAG(bool, split_lone_pulls, true,
           "With --chunk_mib 0, under BSP: a pull of 512 KiB or more from the worker's only shard, "
           "payload in the messages, travels as calls of at most 2 MiB over two connections (one "
           "HTTP/2 stream leaves both ends waiting on each other).");
+ABSL_FLAG(bool, split_lone_pushes, true,
+          "The same for pushes without sparse rows: the shard gathers BSP pieces in the worker's "
+          "round buffer, so they cost it no staging memory (a PushPull stays whole).");
 ABSL_FLAG(bool, fault_duplicate_pushes, false,
           "Fault injection for tests: send every push twice and fail unless the second comes "
           "back as a duplicate from every shard.");

@@ -25,6 +25,7 @@ ABSL_DECLARE_FLAG(std::string, pull_encoding);
 ABSL_DECLARE_FLAG(double, chunk_mib);
 ABSL_DECLARE_FLAG(int32_t, connections);
 ABSL_DECLARE_FLAG(bool, split_lone_pulls);
+ABSL_DECLARE_FLAG(bool, split_lone_pushes);
 ABSL_DECLARE_FLAG(bool, fault_duplicate_pushes);
 ABSL_DECLARE_FLAG(double, clip_norm);
 ABSL_DECLARE_FLAG(int64_t, eval_every);

@@ -158,6 +158,7 @@ absl::StatusOr<ps::GrpcClientOptions> ClientOptionsFromFlags(const ps::Model& mo
   o.chunk_bytes = static_cast<int64_t>(absl::GetFlag(FLAGS_chunk_mib) * (1 << 20));
   o.connections = absl::GetFlag(FLAGS_connections);
   o.split_lone_pulls = absl::GetFlag(FLAGS_split_lone_pulls);
+  o.split_lone_pushes = absl::GetFlag(FLAGS_split_lone_pushes);
   o.shared_memory = absl::GetFlag(FLAGS_shared_memory);
   o.local_calls = absl::GetFlag(FLAGS_local_calls);
   // Double buffers (a step computing while another travels) take a second set of areas.

@@ -724,6 +724,37 @@ TEST(Pieces, ABspRoundOfPiecesEqualsOneOfWholePushesBitForBit) {
   EXPECT_EQ(pieces->GetStatus().pushes_accepted, 2);
 }
 
+TEST(Pieces, BspPiecesFillTheRoundBufferOverRoundsWhicheverPushCompletesTheRound) {
+  auto whole = MakeShard(ConsistencyMode::kBsp, 2);
+  auto pieces = MakeShard(ConsistencyMode::kBsp, 2);
+  InitAndRegister(*whole, 2);
+  InitAndRegister(*pieces, 2);
+  for (int64_t c = 0; c < 4; ++c) {
+    const float f = static_cast<float>(c + 1);
+    const std::vector<float> g0 = {0.5f * f, -f, 3, 0.125f}, g1 = {f, 2, -0.25f * f, 1};
+    ASSERT_TRUE(whole->Push(PushOf(0, c, c, g0)).ok());
+    ASSERT_TRUE(whole->Push(PushOf(1, c, c, g1)).ok());
+    // Even rounds: worker 0's pieces complete the round; odd ones: worker 1's whole push does.
+    if (c % 2 == 0) {
+      ASSERT_TRUE(pieces->Push(PushOf(1, c, c, g1)).ok());
+    }
+    const std::vector<float> head = {g0[0], g0[1]}, tail = {g0[2], g0[3]};
+    ASSERT_TRUE(pieces->Push(PieceOf(0, c, c, KeyRange{2, 4}, tail)).ok());
+    auto last = pieces->Push(PieceOf(0, c, c, KeyRange{0, 2}, head));
+    ASSERT_TRUE(last.ok()) << last.status();
+    EXPECT_EQ(last->applied, c % 2 == 0);
+    EXPECT_EQ(last->buffered, c % 2 == 1);
+    if (c % 2 == 1) {
+      ASSERT_TRUE(pieces->Push(PushOf(1, c, c, g1)).ok());
+    }
+    ASSERT_EQ(pieces->Values(), whole->Values()) << "round " << c;
+  }
+  const ShardStatus st = pieces->GetStatus();
+  EXPECT_EQ(st.version, 4);
+  EXPECT_EQ(st.pieces_received, 8);
+  EXPECT_EQ(st.staging_bytes, 0);  // gathered in worker 0's round buffer, no slice of their own
+}
+
 TEST(Pieces, RepeatedPieceIsADuplicateOverlappingOneIsRefusedAndLateOnesAfterTheClockToo) {
   auto shard = MakeShard(ConsistencyMode::kAsp, 1);
   InitAndRegister(*shard, 1);
@@ -755,6 +786,7 @@ TEST(Pieces, RepeatedPieceIsADuplicateOverlappingOneIsRefusedAndLateOnesAfterThe
   EXPECT_EQ(st.pushes_accepted, 1);
   EXPECT_EQ(st.pushes_duplicate, 2);
   EXPECT_EQ(st.rejected_nonfinite, 1);
+  EXPECT_EQ(st.staging_bytes, 4 * static_cast<int64_t>(sizeof(float)));  // ASP: a slice staged
 }
 
 TEST(Pieces, StalenessCountsFromTheOldestPieceAndAPartialPullReadsItsRange) {

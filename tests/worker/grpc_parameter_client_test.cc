@@ -368,5 +368,52 @@ TEST(SplitLonePulls, GiveWhatAWholePullGives) {
   EXPECT_EQ(pulled[1], init);
 }
 
+// Under BSP a 1 MiB push to the only shard travels in two calls over two connections
+// (split_lone_pushes), which the shard gathers in the worker's round buffer: the same weights
+// and version as one call, bit for bit, and the shard counts the pieces.
+TEST(SplitLonePushes, GiveWhatAWholePushGives) {
+  constexpr int64_t kTotal = 1 << 18;  // 1 MiB
+  std::vector<float> init(kTotal), gradient(kTotal);
+  for (int64_t i = 0; i < kTotal; ++i) {
+    init[i] = static_cast<float>(i % 1000) * 0.5f;
+    gradient[i] = static_cast<float>(i % 7) * 0.125f - 0.25f;
+  }
+  std::vector<std::vector<float>> weights;
+  for (bool split : {false, true}) {
+    ShardServerOptions so;
+    so.shard.consistency.mode = ConsistencyMode::kBsp;
+    so.shard.consistency.num_workers = 1;
+    so.shard.optimizer.lr = 0.5f;
+    so.shard.optimizer.kind = OptimizerKind::kSgd;
+    auto server = ShardServer::Start(so);
+    ASSERT_TRUE(server.ok()) << server.status();
+    GrpcClientOptions o;
+    o.servers = {"127.0.0.1:" + std::to_string((*server)->port())};
+    o.fingerprint = kFp;
+    o.total_params = kTotal;
+    o.shared_memory = false;
+    o.split_lone_pushes = split;
+    auto client = GrpcParameterClient::Create(o);
+    ASSERT_TRUE(client.ok());
+    ASSERT_TRUE((*client)->Register(0, absl::Seconds(10)).ok());
+    ASSERT_TRUE((*client)->Init(init).ok());
+    for (int64_t clock = 0; clock < 2; ++clock) {
+      auto pushed = (*client)->Push(clock, {clock}, 1, gradient);
+      ASSERT_TRUE(pushed.ok()) << pushed.status();
+      EXPECT_EQ(pushed->applied, 1);  // the round of the lone worker, applied by its last piece
+    }
+    std::vector<float> w(kTotal);
+    auto pulled = (*client)->Pull(2, false, absl::MakeSpan(w));
+    ASSERT_TRUE(pulled.ok()) << pulled.status();
+    EXPECT_EQ(pulled->versions, (std::vector<int64_t>{2}));
+    weights.push_back(w);
+    auto reports = (*client)->Status();
+    ASSERT_TRUE(reports.ok()) << reports.status();
+    EXPECT_EQ((*reports)[0].pieces_received, split ? 4 : 0);  // 2 pushes of 2 pieces
+  }
+  EXPECT_EQ(weights[1], weights[0]);
+  EXPECT_NE(weights[0], init);
+}
+
 }  // namespace
 }  // namespace ps

@@ -52,19 +52,19 @@ TEST(PlanPieces, EmptyOrOutsidePartsAreInvalidArgument) {
   }
 }
 
-TEST(LonePullChunkBytes, SmallPullsWholeLargeOnesInAtLeastTwoCallsOfAtMost2MiB) {
-  EXPECT_EQ(LonePullChunkBytes(64 << 10), 0);
-  EXPECT_EQ(LonePullChunkBytes((512 << 10) - 4), 0);
-  EXPECT_EQ(LonePullChunkBytes(512 << 10), 256 << 10);
-  EXPECT_EQ(LonePullChunkBytes(1 << 20), 512 << 10);
-  EXPECT_EQ(LonePullChunkBytes((3 << 20) + 8), (3 << 19) + 4);
-  EXPECT_EQ(LonePullChunkBytes(5 << 20), 2 << 20);
-  EXPECT_EQ(LonePullChunkBytes(1000004), 500004);  // half of 1000004 is 500002: whole floats
-  EXPECT_EQ(LonePullChunkBytes(64 << 20), 2 << 20);
+TEST(LoneChunkBytes, SmallPullsWholeLargeOnesInAtLeastTwoCallsOfAtMost2MiB) {
+  EXPECT_EQ(LoneChunkBytes(64 << 10), 0);
+  EXPECT_EQ(LoneChunkBytes((512 << 10) - 4), 0);
+  EXPECT_EQ(LoneChunkBytes(512 << 10), 256 << 10);
+  EXPECT_EQ(LoneChunkBytes(1 << 20), 512 << 10);
+  EXPECT_EQ(LoneChunkBytes((3 << 20) + 8), (3 << 19) + 4);
+  EXPECT_EQ(LoneChunkBytes(5 << 20), 2 << 20);
+  EXPECT_EQ(LoneChunkBytes(1000004), 500004);  // half of 1000004 is 500002: whole floats
+  EXPECT_EQ(LoneChunkBytes(64 << 20), 2 << 20);
   // 1 MiB over 2 connections: two 512 KiB calls, one on each.
   const KeyRange whole{0, 1 << 18};
   auto pieces = PlanPieces(absl::MakeConstSpan(&whole, 1),
-                           PiecePlanOptions{1 << 18, 1, LonePullChunkBytes(1 << 20), 2});
+                           PiecePlanOptions{1 << 18, 1, LoneChunkBytes(1 << 20), 2});
   ASSERT_TRUE(pieces.ok());
   EXPECT_EQ(*pieces, (std::vector<Piece>{{0, 0, 0, {0, 1 << 17}}, {0, 0, 1, {1 << 17, 1 << 18}}}));
 }
