@@ -276,6 +276,12 @@ absl::StatusOr<PushPullStats> GrpcParameterClient::PushPullWithRows(
     return absl::InvalidArgumentError(
         "PushPull: gradient, weights or base versions do not fit the layout");
   }
+  const int64_t bytes = options_.total_params * static_cast<int64_t>(sizeof(float));
+  if (push_rows.empty() && bytes >= kLonePushPullSplitFrom &&
+      SplitsLoneTransfer(Transfer::kPush, bytes) && SplitsLoneTransfer(Transfer::kPull, bytes)) {
+    return PushThenPull(clock, base_versions, num_samples, gradient, push_rows, pull_clock, params,
+                        pull_rows);
+  }
   const KeyRange whole{0, options_.total_params};
   ASSIGN_OR_RETURN(const std::vector<Piece> pieces,
                    SplitAtShards(absl::MakeConstSpan(&whole, 1), Transfer::kWhole));

@@ -39,6 +39,12 @@ struct PiecePlanOptions {
 // more would cost more).
 int64_t LoneChunkBytes(int64_t bytes);
 
+// From this many bytes, a PushPull with a lone shard whose transfers split goes as a split push
+// and then a split pull (two round trips) instead of one whole call. Across a veth pair the two
+// calls trained a 12.8 MB GPT 2-4 % faster and the 0.7-0.9 MiB MLP 2-4 % slower
+// (docs/performance.md).
+inline constexpr int64_t kLonePushPullSplitFrom = int64_t{4} << 20;
+
 // The pieces of `parts` (each non-empty and inside the layout: INVALID_ARGUMENT otherwise), in
 // part order, then shard order, then chunk order. A shard whose range is empty (more shards than
 // parameters) and lies inside a part still gets a piece, so it hears of the clock.

@@ -35,9 +35,11 @@ ABSL_FLAG(bool, split_lone_pulls, true,
           "With --chunk_mib 0, under BSP: a pull of 512 KiB or more from the worker's only shard, "
           "payload in the messages, travels as calls of at most 2 MiB over two connections (one "
           "HTTP/2 stream leaves both ends waiting on each other).");
-ABSL_FLAG(bool, split_lone_pushes, true,
-          "The same for pushes without sparse rows: the shard gathers BSP pieces in the worker's "
-          "round buffer, so they cost it no staging memory (a PushPull stays whole).");
+ABSL_FLAG(
+    bool, split_lone_pushes, true,
+    "The same for pushes without sparse rows: the shard gathers BSP pieces in the worker's "
+    "round buffer, so they cost it no staging memory. A PushPull of 4 MiB or more then goes as "
+    "a split push and a split pull, a smaller one whole.");
 ABSL_FLAG(bool, fault_duplicate_pushes, false,
           "Fault injection for tests: send every push twice and fail unless the second comes "
           "back as a duplicate from every shard.");

@@ -415,5 +415,46 @@ TEST(SplitLonePushes, GiveWhatAWholePushGives) {
   EXPECT_NE(weights[0], init);
 }
 
+// From 4 MiB a PushPull with the only shard under BSP goes as a split push and a split pull
+// (kLonePushPullSplitFrom): the same weights and version as one whole call, bit for bit.
+TEST(SplitLonePushes, ALargePushPullGoesAsASplitPushAndASplitPull) {
+  constexpr int64_t kTotal = kLonePushPullSplitFrom / 4;
+  std::vector<float> init(kTotal), gradient(kTotal);
+  for (int64_t i = 0; i < kTotal; ++i) {
+    init[i] = static_cast<float>(i % 999) * 0.25f;
+    gradient[i] = static_cast<float>(i % 5) * 0.5f - 1.0f;
+  }
+  std::vector<std::vector<float>> weights;
+  for (bool split : {false, true}) {
+    ShardServerOptions so;
+    so.shard.consistency.mode = ConsistencyMode::kBsp;
+    so.shard.consistency.num_workers = 1;
+    so.shard.optimizer.lr = 0.5f;
+    so.shard.optimizer.kind = OptimizerKind::kSgd;
+    auto server = ShardServer::Start(so);
+    ASSERT_TRUE(server.ok()) << server.status();
+    GrpcClientOptions o;
+    o.servers = {"127.0.0.1:" + std::to_string((*server)->port())};
+    o.fingerprint = kFp;
+    o.total_params = kTotal;
+    o.shared_memory = false;
+    o.split_lone_pushes = split;
+    auto client = GrpcParameterClient::Create(o);
+    ASSERT_TRUE(client.ok());
+    ASSERT_TRUE((*client)->Register(0, absl::Seconds(10)).ok());
+    ASSERT_TRUE((*client)->Init(init).ok());
+    std::vector<float> w(kTotal);
+    auto both = (*client)->PushPull(0, {0}, 1, gradient, 1, absl::MakeSpan(w));
+    ASSERT_TRUE(both.ok()) << both.status();
+    EXPECT_EQ(both->pulled.versions, (std::vector<int64_t>{1}));
+    weights.push_back(w);
+    auto reports = (*client)->Status();
+    ASSERT_TRUE(reports.ok()) << reports.status();
+    EXPECT_EQ((*reports)[0].pieces_received, split ? 2 : 0);
+  }
+  EXPECT_EQ(weights[1], weights[0]);
+  EXPECT_NE(weights[0], init);
+}
+
 }  // namespace
 }  // namespace ps
