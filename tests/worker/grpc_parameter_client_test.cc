@@ -368,48 +368,71 @@ TEST(SplitLonePulls, GiveWhatAWholePullGives) {
   EXPECT_EQ(pulled[1], init);
 }
 
-// Under BSP a 1 MiB push to the only shard travels in two calls over two connections
-// (split_lone_pushes), which the shard gathers in the worker's round buffer: the same weights
-// and version as one call, bit for bit, and the shard counts the pieces.
-TEST(SplitLonePushes, GiveWhatAWholePushGives) {
-  constexpr int64_t kTotal = 1 << 18;  // 1 MiB
-  std::vector<float> init(kTotal), gradient(kTotal);
-  for (int64_t i = 0; i < kTotal; ++i) {
-    init[i] = static_cast<float>(i % 1000) * 0.5f;
-    gradient[i] = static_cast<float>(i % 7) * 0.125f - 0.25f;
-  }
-  std::vector<std::vector<float>> weights;
-  for (bool split : {false, true}) {
+// A BSP shard of one worker (plain SGD, lr 0.5) and that worker's client, its payloads in the
+// messages, registered and holding `init`; split_lone_pushes as `split`.
+struct LoneBspShard {
+  LoneBspShard(const std::vector<float>& init, bool split) {
     ShardServerOptions so;
     so.shard.consistency.mode = ConsistencyMode::kBsp;
     so.shard.consistency.num_workers = 1;
     so.shard.optimizer.lr = 0.5f;
     so.shard.optimizer.kind = OptimizerKind::kSgd;
-    auto server = ShardServer::Start(so);
-    ASSERT_TRUE(server.ok()) << server.status();
+    auto started = ShardServer::Start(so);
+    EXPECT_TRUE(started.ok()) << started.status();
+    if (!started.ok()) return;
+    server = *std::move(started);
     GrpcClientOptions o;
-    o.servers = {"127.0.0.1:" + std::to_string((*server)->port())};
+    o.servers = {"127.0.0.1:" + std::to_string(server->port())};
     o.fingerprint = kFp;
-    o.total_params = kTotal;
+    o.total_params = static_cast<int64_t>(init.size());
     o.shared_memory = false;
     o.split_lone_pushes = split;
-    auto client = GrpcParameterClient::Create(o);
-    ASSERT_TRUE(client.ok());
-    ASSERT_TRUE((*client)->Register(0, absl::Seconds(10)).ok());
-    ASSERT_TRUE((*client)->Init(init).ok());
+    auto created = GrpcParameterClient::Create(o);
+    EXPECT_TRUE(created.ok()) << created.status();
+    if (!created.ok()) return;
+    client = *std::move(created);
+    EXPECT_TRUE(client->Register(0, absl::Seconds(10)).ok());
+    EXPECT_TRUE(client->Init(init).ok());
+  }
+  // The pushes the shard received in pieces.
+  int64_t PiecesReceived() {
+    auto reports = client->Status();
+    EXPECT_TRUE(reports.ok()) << reports.status();
+    return reports.ok() ? (*reports)[0].pieces_received : -1;
+  }
+  std::unique_ptr<ShardServer> server;
+  std::unique_ptr<GrpcParameterClient> client;
+};
+
+// `n` values following a pattern of period `period`, scaled and shifted.
+std::vector<float> Pattern(int64_t n, int period, float scale, float shift) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(i % period) * scale + shift;
+  return v;
+}
+
+// Under BSP a 1 MiB push to the only shard travels in two calls over two connections
+// (split_lone_pushes), which the shard gathers in the worker's round buffer: the same weights
+// and version as one call, bit for bit, and the shard counts the pieces.
+TEST(SplitLonePushes, GiveWhatAWholePushGives) {
+  constexpr int64_t kTotal = 1 << 18;  // 1 MiB
+  const std::vector<float> init = Pattern(kTotal, 1000, 0.5f, 0.0f);
+  const std::vector<float> gradient = Pattern(kTotal, 7, 0.125f, -0.25f);
+  std::vector<std::vector<float>> weights;
+  for (bool split : {false, true}) {
+    LoneBspShard lone(init, split);
+    ASSERT_NE(lone.client, nullptr);
     for (int64_t clock = 0; clock < 2; ++clock) {
-      auto pushed = (*client)->Push(clock, {clock}, 1, gradient);
+      auto pushed = lone.client->Push(clock, {clock}, 1, gradient);
       ASSERT_TRUE(pushed.ok()) << pushed.status();
       EXPECT_EQ(pushed->applied, 1);  // the round of the lone worker, applied by its last piece
     }
     std::vector<float> w(kTotal);
-    auto pulled = (*client)->Pull(2, false, absl::MakeSpan(w));
+    auto pulled = lone.client->Pull(2, false, absl::MakeSpan(w));
     ASSERT_TRUE(pulled.ok()) << pulled.status();
     EXPECT_EQ(pulled->versions, (std::vector<int64_t>{2}));
     weights.push_back(w);
-    auto reports = (*client)->Status();
-    ASSERT_TRUE(reports.ok()) << reports.status();
-    EXPECT_EQ((*reports)[0].pieces_received, split ? 4 : 0);  // 2 pushes of 2 pieces
+    EXPECT_EQ(lone.PiecesReceived(), split ? 4 : 0);  // 2 pushes of 2 pieces
   }
   EXPECT_EQ(weights[1], weights[0]);
   EXPECT_NE(weights[0], init);
@@ -419,38 +442,18 @@ TEST(SplitLonePushes, GiveWhatAWholePushGives) {
 // (kLonePushPullSplitFrom): the same weights and version as one whole call, bit for bit.
 TEST(SplitLonePushes, ALargePushPullGoesAsASplitPushAndASplitPull) {
   constexpr int64_t kTotal = kLonePushPullSplitFrom / 4;
-  std::vector<float> init(kTotal), gradient(kTotal);
-  for (int64_t i = 0; i < kTotal; ++i) {
-    init[i] = static_cast<float>(i % 999) * 0.25f;
-    gradient[i] = static_cast<float>(i % 5) * 0.5f - 1.0f;
-  }
+  const std::vector<float> init = Pattern(kTotal, 999, 0.25f, 0.0f);
+  const std::vector<float> gradient = Pattern(kTotal, 5, 0.5f, -1.0f);
   std::vector<std::vector<float>> weights;
   for (bool split : {false, true}) {
-    ShardServerOptions so;
-    so.shard.consistency.mode = ConsistencyMode::kBsp;
-    so.shard.consistency.num_workers = 1;
-    so.shard.optimizer.lr = 0.5f;
-    so.shard.optimizer.kind = OptimizerKind::kSgd;
-    auto server = ShardServer::Start(so);
-    ASSERT_TRUE(server.ok()) << server.status();
-    GrpcClientOptions o;
-    o.servers = {"127.0.0.1:" + std::to_string((*server)->port())};
-    o.fingerprint = kFp;
-    o.total_params = kTotal;
-    o.shared_memory = false;
-    o.split_lone_pushes = split;
-    auto client = GrpcParameterClient::Create(o);
-    ASSERT_TRUE(client.ok());
-    ASSERT_TRUE((*client)->Register(0, absl::Seconds(10)).ok());
-    ASSERT_TRUE((*client)->Init(init).ok());
+    LoneBspShard lone(init, split);
+    ASSERT_NE(lone.client, nullptr);
     std::vector<float> w(kTotal);
-    auto both = (*client)->PushPull(0, {0}, 1, gradient, 1, absl::MakeSpan(w));
+    auto both = lone.client->PushPull(0, {0}, 1, gradient, 1, absl::MakeSpan(w));
     ASSERT_TRUE(both.ok()) << both.status();
     EXPECT_EQ(both->pulled.versions, (std::vector<int64_t>{1}));
     weights.push_back(w);
-    auto reports = (*client)->Status();
-    ASSERT_TRUE(reports.ok()) << reports.status();
-    EXPECT_EQ((*reports)[0].pieces_received, split ? 2 : 0);
+    EXPECT_EQ(lone.PiecesReceived(), split ? 2 : 0);
   }
   EXPECT_EQ(weights[1], weights[0]);
   EXPECT_NE(weights[0], init);
