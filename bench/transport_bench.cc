@@ -21,12 +21,15 @@
 // each beside the plain gRPC call's.
 // Across hosts: with --server_netns NAME every server (shards, the plain gRPC server, the TCP
 // reader) is started in network namespace NAME (as `ip netns add` makes it; needs root) and the
-// workers, in this process's namespace, dial --host; bench/transport_netns.sh joins two
+// workers, in this process's namespace, dial --host; `bench/link_bench.sh --transport` joins two
 // namespaces with a veth pair and runs it there (payloads in the messages only).
+// --ops push_pull measures a training step's call instead (push, then the next clock's weights
+// back; both directions counted), against a plain push then pull.
 //
 //   ps_bench_transport [--mib 1,16,64] [--configs 1x1,2x2] [--seconds 1.5] [--rounds 3]
 //                      [--transports grpc,shm,shm_direct] [--chunk_mib 0] [--connections 1]
-//                      [--small] [--server_netns NAME --host ADDR]
+//                      [--ops push,pull,push_pull] [--mode asp|bsp] [--small]
+//                      [--server_netns NAME --host ADDR]
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -67,7 +70,9 @@ ABSL_FLAG(std::vector<std::string>, configs, std::vector<std::string>({"1x1", "2
           "WORKERSxSHARDS configurations.");
 ABSL_FLAG(double, seconds, 1.5, "Time per measurement.");
 ABSL_FLAG(std::vector<std::string>, ops, std::vector<std::string>({"push", "pull"}),
-          "Which operations to measure (for profiling one of them).");
+          "Which operations to measure: push, pull, push_pull (a training step's call: push, then "
+          "the next clock's weights back; gbps counts both ways; compared with the plain push and "
+          "pull only).");
 ABSL_FLAG(double, chunk_mib, 0,
           "Our client: each shard's range travels in calls of at most this many MiB, all in "
           "flight together (0: one call per shard).");
@@ -78,6 +83,9 @@ ABSL_FLAG(bool, split_lone_pulls, true,
 ABSL_FLAG(bool, split_lone_pushes, true,
           "Our client: pushes to a lone shard in 2 MiB calls over two connections (as ps_worker's "
           "default).");
+ABSL_FLAG(double, push_pull_split_mib, 4,
+          "Our client, with --split_lone_pushes: a PushPull with a lone shard of at least this "
+          "many MiB goes as a split push and a split pull (ps_worker's default: 4).");
 ABSL_FLAG(std::vector<std::string>, transports,
           std::vector<std::string>({"grpc", "shm", "shm_direct"}),
           "Our client's payload paths: grpc (in the messages), shm (through shared memory, the "
@@ -395,6 +403,8 @@ Cluster StartCluster(const Sites& sites, int workers, int shards, int64_t total,
     o.connections = absl::GetFlag(FLAGS_connections);
     o.split_lone_pulls = absl::GetFlag(FLAGS_split_lone_pulls);
     o.split_lone_pushes = absl::GetFlag(FLAGS_split_lone_pushes);
+    o.push_pull_split_bytes =
+        static_cast<int64_t>(absl::GetFlag(FLAGS_push_pull_split_mib) * (1 << 20));
     o.shared_memory = shared_memory;
     o.local_calls = absl::GetFlag(FLAGS_local_calls);
     auto client = ps::GrpcParameterClient::Create(o);
@@ -467,6 +477,15 @@ class Rig {
     auto r = clusters_[c].workers[w]->Pull(clocks_[c][w], false, own_[c][w].weights);
     if (!r.ok()) Die("pull: " + r.status().ToString());
     versions_[c][w] = r->versions;
+  }
+  // A training step's call: push this clock, pull the next one's weights.
+  void PushPull(size_t c, int w) {
+    const int64_t clock = clocks_[c][w];
+    auto r = clusters_[c].workers[w]->PushPull(clock, versions_[c][w], 32, own_[c][w].gradient,
+                                               clock + 1, own_[c][w].weights);
+    if (!r.ok()) Die("push_pull: " + r.status().ToString());
+    ++clocks_[c][w];
+    versions_[c][w] = r->pulled.versions;
   }
   void PlainPush(int w) { plain_[w]->Push(grads_[w]); }
   void PlainPull(int w) { plain_[w]->Pull(&params_[w]); }
@@ -607,45 +626,58 @@ void MeasureBulk(const Sites& sites, int workers, int shards, int mib,
   std::unique_ptr<TcpSink> sink;
   AtServers(sites, [&] { sink = std::make_unique<TcpSink>(sites.bind_host); });
   const std::vector<std::string> ops = absl::GetFlag(FLAGS_ops);
-  const bool do_op[2] = {std::find(ops.begin(), ops.end(), "push") != ops.end(),
-                         std::find(ops.begin(), ops.end(), "pull") != ops.end()};
-  // [op][transport]: ours; [op] plain gRPC; best over rounds.
-  std::vector<std::vector<double>> best(2, std::vector<double>(rig.clusters(), 0.0));
-  double best_plain[2] = {0, 0};
+  constexpr int kOps = 3;
+  const char* const op_names[kOps] = {"push", "pull", "push_pull"};
+  bool do_op[kOps];
+  for (int op = 0; op < kOps; ++op) {
+    do_op[op] = std::find(ops.begin(), ops.end(), op_names[op]) != ops.end();
+  }
+  // [op][transport]: ours; [op] plain gRPC (a push then a pull for push_pull); best over rounds.
+  std::vector<std::vector<double>> best(kOps, std::vector<double>(rig.clusters(), 0.0));
+  double best_plain[kOps] = {0, 0, 0};
   double memcpy_gbps = 0, tcp_gbps = 0;
-  const double per_call = static_cast<double>(bytes) / 1e9;
   const bool references = absl::GetFlag(FLAGS_references);
   for (int round = 0; round < rounds; ++round) {
-    for (int op = 0; op < 2; ++op) {
+    for (int op = 0; op < kOps; ++op) {
       if (!do_op[op]) continue;
+      // A PushPull moves the model both ways.
+      const double per_call = static_cast<double>(op == 2 ? 2 * bytes : bytes) / 1e9;
       for (size_t c = 0; c < rig.clusters(); ++c) {
         best[op][c] = std::max(best[op][c], per_call * CallsPerSecond(workers, seconds, [&](int w) {
-                                              op == 0 ? rig.Push(c, w) : rig.Pull(c, w);
+                                              if (op == 0) rig.Push(c, w);
+                                              if (op == 1) rig.Pull(c, w);
+                                              if (op == 2) rig.PushPull(c, w);
                                             }));
       }
       if (!references) continue;
       best_plain[op] =
           std::max(best_plain[op], per_call * CallsPerSecond(workers, seconds, [&](int w) {
-                                     op == 0 ? rig.PlainPush(w) : rig.PlainPull(w);
+                                     if (op != 1) rig.PlainPush(w);
+                                     if (op != 0) rig.PlainPull(w);
                                    }));
     }
     if (!references) continue;
     tcp_gbps = std::max(tcp_gbps, TcpStreamsGbps(sites.dial_host, sink->port(), workers, seconds));
     memcpy_gbps = std::max(memcpy_gbps, MemcpyGbps(bytes, seconds / 2));
   }
-  for (int op = 0; op < 2; ++op) {
+  for (int op = 0; op < kOps; ++op) {
     if (!do_op[op]) continue;
     for (size_t c = 0; c < rig.clusters(); ++c) {
       const double ours = best[op][c];
-      ps::JsonObject line = Line(op == 0 ? "push" : "pull", transports[c], workers, shards);
+      ps::JsonObject line = Line(op_names[op], transports[c], workers, shards);
       line.Add("mib", mib)
           .Add("chunk_mib", absl::GetFlag(FLAGS_chunk_mib))
           .Add("connections", absl::GetFlag(FLAGS_connections))
           .Add("split_lone_pulls", absl::GetFlag(FLAGS_split_lone_pulls))
           .Add("split_lone_pushes", absl::GetFlag(FLAGS_split_lone_pushes))
+          .Add("push_pull_split_mib", absl::GetFlag(FLAGS_push_pull_split_mib))
           .Add("gbps", ours);
       if (!references) {
         Print(line);
+        continue;
+      }
+      if (op == 2) {  // both ways: the one-way references do not compare
+        Print(line.Add("grpc_gbps", best_plain[op]).Add("ratio_vs_grpc", ours / best_plain[op]));
         continue;
       }
       Print(line.Add("tcp_gbps", tcp_gbps)
@@ -666,6 +698,7 @@ int main(int argc, char** argv) {
                        "Push and pull throughput against a TCP stream, plain gRPC and memcpy.\n"
                        "  ps_bench_transport [--mib 1,16,64] [--configs 1x1,2x2] [--seconds 1.5]\n"
                        "                     [--transports grpc,shm,shm_direct] [--small]\n"
+                       "                     [--ops push,pull,push_pull] [--mode asp|bsp]\n"
                        "                     [--server_netns NAME --host ADDR]");
   spdlog::set_level(spdlog::level::warn);
   const double seconds = absl::GetFlag(FLAGS_seconds);
@@ -677,6 +710,16 @@ int main(int argc, char** argv) {
   const std::string mode = absl::GetFlag(FLAGS_mode);
   if (mode != "asp" && mode != "bsp") {
     std::fprintf(stderr, "--mode: '%s' is not asp or bsp\n", mode.c_str());
+    return 2;
+  }
+  for (const std::string& op : absl::GetFlag(FLAGS_ops)) {
+    if (op != "push" && op != "pull" && op != "push_pull") {
+      std::fprintf(stderr, "--ops: '%s' is not push, pull or push_pull\n", op.c_str());
+      return 2;
+    }
+  }
+  if (!(absl::GetFlag(FLAGS_push_pull_split_mib) >= 0)) {
+    std::fprintf(stderr, "--push_pull_split_mib must be >= 0\n");
     return 2;
   }
   const std::vector<std::string> transports = absl::GetFlag(FLAGS_transports);

@@ -19,7 +19,7 @@ run() {
 run transport build/bin/ps_bench_transport --seconds 1 --rounds 3 --small
 # The pulls that a lone shard under BSP splits over two connections.
 run transport_bsp build/bin/ps_bench_transport --seconds 1 --rounds 3 --configs 1x1 \
-  --transports grpc --mode bsp --ops pull
+  --transports grpc --mode bsp --ops push,pull,push_pull
 run apply build/bin/ps_bench_apply --seconds 1
 run train build/bin/ps_bench_train --vs_pytorch --encodings f32,bf16,topk
 # The same MLP runs with payloads in the gRPC messages (workers on other hosts than their shards).

@@ -77,9 +77,10 @@ struct GrpcClientOptions {
   bool split_lone_pulls = true;
   // The same for pushes (without sparse rows, which travel with whole pushes): under BSP the shard
   // gathers the pieces in the worker's round buffer, which it holds anyway, so they cost it no
-  // staging slice. A PushPull of at least kLonePushPullSplitFrom (4 MiB) then goes as a split
-  // push and a split pull; a smaller one stays one call.
+  // staging slice. A PushPull of at least push_pull_split_bytes then goes as a split push and a
+  // split pull; a smaller one stays one call.
   bool split_lone_pushes = true;
+  int64_t push_pull_split_bytes = kLonePushPullSplitFrom;
   // Move payloads through a shared-memory region (common/shm/shared_memory.h) with every shard that
   // can open it, i.e. runs on this host; the others, and any call that finds its part of the
   // region lent to another call, carry them in the gRPC messages.

@@ -277,7 +277,7 @@ absl::StatusOr<PushPullStats> GrpcParameterClient::PushPullWithRows(
         "PushPull: gradient, weights or base versions do not fit the layout");
   }
   const int64_t bytes = options_.total_params * static_cast<int64_t>(sizeof(float));
-  if (push_rows.empty() && bytes >= kLonePushPullSplitFrom &&
+  if (push_rows.empty() && bytes >= options_.push_pull_split_bytes &&
       SplitsLoneTransfer(Transfer::kPush, bytes) && SplitsLoneTransfer(Transfer::kPull, bytes)) {
     return PushThenPull(clock, base_versions, num_samples, gradient, push_rows, pull_clock, params,
                         pull_rows);
