@@ -17,7 +17,7 @@ run() {
   "$@" | tee "$out/$name.jsonl"
 }
 run transport build/bin/ps_bench_transport --seconds 1 --rounds 3 --small
-# The pulls that a lone shard under BSP splits over two connections.
+# The pulls, pushes and PushPulls that a lone shard under BSP splits over two connections.
 run transport_bsp build/bin/ps_bench_transport --seconds 1 --rounds 3 --configs 1x1 \
   --transports grpc --mode bsp --ops push,pull,push_pull
 run apply build/bin/ps_bench_apply --seconds 1
