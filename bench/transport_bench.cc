@@ -63,6 +63,7 @@
 #include "server/shard_server.h"
 #include "spdlog/spdlog.h"
 #include "worker/grpc_parameter_client.h"
+#include "worker/worker_flags.h"
 
 ABSL_FLAG(std::vector<std::string>, mib, std::vector<std::string>({"1", "16", "64"}),
           "Model sizes in MiB of float32 (what one worker pushes or pulls per call).");
@@ -73,19 +74,6 @@ ABSL_FLAG(std::vector<std::string>, ops, std::vector<std::string>({"push", "pull
           "Which operations to measure: push, pull, push_pull (a training step's call: push, then "
           "the next clock's weights back; gbps counts both ways; compared with the plain push and "
           "pull only).");
-ABSL_FLAG(double, chunk_mib, 0,
-          "Our client: each shard's range travels in calls of at most this many MiB, all in "
-          "flight together (0: one call per shard).");
-ABSL_FLAG(int32_t, connections, 1, "Our client: TCP connections per shard for the chunks.");
-ABSL_FLAG(bool, split_lone_pulls, true,
-          "Our client: pulls from a lone shard in 2 MiB calls over two connections (as ps_worker's "
-          "default).");
-ABSL_FLAG(bool, split_lone_pushes, true,
-          "Our client: pushes to a lone shard in 2 MiB calls over two connections (as ps_worker's "
-          "default).");
-ABSL_FLAG(double, push_pull_split_mib, 4,
-          "Our client, with --split_lone_pushes: a PushPull with a lone shard of at least this "
-          "many MiB goes as a split push and a split pull (ps_worker's default: 4).");
 ABSL_FLAG(std::vector<std::string>, transports,
           std::vector<std::string>({"grpc", "shm", "shm_direct"}),
           "Our client's payload paths: grpc (in the messages), shm (through shared memory, the "
@@ -718,8 +706,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (!(absl::GetFlag(FLAGS_push_pull_split_mib) >= 0)) {
-    std::fprintf(stderr, "--push_pull_split_mib must be >= 0\n");
+  if (absl::GetFlag(FLAGS_chunk_mib) < 0 || absl::GetFlag(FLAGS_connections) < 1 ||
+      !(absl::GetFlag(FLAGS_push_pull_split_mib) >= 0)) {
+    std::fprintf(stderr,
+                 "--chunk_mib and --push_pull_split_mib must be >= 0, --connections >= 1\n");
     return 2;
   }
   const std::vector<std::string> transports = absl::GetFlag(FLAGS_transports);

@@ -35,11 +35,14 @@ ABSL_FLAG(bool, split_lone_pulls, true,
           "With --chunk_mib 0, under BSP: a pull of 512 KiB or more from the worker's only shard, "
           "payload in the messages, travels as calls of at most 2 MiB over two connections (one "
           "HTTP/2 stream leaves both ends waiting on each other).");
-ABSL_FLAG(
-    bool, split_lone_pushes, true,
-    "The same for pushes without sparse rows: the shard gathers BSP pieces in the worker's "
-    "round buffer, so they cost it no staging memory. A PushPull of 4 MiB or more then goes as "
-    "a split push and a split pull, a smaller one whole.");
+ABSL_FLAG(bool, split_lone_pushes, true,
+          "The same for pushes without sparse rows: the shard gathers BSP pieces in the worker's "
+          "round buffer, so they cost it no staging memory. A PushPull of --push_pull_split_mib "
+          "or more then goes as a split push and a split pull, a smaller one whole.");
+ABSL_FLAG(double, push_pull_split_mib, 4,
+          "With --split_lone_pushes: the size from which a PushPull with the only shard goes as a "
+          "split push and a split pull (4 lies between a 0.9 MiB model that did not gain and a "
+          "12.8 MB one that did; 0: always).");
 ABSL_FLAG(bool, fault_duplicate_pushes, false,
           "Fault injection for tests: send every push twice and fail unless the second comes "
           "back as a duplicate from every shard.");

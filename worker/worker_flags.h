@@ -5,7 +5,8 @@
 // worker by ps_launch (ForwardedFlagsOf("worker/worker_flags.cc") passes every flag this file's
 // .cc defines). The schedule (--overlap, --async_push, --push_pull, --priority,
 // --priority_min_part), the transport (--push_encoding, --topk_ratio, --pull_encoding,
-// --chunk_mib, --connections), the device, evaluation and time budget, jitter,
+// --chunk_mib, --connections, --split_lone_pulls, --split_lone_pushes, --push_pull_split_mib;
+// ps_bench_transport takes these too), the device, evaluation and time budget, jitter,
 // and a fault switch for tests. For main() files only.
 
 #include <cstdint>
@@ -26,6 +27,7 @@ ABSL_DECLARE_FLAG(double, chunk_mib);
 ABSL_DECLARE_FLAG(int32_t, connections);
 ABSL_DECLARE_FLAG(bool, split_lone_pulls);
 ABSL_DECLARE_FLAG(bool, split_lone_pushes);
+ABSL_DECLARE_FLAG(double, push_pull_split_mib);
 ABSL_DECLARE_FLAG(bool, fault_duplicate_pushes);
 ABSL_DECLARE_FLAG(double, clip_norm);
 ABSL_DECLARE_FLAG(int64_t, eval_every);

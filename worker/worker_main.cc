@@ -152,13 +152,17 @@ absl::StatusOr<ps::GrpcClientOptions> ClientOptionsFromFlags(const ps::Model& mo
   ASSIGN_OR_RETURN(o.push_encoding, ps::ParseTensorEncoding(absl::GetFlag(FLAGS_push_encoding)));
   ASSIGN_OR_RETURN(o.pull_encoding, ps::ParseTensorEncoding(absl::GetFlag(FLAGS_pull_encoding)));
   o.topk_ratio = absl::GetFlag(FLAGS_topk_ratio);
-  if (absl::GetFlag(FLAGS_chunk_mib) < 0 || absl::GetFlag(FLAGS_connections) < 1) {
-    return absl::InvalidArgumentError("--chunk_mib must be >= 0 and --connections >= 1");
+  if (absl::GetFlag(FLAGS_chunk_mib) < 0 || absl::GetFlag(FLAGS_connections) < 1 ||
+      !(absl::GetFlag(FLAGS_push_pull_split_mib) >= 0)) {
+    return absl::InvalidArgumentError(
+        "--chunk_mib and --push_pull_split_mib must be >= 0, --connections >= 1");
   }
   o.chunk_bytes = static_cast<int64_t>(absl::GetFlag(FLAGS_chunk_mib) * (1 << 20));
   o.connections = absl::GetFlag(FLAGS_connections);
   o.split_lone_pulls = absl::GetFlag(FLAGS_split_lone_pulls);
   o.split_lone_pushes = absl::GetFlag(FLAGS_split_lone_pushes);
+  o.push_pull_split_bytes =
+      static_cast<int64_t>(absl::GetFlag(FLAGS_push_pull_split_mib) * (1 << 20));
   o.shared_memory = absl::GetFlag(FLAGS_shared_memory);
   o.local_calls = absl::GetFlag(FLAGS_local_calls);
   // Double buffers (a step computing while another travels) take a second set of areas.
