@@ -63,6 +63,7 @@
 #include "server/shard_server.h"
 #include "spdlog/spdlog.h"
 #include "worker/grpc_parameter_client.h"
+#include "worker/transfer_flags.h"
 #include "worker/worker_flags.h"
 
 ABSL_FLAG(std::vector<std::string>, mib, std::vector<std::string>({"1", "16", "64"}),
@@ -387,12 +388,8 @@ Cluster StartCluster(const Sites& sites, int workers, int shards, int64_t total,
     o.fingerprint = fingerprint;
     o.total_params = total;
     o.max_message_bytes = kMaxMessage;
-    o.chunk_bytes = static_cast<int64_t>(absl::GetFlag(FLAGS_chunk_mib) * (1 << 20));
-    o.connections = absl::GetFlag(FLAGS_connections);
-    o.split_lone_pulls = absl::GetFlag(FLAGS_split_lone_pulls);
-    o.split_lone_pushes = absl::GetFlag(FLAGS_split_lone_pushes);
-    o.push_pull_split_bytes =
-        static_cast<int64_t>(absl::GetFlag(FLAGS_push_pull_split_mib) * (1 << 20));
+    // Checked in main.
+    if (const absl::Status t = ps::SetTransferFromFlags(o); !t.ok()) Die(t.ToString());
     o.shared_memory = shared_memory;
     o.local_calls = absl::GetFlag(FLAGS_local_calls);
     auto client = ps::GrpcParameterClient::Create(o);
@@ -706,11 +703,12 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (absl::GetFlag(FLAGS_chunk_mib) < 0 || absl::GetFlag(FLAGS_connections) < 1 ||
-      !(absl::GetFlag(FLAGS_push_pull_split_mib) >= 0)) {
-    std::fprintf(stderr,
-                 "--chunk_mib and --push_pull_split_mib must be >= 0, --connections >= 1\n");
-    return 2;
+  {
+    ps::GrpcClientOptions unused;
+    if (const absl::Status s = ps::SetTransferFromFlags(unused); !s.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+      return 2;
+    }
   }
   const std::vector<std::string> transports = absl::GetFlag(FLAGS_transports);
   for (const std::string& t : transports) {

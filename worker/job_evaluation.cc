@@ -158,14 +158,8 @@ void AddSparseTotals(const std::vector<ShardReport>& reports, JsonObject* out) {
 void AddWork(const WorkAccount& work, bool require_all, JsonObject* out) {
   std::vector<JsonObject> per_worker;
   for (const WorkerWork& w : work.workers) {
-    per_worker.push_back(JsonObject()
-                             .Add("rank", w.rank)
-                             .Add("state", w.state)
-                             .Add("planned_steps", w.planned_steps)
-                             .Add("gradients_expected", w.gradients_expected)
-                             .Add("gradients_applied", w.gradients_applied)
-                             .Add("steps_skipped", w.steps_skipped)
-                             .Add("samples_skipped", w.samples_skipped));
+    JsonObject& o = per_worker.emplace_back();
+    ForEachReportedField(w, [&o](const char* name, const auto& value) { o.Add(name, value); });
   }
   out->Add("gradients_expected", work.gradients_expected)
       .Add("gradients_applied", work.gradients_applied)

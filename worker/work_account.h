@@ -31,6 +31,20 @@ struct WorkerWork {
   int64_t samples_skipped = 0;
 };
 
+// Calls `field(name, value)` for each field of a worker's account that the reports show
+// (summary.json's "work", ps_train's work_account()), in their order: one list of names for every
+// format.
+template <typename FieldFn>
+void ForEachReportedField(const WorkerWork& w, FieldFn&& field) {
+  field("rank", w.rank);
+  field("state", w.state);
+  field("planned_steps", w.planned_steps);
+  field("gradients_expected", w.gradients_expected);
+  field("gradients_applied", w.gradients_applied);
+  field("steps_skipped", w.steps_skipped);
+  field("samples_skipped", w.samples_skipped);
+}
+
 struct WorkAccount {
   std::vector<WorkerWork> workers;  // by rank
   int64_t gradients_expected = 0;

@@ -37,6 +37,7 @@
 #include "worker/job_evaluation.h"
 #include "worker/text_generation.h"
 #include "worker/trainer.h"
+#include "worker/transfer_flags.h"
 #include "worker/worker_flags.h"
 
 ABSL_FLAG(int32_t, rank, -1,
@@ -152,17 +153,7 @@ absl::StatusOr<ps::GrpcClientOptions> ClientOptionsFromFlags(const ps::Model& mo
   ASSIGN_OR_RETURN(o.push_encoding, ps::ParseTensorEncoding(absl::GetFlag(FLAGS_push_encoding)));
   ASSIGN_OR_RETURN(o.pull_encoding, ps::ParseTensorEncoding(absl::GetFlag(FLAGS_pull_encoding)));
   o.topk_ratio = absl::GetFlag(FLAGS_topk_ratio);
-  if (absl::GetFlag(FLAGS_chunk_mib) < 0 || absl::GetFlag(FLAGS_connections) < 1 ||
-      !(absl::GetFlag(FLAGS_push_pull_split_mib) >= 0)) {
-    return absl::InvalidArgumentError(
-        "--chunk_mib and --push_pull_split_mib must be >= 0, --connections >= 1");
-  }
-  o.chunk_bytes = static_cast<int64_t>(absl::GetFlag(FLAGS_chunk_mib) * (1 << 20));
-  o.connections = absl::GetFlag(FLAGS_connections);
-  o.split_lone_pulls = absl::GetFlag(FLAGS_split_lone_pulls);
-  o.split_lone_pushes = absl::GetFlag(FLAGS_split_lone_pushes);
-  o.push_pull_split_bytes =
-      static_cast<int64_t>(absl::GetFlag(FLAGS_push_pull_split_mib) * (1 << 20));
+  RETURN_IF_ERROR(ps::SetTransferFromFlags(o));
   o.shared_memory = absl::GetFlag(FLAGS_shared_memory);
   o.local_calls = absl::GetFlag(FLAGS_local_calls);
   // Double buffers (a step computing while another travels) take a second set of areas.

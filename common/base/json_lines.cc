@@ -76,22 +76,22 @@ JsonObject& JsonObject::Add(const std::string& key, bool value) {
 }
 
 JsonObject& JsonObject::Add(const std::string& key, const std::vector<int64_t>& values) {
-  Key(key);
-  body_ += '[';
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (i > 0) body_ += ',';
-    absl::StrAppend(&body_, values[i]);
-  }
-  body_ += ']';
-  return *this;
+  return AddArray(key, values.size(),
+                  [&](size_t i, std::string* out) { absl::StrAppend(out, values[i]); });
 }
 
 JsonObject& JsonObject::Add(const std::string& key, const std::vector<JsonObject>& objects) {
+  return AddArray(key, objects.size(),
+                  [&](size_t i, std::string* out) { *out += objects[i].str(); });
+}
+
+JsonObject& JsonObject::AddArray(const std::string& key, size_t size,
+                                 absl::FunctionRef<void(size_t, std::string*)> append_element) {
   Key(key);
   body_ += '[';
-  for (size_t i = 0; i < objects.size(); ++i) {
+  for (size_t i = 0; i < size; ++i) {
     if (i > 0) body_ += ',';
-    body_ += objects[i].str();
+    append_element(i, &body_);
   }
   body_ += ']';
   return *this;

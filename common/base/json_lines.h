@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -31,6 +32,9 @@ class JsonObject {
 
  private:
   void Key(const std::string& key);
+  // key: [e0,e1,...]: `append_element(i, out)` appends element i's JSON to `out`.
+  JsonObject& AddArray(const std::string& key, size_t size,
+                       absl::FunctionRef<void(size_t, std::string*)> append_element);
   std::string body_;
 };
 

@@ -42,6 +42,8 @@ PS_CPU_CLONES void SumRowsLoops(int rows, int cols, const float* x, float beta, 
 
 CpuDevice::CpuDevice(int blas_threads) { openblas_set_num_threads(std::max(1, blas_threads)); }
 
+std::string CpuDevice::BlasKernels() { return openblas_get_corename(); }
+
 absl::StatusOr<DeviceBuffer> CpuDevice::Allocate(size_t bytes) {
   // 64-byte alignment keeps BLAS and vector loops on whole cache lines.
   const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);

@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "server/shard_server.h"
+#include "tests/support/test_shards.h"
 #include "worker/grpc_parameter_client.h"
 
 namespace ps {
@@ -48,10 +49,7 @@ ShardServerOptions BaseOptions() {
 }
 
 GrpcClientOptions ClientOptions(const ShardServer& server, int64_t total = 4) {
-  GrpcClientOptions o;
-  o.servers = {"127.0.0.1:" + std::to_string(server.port())};
-  o.fingerprint = kFp;
-  o.total_params = total;
+  GrpcClientOptions o = ClientOptionsFor({&server}, kFp, total);
   o.retry_for = absl::Seconds(2);
   o.call_timeout = absl::Seconds(5);
   return o;
@@ -185,7 +183,7 @@ TEST(Tls, MutualTlsWithTokenTrainsAndRefusesStrangers) {
 
 grpc::health::v1::HealthCheckResponse::ServingStatus Health(int port, const std::string& service) {
   auto stub = grpc::health::v1::Health::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+      grpc::CreateChannel(LoopbackAddress(port), grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   grpc::health::v1::HealthCheckRequest req;
@@ -214,7 +212,7 @@ TEST(Health, ParametersServeOnlyOnceInitialisedOnBothPorts) {
   }
   // The health port serves nothing else.
   auto stub = ps::v1::ParameterServer::NewStub(grpc::CreateChannel(
-      "127.0.0.1:" + std::to_string((*server)->health_port()), grpc::InsecureChannelCredentials()));
+      LoopbackAddress((*server)->health_port()), grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   ps::v1::GetStatusResponse status;
   EXPECT_EQ(stub->GetStatus(&ctx, ps::v1::GetStatusRequest(), &status).error_code(),

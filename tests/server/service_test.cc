@@ -15,6 +15,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "server/shard_server.h"
+#include "tests/support/test_shards.h"
 #include "worker/grpc_parameter_client.h"
 
 namespace ps {
@@ -29,15 +30,10 @@ std::string Bytes(const std::vector<float>& v) {
 class ServiceTest : public testing::Test {
  protected:
   void SetUp() override {
-    ShardServerOptions o;
-    o.shard.consistency.mode = ConsistencyMode::kAsp;
-    o.shard.consistency.num_workers = 1;
-    o.shard.optimizer.lr = 1.0f;
-    auto s = ShardServer::Start(o);
-    ASSERT_TRUE(s.ok()) << s.status();
-    server_ = std::move(*s);
-    stub_ = ps::v1::ParameterServer::NewStub(grpc::CreateChannel(
-        "127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials()));
+    server_ = StartShardServer(SgdShardServer(ConsistencyMode::kAsp, 1));
+    ASSERT_NE(server_, nullptr);
+    stub_ = ps::v1::ParameterServer::NewStub(
+        grpc::CreateChannel(LoopbackAddress(server_->port()), grpc::InsecureChannelCredentials()));
     ps::v1::InitRequest init;
     init.set_layout_fingerprint(kFp);
     init.set_total_params(3);
@@ -462,10 +458,7 @@ TEST_F(SharedMemoryServiceTest, AttachRefusesWhatItCannotMapOrTrust) {
 }
 
 TEST_F(ServiceTest, ClientRegistersPullsAndPushesThroughAllShards) {
-  GrpcClientOptions o;
-  o.servers = {"127.0.0.1:" + std::to_string(server_->port())};
-  o.fingerprint = kFp;
-  o.total_params = 3;
+  GrpcClientOptions o = ClientOptionsFor({server_.get()}, kFp, 3);
   auto client = GrpcParameterClient::Create(o);
   ASSERT_TRUE(client.ok());
   auto info = (*client)->Register(0, absl::Seconds(5));
@@ -490,11 +483,8 @@ TEST_F(ServiceTest, ClientRegistersPullsAndPushesThroughAllShards) {
 }
 
 TEST_F(ServiceTest, ClientFailsFastWhenAShardIsListedInTheWrongPlace) {
-  GrpcClientOptions o;
-  const std::string addr = "127.0.0.1:" + std::to_string(server_->port());
-  o.servers = {addr, addr};  // the same shard 0 twice: position 1 disagrees
-  o.fingerprint = kFp;
-  o.total_params = 3;
+  // The same shard 0 twice: position 1 disagrees.
+  const GrpcClientOptions o = ClientOptionsFor({server_.get(), server_.get()}, kFp, 3);
   auto client = GrpcParameterClient::Create(o);
   ASSERT_TRUE(client.ok());
   EXPECT_EQ((*client)->Register(0, absl::Seconds(5)).status().code(),
@@ -506,19 +496,13 @@ TEST_F(ServiceTest, ClientFailsFastWhenAShardIsListedInTheWrongPlace) {
 // (weights start at 0, each push adds 1).
 TEST(ServiceLending, RepliesSentFromTheWeightsAreConsistentWhilePushesGoOn) {
   constexpr int64_t kTotal = 1 << 20;  // 4 MiB: long enough on the wire to overlap pushes
-  ShardServerOptions so;
-  so.shard.consistency.mode = ConsistencyMode::kAsp;
-  so.shard.consistency.num_workers = 2;
-  so.shard.optimizer.lr = 1.0f;
+  ShardServerOptions so = SgdShardServer(ConsistencyMode::kAsp, 2);
   so.max_message_bytes = 64 << 20;
-  auto server = ShardServer::Start(so);
-  ASSERT_TRUE(server.ok()) << server.status();
+  std::unique_ptr<ShardServer> server = StartShardServer(so);
+  ASSERT_NE(server, nullptr);
   std::vector<std::unique_ptr<GrpcParameterClient>> clients;
   for (int rank = 0; rank < 2; ++rank) {
-    GrpcClientOptions o;
-    o.servers = {"127.0.0.1:" + std::to_string((*server)->port())};
-    o.fingerprint = kFp;
-    o.total_params = kTotal;
+    GrpcClientOptions o = ClientOptionsFor({server.get()}, kFp, kTotal);
     o.max_message_bytes = 64 << 20;
     o.shared_memory = false;
     auto client = GrpcParameterClient::Create(o);

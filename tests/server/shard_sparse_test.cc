@@ -7,6 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "server/shard.h"
+#include "tests/support/test_shards.h"
 
 namespace ps {
 namespace {
@@ -19,13 +20,7 @@ const std::vector<float> kZeros(4, 0.0f);
 
 std::unique_ptr<Shard> MakeShard(ConsistencyMode mode, int workers, int shard_id = 0,
                                  int num_shards = 1) {
-  ShardOptions o;
-  o.shard_id = shard_id;
-  o.num_shards = num_shards;
-  o.consistency.mode = mode;
-  o.consistency.num_workers = workers;
-  o.optimizer.kind = OptimizerKind::kSgd;
-  o.optimizer.lr = 1.0f;
+  ShardOptions o = SgdShard(mode, workers, shard_id, num_shards);
   o.sparse_optimizer = {SparseOptimizerKind::kSgd, 1.0f};
   o.lease = absl::Seconds(30);
   auto s = Shard::Create(o);

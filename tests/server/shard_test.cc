@@ -8,6 +8,7 @@
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "server/lendable_values.h"
+#include "tests/support/test_shards.h"
 
 namespace ps {
 namespace {
@@ -24,14 +25,10 @@ std::unique_ptr<Shard> MakeShard(ConsistencyMode mode, int workers, int stalenes
                                  absl::Duration lease = absl::Seconds(30),
                                  UpdateRuleOptions rule = UpdateRuleOptions(),
                                  int backup_workers = 0) {
-  ShardOptions o;
+  ShardOptions o = SgdShard(mode, workers);
   o.update_rule = rule;
   o.consistency.backup_workers = backup_workers;
-  o.consistency.mode = mode;
-  o.consistency.num_workers = workers;
   o.consistency.staleness = staleness;
-  o.optimizer.kind = OptimizerKind::kSgd;
-  o.optimizer.lr = 1.0f;
   o.lease = lease;
   return CreateShard(o);
 }
@@ -619,11 +616,7 @@ TEST(WorkPlans, ANewWorkerOverAFinishedJobIsFlaggedUntilTrainingResumes) {
 // update, known from the first declared plan (BSP: one update per step; ASP: one per push).
 TEST(WorkPlans, AnAutomaticCosineScheduleEndsAtTheDeclaredRunsLastUpdate) {
   for (ConsistencyMode mode : {ConsistencyMode::kBsp, ConsistencyMode::kAsp}) {
-    ShardOptions o;
-    o.consistency.mode = mode;
-    o.consistency.num_workers = 2;
-    o.optimizer.kind = OptimizerKind::kSgd;
-    o.optimizer.lr = 1.0f;
+    ShardOptions o = SgdShard(mode, 2);
     o.optimizer.schedule = LrSchedule::kCosine;
     auto shard = CreateShard(o);
     ASSERT_TRUE(shard->Init(kFp, 4, KeyRange{0, 4}, {0, 0, 0, 0}).ok());

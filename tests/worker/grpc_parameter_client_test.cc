@@ -10,6 +10,7 @@
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "server/shard_server.h"
+#include "tests/support/test_shards.h"
 
 namespace ps {
 namespace {
@@ -31,18 +32,12 @@ struct OneShard {
   std::unique_ptr<GrpcParameterClient> client;
 };
 OneShard StartOneShard(const OneShardOptions& options) {
-  ShardServerOptions so;
-  so.shard.consistency.mode = ConsistencyMode::kAsp;
-  so.shard.consistency.num_workers = 1;
-  so.shard.optimizer.lr = 1.0f;
+  ShardServerOptions so = SgdShardServer(ConsistencyMode::kAsp, 1);
   so.accept_shared_memory = options.accept_shared_memory;
   so.drop_push_reply_every = options.drop_push_reply_every;
-  auto server = ShardServer::Start(so);
-  EXPECT_TRUE(server.ok()) << server.status();
-  GrpcClientOptions o;
-  o.servers = {"127.0.0.1:" + std::to_string((*server)->port())};
-  o.fingerprint = kFp;
-  o.total_params = 3;
+  std::unique_ptr<ShardServer> server = StartShardServer(so);
+  if (server == nullptr) return {};
+  GrpcClientOptions o = ClientOptionsFor({server.get()}, kFp, 3);
   o.shared_memory = options.shared_memory;
   o.shared_memory_slots = options.shared_memory_slots;
   o.chunk_bytes = options.chunk_bytes;
@@ -53,7 +48,7 @@ OneShard StartOneShard(const OneShardOptions& options) {
     EXPECT_TRUE((*client)->Register(0, absl::Seconds(10)).ok());
     EXPECT_TRUE((*client)->Init(std::vector<float>{1, 2, 3}).ok());
   }
-  return OneShard{std::move(*server), std::move(*client)};
+  return OneShard{std::move(server), std::move(*client)};
 }
 
 // A shard started with --shared_memory=false refuses, and the client then carries its payloads
@@ -212,14 +207,11 @@ std::unique_ptr<ShardServer> StartShardOfTwo(int shard_id, int port) {
 }
 TwoShards StartTwoShards() {
   TwoShards two;
-  GrpcClientOptions o;
   for (int s = 0; s < 2; ++s) {
     two.servers.push_back(StartShardOfTwo(s, 0));
     two.ports.push_back(two.servers.back()->port());
-    o.servers.push_back("127.0.0.1:" + std::to_string(two.ports.back()));
   }
-  o.fingerprint = kFp;
-  o.total_params = 4;
+  GrpcClientOptions o = ClientOptionsFor({two.servers[0].get(), two.servers[1].get()}, kFp, 4);
   o.shared_memory = false;
   o.initial_backoff = absl::Milliseconds(20);
   o.report_unreachable_every = absl::Milliseconds(300);
@@ -284,16 +276,11 @@ TEST(ClientFaults, ACallWaitsForARestartingShardWithNoFixedBound) {
 // never completes while a new process takes over rank 0: after one beat the pull is ABORTED,
 // not left to its deadline.
 TEST(ClientFaults, AnAbortedHeartbeatRestartsTheCallsInFlightToThatShard) {
-  ShardServerOptions so;
-  so.shard.consistency.mode = ConsistencyMode::kBsp;
-  so.shard.consistency.num_workers = 2;
+  ShardServerOptions so = SgdShardServer(ConsistencyMode::kBsp, 2);
   so.shard.lease = absl::Seconds(30);
-  auto server = ShardServer::Start(so);
-  ASSERT_TRUE(server.ok()) << server.status();
-  GrpcClientOptions o;
-  o.servers = {"127.0.0.1:" + std::to_string((*server)->port())};
-  o.fingerprint = kFp;
-  o.total_params = 3;
+  std::unique_ptr<ShardServer> server = StartShardServer(so);
+  ASSERT_NE(server, nullptr);
+  GrpcClientOptions o = ClientOptionsFor({server.get()}, kFp, 3);
   o.shared_memory = false;
   o.pull_timeout = absl::Seconds(20);
   o.initial_backoff = absl::Milliseconds(20);
@@ -330,20 +317,13 @@ TEST(ClientFaults, AnAbortedHeartbeatRestartsTheCallsInFlightToThatShard) {
 // (split_lone_pulls): the worker gets the same weights and version as from one call.
 TEST(SplitLonePulls, GiveWhatAWholePullGives) {
   constexpr int64_t kTotal = 1 << 18;  // 1 MiB
-  ShardServerOptions so;
-  so.shard.consistency.mode = ConsistencyMode::kBsp;
-  so.shard.consistency.num_workers = 1;
-  so.shard.optimizer.lr = 1.0f;
-  auto server = ShardServer::Start(so);
-  ASSERT_TRUE(server.ok()) << server.status();
+  std::unique_ptr<ShardServer> server = StartShardServer(SgdShardServer(ConsistencyMode::kBsp, 1));
+  ASSERT_NE(server, nullptr);
   std::vector<float> init(kTotal);
   for (int64_t i = 0; i < kTotal; ++i) init[i] = static_cast<float>(i);
   std::vector<std::vector<float>> pulled;
   for (bool split : {false, true}) {
-    GrpcClientOptions o;
-    o.servers = {"127.0.0.1:" + std::to_string((*server)->port())};
-    o.fingerprint = kFp;
-    o.total_params = kTotal;
+    GrpcClientOptions o = ClientOptionsFor({server.get()}, kFp, kTotal);
     o.shared_memory = false;
     o.split_lone_pulls = split;
     auto client = GrpcParameterClient::Create(o);
@@ -372,19 +352,11 @@ TEST(SplitLonePulls, GiveWhatAWholePullGives) {
 // messages, registered and holding `init`; split_lone_pushes as `split`.
 struct LoneBspShard {
   LoneBspShard(const std::vector<float>& init, bool split) {
-    ShardServerOptions so;
-    so.shard.consistency.mode = ConsistencyMode::kBsp;
-    so.shard.consistency.num_workers = 1;
+    ShardServerOptions so = SgdShardServer(ConsistencyMode::kBsp, 1);
     so.shard.optimizer.lr = 0.5f;
-    so.shard.optimizer.kind = OptimizerKind::kSgd;
-    auto started = ShardServer::Start(so);
-    EXPECT_TRUE(started.ok()) << started.status();
-    if (!started.ok()) return;
-    server = *std::move(started);
-    GrpcClientOptions o;
-    o.servers = {"127.0.0.1:" + std::to_string(server->port())};
-    o.fingerprint = kFp;
-    o.total_params = static_cast<int64_t>(init.size());
+    server = StartShardServer(so);
+    if (server == nullptr) return;
+    GrpcClientOptions o = ClientOptionsFor({server.get()}, kFp, static_cast<int64_t>(init.size()));
     o.shared_memory = false;
     o.split_lone_pushes = split;
     auto created = GrpcParameterClient::Create(o);

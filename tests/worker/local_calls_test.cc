@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "server/local_call_server.h"
 #include "server/shard_server.h"
+#include "tests/support/test_shards.h"
 #include "worker/grpc_parameter_client.h"
 #include "worker/local_channel.h"
 
@@ -23,27 +24,17 @@ constexpr uint64_t kFp = 7;
 std::unique_ptr<ShardServer> StartShard(ConsistencyMode mode, int workers, int shard = 0,
                                         int shards = 1, int port = 0,
                                         const std::string& token_file = "") {
-  ShardServerOptions o;
+  ShardServerOptions o = SgdShardServer(mode, workers, shard, shards);
   o.security.token_file = token_file;
   o.security.allow_plaintext_token = true;
   o.port = port;
-  o.shard.shard_id = shard;
-  o.shard.num_shards = shards;
-  o.shard.consistency.mode = mode;
-  o.shard.consistency.num_workers = workers;
-  o.shard.optimizer.lr = 1.0f;
   o.shard.lease = absl::Seconds(30);
-  auto server = ShardServer::Start(o);
-  EXPECT_TRUE(server.ok()) << server.status();
-  return std::move(*server);
+  return StartShardServer(o);
 }
 
 GrpcClientOptions ClientOf(const std::vector<const ShardServer*>& shards, int64_t total_params,
                            bool local_calls) {
-  GrpcClientOptions o;
-  for (const ShardServer* s : shards) o.servers.push_back("127.0.0.1:" + std::to_string(s->port()));
-  o.fingerprint = kFp;
-  o.total_params = total_params;
+  GrpcClientOptions o = ClientOptionsFor(shards, kFp, total_params);
   o.shared_memory = true;
   o.local_calls = local_calls;
   o.initial_backoff = absl::Milliseconds(10);

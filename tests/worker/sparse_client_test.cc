@@ -7,6 +7,7 @@
 #include "common/optim/sparse_table.h"
 #include "gtest/gtest.h"
 #include "server/shard_server.h"
+#include "tests/support/test_shards.h"
 #include "worker/grpc_parameter_client.h"
 #include "worker/sparse_routing.h"
 
@@ -23,22 +24,13 @@ struct TwoShards {
 
 TwoShards Start(int64_t chunk_bytes = 0) {
   TwoShards t;
-  GrpcClientOptions o;
   for (int s = 0; s < 2; ++s) {
-    ShardServerOptions so;
-    so.shard.shard_id = s;
-    so.shard.num_shards = 2;
-    so.shard.consistency.mode = ConsistencyMode::kAsp;
-    so.shard.consistency.num_workers = 1;
-    so.shard.optimizer.lr = 1.0f;
+    ShardServerOptions so = SgdShardServer(ConsistencyMode::kAsp, 1, s, 2);
     so.shard.sparse_optimizer = {SparseOptimizerKind::kSgd, 1.0f};
-    auto server = ShardServer::Start(so);
-    EXPECT_TRUE(server.ok()) << server.status();
-    o.servers.push_back("127.0.0.1:" + std::to_string((*server)->port()));
-    t.servers.push_back(std::move(*server));
+    t.servers.push_back(StartShardServer(so));
+    if (t.servers.back() == nullptr) return t;
   }
-  o.fingerprint = kFp;
-  o.total_params = 4;
+  GrpcClientOptions o = ClientOptionsFor({t.servers[0].get(), t.servers[1].get()}, kFp, 4);
   o.tables = {kTable};
   o.chunk_bytes = chunk_bytes;
   o.initial_backoff = absl::Milliseconds(1);

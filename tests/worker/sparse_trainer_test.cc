@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "server/shard.h"
 #include "tests/support/in_process_client.h"
+#include "tests/support/test_shards.h"
 #include "worker/step_gradient.h"
 #include "worker/trainer.h"
 
@@ -65,12 +66,7 @@ SparseCluster StartShards(int shards, int workers, ConsistencyMode mode,
                           SparseOptimizerKind sparse = SparseOptimizerKind::kSgd) {
   SparseCluster c;
   for (int s = 0; s < shards; ++s) {
-    ShardOptions o;
-    o.shard_id = s;
-    o.num_shards = shards;
-    o.consistency.mode = mode;
-    o.consistency.num_workers = workers;
-    o.optimizer.kind = OptimizerKind::kSgd;
+    ShardOptions o = SgdShard(mode, workers, s, shards);
     o.optimizer.lr = 0.05f;
     o.sparse_optimizer = {sparse, 0.05f};
     o.lease = absl::Seconds(60);

@@ -65,13 +65,7 @@ py::dict WorkAccountDict(const WorkAccount& work) {
   py::list workers;
   for (const WorkerWork& w : work.workers) {
     py::dict d;
-    d["rank"] = w.rank;
-    d["state"] = w.state;
-    d["planned_steps"] = w.planned_steps;
-    d["gradients_expected"] = w.gradients_expected;
-    d["gradients_applied"] = w.gradients_applied;
-    d["steps_skipped"] = w.steps_skipped;
-    d["samples_skipped"] = w.samples_skipped;
+    ForEachReportedField(w, [&d](const char* name, const auto& value) { d[name] = value; });
     workers.append(d);
   }
   py::dict d;

@@ -37,60 +37,13 @@ class CudaDevice final : public Device {
   absl::Status WaitForCopy(CopyTicket ticket) override;
   bool overlaps_copies() const override { return true; }
   absl::StatusOr<DeviceBuffer> RegisterHostMemory(void* host, size_t bytes) override;
-  absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
-                    const float* b, float beta, float* c) override;
-  absl::Status AddBias(int rows, int cols, const float* bias, float* x) override;
-  absl::Status SumRows(int rows, int cols, const float* x, float beta, float* out) override;
-  absl::Status ReluForward(int64_t n, const float* x, float* y) override;
-  absl::Status ReluBackward(int64_t n, const float* y, const float* dy, float* dx) override;
-  absl::Status SoftmaxCrossEntropy(int rows, int classes, const float* logits,
-                                   const int32_t* labels, float* probs, float* loss_per_row,
-                                   float* correct_per_row) override;
-  absl::Status SoftmaxCrossEntropyBackward(int rows, int classes, const float* probs,
-                                           const int32_t* labels, float scale,
-                                           float* dlogits) override;
-  absl::StatusOr<double> Sum(int64_t n, const float* x) override;
+  // The compute ops of device_ops.def: cuda_device.cc, the transformer ops in
+  // cuda_transformer_ops.cc (attention is cuBLAS strided-batched GEMMs over the heads of each
+  // sequence around causal-softmax kernels).
+#define PS_DEVICE_OP(ReturnType, Name, Params, Args) ReturnType Name Params override;
+#include "common/device/device_ops.def"
+#undef PS_DEVICE_OP
   absl::Status SumTo(int64_t n, const float* x, double* out) override;
-  absl::Status Im2Col(int batch, int height, int width, int channels, int kernel, const float* x,
-                      float* cols) override;
-  absl::Status Col2Im(int batch, int height, int width, int channels, int kernel,
-                      const float* dcols, float* dx) override;
-  absl::Status MaxPoolForward(int batch, int height, int width, int channels, int pool,
-                              const float* x, float* y, int32_t* argmax) override;
-  absl::Status MaxPoolBackward(int64_t y_size, const float* dy, const int32_t* argmax,
-                               int64_t x_size, float* dx) override;
-  absl::Status EmbeddingConcatForward(int batch, int width, const float* x, int fields, int dim,
-                                      const float* rows, const int32_t* lookups, float* y) override;
-  absl::Status EmbeddingConcatBackward(int batch, int width, const float* dy, int fields, int dim,
-                                       int64_t unique, const int32_t* offsets,
-                                       const int32_t* positions, float* dx,
-                                       float* row_grads) override;
-  absl::Status DotInteractionForward(int batch, int n, int dim, const float* x, float* y) override;
-  absl::Status DotInteractionBackward(int batch, int n, int dim, const float* x, const float* dy,
-                                      float* dx) override;
-  absl::Status LogisticLoss(int rows, const float* logits, const int32_t* labels, float* probs,
-                            float* loss_per_row, float* correct_per_row) override;
-  absl::Status LogisticLossBackward(int rows, const float* probs, const int32_t* labels,
-                                    float scale, float* dlogits) override;
-  // The transformer ops (cuda_transformer_ops.cc). Attention is cuBLAS strided-batched GEMMs
-  // over the heads of each sequence around causal-softmax kernels.
-  absl::Status Axpy(int64_t n, float alpha, const float* x, float* y) override;
-  absl::Status LayerNormForward(int rows, int dim, const float* x, const float* gamma,
-                                const float* beta, float* y, float* mean, float* rstd) override;
-  absl::Status LayerNormBackward(int rows, int dim, const float* x, const float* gamma,
-                                 const float* mean, const float* rstd, const float* dy, float* dx,
-                                 float* dgamma, float* dbeta, float grads_beta) override;
-  absl::Status GeluForward(int64_t n, const float* x, float* y) override;
-  absl::Status GeluBackward(int64_t n, const float* x, const float* dy, float* dx) override;
-  absl::Status CausalAttentionForward(int batch, int t, int heads, int head_dim, const float* qkv,
-                                      float* att, float* out) override;
-  absl::Status CausalAttentionBackward(int batch, int t, int heads, int head_dim, const float* qkv,
-                                       const float* att, const float* dout, float* dqkv) override;
-  absl::Status TokenEmbeddingForward(int batch, int t, int dim, int vocab, const float* ids,
-                                     const float* wte, const float* wpe, float* y) override;
-  absl::Status TokenEmbeddingBackward(int batch, int t, int dim, int vocab, const float* ids,
-                                      const float* dy, float* dwte, float* dwpe,
-                                      float grads_beta) override;
 
  private:
   explicit CudaDevice(int ordinal) : ordinal_(ordinal) {}

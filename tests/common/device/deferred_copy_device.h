@@ -91,115 +91,12 @@ class DeferredCopyDevice final : public Device {
   }
 
   absl::Status Fill(float value, int64_t n, float* x) override { return cpu_.Fill(value, n, x); }
-  absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
-                    const float* b, float beta, float* c) override {
-    return cpu_.Gemm(trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
-  }
-  absl::Status AddBias(int rows, int cols, const float* bias, float* x) override {
-    return cpu_.AddBias(rows, cols, bias, x);
-  }
-  absl::Status SumRows(int rows, int cols, const float* x, float beta, float* out) override {
-    return cpu_.SumRows(rows, cols, x, beta, out);
-  }
-  absl::Status ReluForward(int64_t n, const float* x, float* y) override {
-    return cpu_.ReluForward(n, x, y);
-  }
-  absl::Status ReluBackward(int64_t n, const float* y, const float* dy, float* dx) override {
-    return cpu_.ReluBackward(n, y, dy, dx);
-  }
-  absl::Status SoftmaxCrossEntropy(int rows, int classes, const float* logits,
-                                   const int32_t* labels, float* probs, float* loss_per_row,
-                                   float* correct_per_row) override {
-    return cpu_.SoftmaxCrossEntropy(rows, classes, logits, labels, probs, loss_per_row,
-                                    correct_per_row);
-  }
-  absl::Status SoftmaxCrossEntropyBackward(int rows, int classes, const float* probs,
-                                           const int32_t* labels, float scale,
-                                           float* dlogits) override {
-    return cpu_.SoftmaxCrossEntropyBackward(rows, classes, probs, labels, scale, dlogits);
-  }
-  absl::StatusOr<double> Sum(int64_t n, const float* x) override { return cpu_.Sum(n, x); }
+#define PS_DEVICE_OP(ReturnType, Name, Params, Args) \
+  ReturnType Name Params override { return cpu_.Name Args; }
+#include "common/device/device_ops.def"
+#undef PS_DEVICE_OP
   absl::Status SumTo(int64_t n, const float* x, double* out) override {
     return cpu_.SumTo(n, x, out);
-  }
-  absl::Status Im2Col(int batch, int height, int width, int channels, int kernel, const float* x,
-                      float* cols) override {
-    return cpu_.Im2Col(batch, height, width, channels, kernel, x, cols);
-  }
-  absl::Status Col2Im(int batch, int height, int width, int channels, int kernel,
-                      const float* dcols, float* dx) override {
-    return cpu_.Col2Im(batch, height, width, channels, kernel, dcols, dx);
-  }
-  absl::Status MaxPoolForward(int batch, int height, int width, int channels, int pool,
-                              const float* x, float* y, int32_t* argmax) override {
-    return cpu_.MaxPoolForward(batch, height, width, channels, pool, x, y, argmax);
-  }
-  absl::Status MaxPoolBackward(int64_t y_size, const float* dy, const int32_t* argmax,
-                               int64_t x_size, float* dx) override {
-    return cpu_.MaxPoolBackward(y_size, dy, argmax, x_size, dx);
-  }
-  absl::Status EmbeddingConcatForward(int batch, int width, const float* x, int fields, int dim,
-                                      const float* rows, const int32_t* lookups,
-                                      float* y) override {
-    return cpu_.EmbeddingConcatForward(batch, width, x, fields, dim, rows, lookups, y);
-  }
-  absl::Status EmbeddingConcatBackward(int batch, int width, const float* dy, int fields, int dim,
-                                       int64_t unique, const int32_t* offsets,
-                                       const int32_t* positions, float* dx,
-                                       float* row_grads) override {
-    return cpu_.EmbeddingConcatBackward(batch, width, dy, fields, dim, unique, offsets, positions,
-                                        dx, row_grads);
-  }
-  absl::Status DotInteractionForward(int batch, int n, int dim, const float* x, float* y) override {
-    return cpu_.DotInteractionForward(batch, n, dim, x, y);
-  }
-  absl::Status DotInteractionBackward(int batch, int n, int dim, const float* x, const float* dy,
-                                      float* dx) override {
-    return cpu_.DotInteractionBackward(batch, n, dim, x, dy, dx);
-  }
-  absl::Status LogisticLoss(int rows, const float* logits, const int32_t* labels, float* probs,
-                            float* loss_per_row, float* correct_per_row) override {
-    return cpu_.LogisticLoss(rows, logits, labels, probs, loss_per_row, correct_per_row);
-  }
-  absl::Status LogisticLossBackward(int rows, const float* probs, const int32_t* labels,
-                                    float scale, float* dlogits) override {
-    return cpu_.LogisticLossBackward(rows, probs, labels, scale, dlogits);
-  }
-  absl::Status Axpy(int64_t n, float alpha, const float* x, float* y) override {
-    return cpu_.Axpy(n, alpha, x, y);
-  }
-  absl::Status LayerNormForward(int rows, int dim, const float* x, const float* gamma,
-                                const float* beta, float* y, float* mean, float* rstd) override {
-    return cpu_.LayerNormForward(rows, dim, x, gamma, beta, y, mean, rstd);
-  }
-  absl::Status LayerNormBackward(int rows, int dim, const float* x, const float* gamma,
-                                 const float* mean, const float* rstd, const float* dy, float* dx,
-                                 float* dgamma, float* dbeta, float grads_beta) override {
-    return cpu_.LayerNormBackward(rows, dim, x, gamma, mean, rstd, dy, dx, dgamma, dbeta,
-                                  grads_beta);
-  }
-  absl::Status GeluForward(int64_t n, const float* x, float* y) override {
-    return cpu_.GeluForward(n, x, y);
-  }
-  absl::Status GeluBackward(int64_t n, const float* x, const float* dy, float* dx) override {
-    return cpu_.GeluBackward(n, x, dy, dx);
-  }
-  absl::Status CausalAttentionForward(int batch, int t, int heads, int head_dim, const float* qkv,
-                                      float* att, float* out) override {
-    return cpu_.CausalAttentionForward(batch, t, heads, head_dim, qkv, att, out);
-  }
-  absl::Status CausalAttentionBackward(int batch, int t, int heads, int head_dim, const float* qkv,
-                                       const float* att, const float* dout, float* dqkv) override {
-    return cpu_.CausalAttentionBackward(batch, t, heads, head_dim, qkv, att, dout, dqkv);
-  }
-  absl::Status TokenEmbeddingForward(int batch, int t, int dim, int vocab, const float* ids,
-                                     const float* wte, const float* wpe, float* y) override {
-    return cpu_.TokenEmbeddingForward(batch, t, dim, vocab, ids, wte, wpe, y);
-  }
-  absl::Status TokenEmbeddingBackward(int batch, int t, int dim, int vocab, const float* ids,
-                                      const float* dy, float* dwte, float* dwpe,
-                                      float grads_beta) override {
-    return cpu_.TokenEmbeddingBackward(batch, t, dim, vocab, ids, dy, dwte, dwpe, grads_beta);
   }
 
  private:

@@ -1,0 +1,28 @@
+#include "worker/transfer_flags.h"
+
+#include <cstdint>
+
+#include "absl/flags/flag.h"
+#include "worker/worker_flags.h"
+
+namespace ps {
+
+absl::Status SetTransferFromFlags(GrpcClientOptions& o) {
+  const double chunk_mib = absl::GetFlag(FLAGS_chunk_mib);
+  const double push_pull_split_mib = absl::GetFlag(FLAGS_push_pull_split_mib);
+  const int connections = absl::GetFlag(FLAGS_connections);
+  // Written so that NaN fails too.
+  if (!(chunk_mib >= 0) || !(push_pull_split_mib >= 0) || connections < 1) {
+    return absl::InvalidArgumentError(
+        "--chunk_mib and --push_pull_split_mib must be >= 0, --connections >= 1");
+  }
+  constexpr double kMiB = 1 << 20;
+  o.chunk_bytes = static_cast<int64_t>(chunk_mib * kMiB);
+  o.connections = connections;
+  o.split_lone_pulls = absl::GetFlag(FLAGS_split_lone_pulls);
+  o.split_lone_pushes = absl::GetFlag(FLAGS_split_lone_pushes);
+  o.push_pull_split_bytes = static_cast<int64_t>(push_pull_split_mib * kMiB);
+  return absl::OkStatus();
+}
+
+}  // namespace ps
