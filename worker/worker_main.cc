@@ -29,6 +29,7 @@
 #include "common/codec/tensor_codec.h"
 #include "common/data/dataset.h"
 #include "common/data/text_dataset.h"
+#include "common/device/cpu_device.h"
 #include "common/metrics/prometheus.h"
 #include "common/nn/model.h"
 #include "spdlog/spdlog.h"
@@ -324,6 +325,11 @@ int main(int argc, char** argv) {
                    absl::GetFlag(FLAGS_log_level));
   auto device = ps::CreateDevice(absl::GetFlag(FLAGS_device));
   if (!device.ok()) return Fail(device.status());
+  // Another CPU's kernels round differently: the line tells why two hosts' BSP runs differ in the
+  // last bits.
+  if ((*device)->name() == "cpu") {
+    spdlog::info("cpu device: OpenBLAS {} kernels", ps::CpuDevice::BlasKernels());
+  }
   auto workload = ps::WorkloadFromFlags();
   if (!workload.ok()) return Fail(workload.status());
   auto test = ps::OpenWorkloadData(*workload, ps::Split::kTest);
