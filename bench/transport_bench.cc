@@ -703,12 +703,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  {
-    ps::GrpcClientOptions unused;
-    if (const absl::Status s = ps::SetTransferFromFlags(unused); !s.ok()) {
-      std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
-      return 2;
-    }
+  if (const absl::Status s = ps::CheckTransferFlags(); !s.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+    return 2;
   }
   const std::vector<std::string> transports = absl::GetFlag(FLAGS_transports);
   for (const std::string& t : transports) {

@@ -11,8 +11,12 @@
 
 namespace ps {
 
-// Sets `o`'s chunking and splitting fields from the flags; INVALID_ARGUMENT (and `o` unchanged)
-// when --chunk_mib or --push_pull_split_mib is negative or --connections below 1.
+// INVALID_ARGUMENT when --chunk_mib or --push_pull_split_mib is negative (or NaN) or
+// --connections below 1.
+absl::Status CheckTransferFlags();
+
+// Sets `o`'s chunking and splitting fields from the flags; CheckTransferFlags's error (and `o`
+// unchanged) when they are out of range.
 absl::Status SetTransferFromFlags(GrpcClientOptions& o);
 
 }  // namespace ps

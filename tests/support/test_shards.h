@@ -1,5 +1,5 @@
-#ifndef PS_TESTS_SUPPORT_LOOPBACK_CLUSTER_H_
-#define PS_TESTS_SUPPORT_LOOPBACK_CLUSTER_H_
+#ifndef PS_TESTS_SUPPORT_TEST_SHARDS_H_
+#define PS_TESTS_SUPPORT_TEST_SHARDS_H_
 
 // Shards as the tests set them up: their options, in-process servers on loopback, and the options
 // of those servers' gRPC clients.
@@ -34,4 +34,4 @@ GrpcClientOptions ClientOptionsFor(const std::vector<const ShardServer*>& shards
 
 }  // namespace ps
 
-#endif  // PS_TESTS_SUPPORT_LOOPBACK_CLUSTER_H_
+#endif  // PS_TESTS_SUPPORT_TEST_SHARDS_H_
