@@ -6,6 +6,7 @@ Run by ctest (python_package_test) with PYTHONPATH=build/python and PS_BIN_DIR=b
 
 import os
 import signal
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,13 +33,19 @@ class Shards:
 
     def __init__(self, count, workers, flags=(), tmp=None):
         self.count, self.workers, self.flags = count, workers, list(flags)
+        # A folder made here is removed on exit; a caller's folder is the caller's to remove.
+        self.owns_tmp = tmp is None
         self.tmp = tmp or tempfile.mkdtemp(prefix="ps_train_test.")
         self.procs, self.addresses = [], []
 
     def __enter__(self):
-        for s in range(self.count):
-            self.procs.append(None)
-            self.addresses.append(f"127.0.0.1:{self.start(s, port=0)}")
+        try:
+            for s in range(self.count):
+                self.procs.append(None)
+                self.addresses.append(f"127.0.0.1:{self.start(s, port=0)}")
+        except BaseException:
+            self.__exit__(None, None, None)  # stops the shards already started
+            raise
         return self
 
     def start(self, s, port):
@@ -89,6 +96,8 @@ class Shards:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        if self.owns_tmp:
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def run_workers(servers, workers, steps, batch, tmp, extra=(), sleep_of=None):

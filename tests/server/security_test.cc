@@ -21,11 +21,23 @@ namespace {
 
 constexpr uint64_t kFp = 42;
 
+// The process's folder for certificates, tokens and checkpoints; removed after the last test.
+std::string ProcessDir() {
+  return testing::TempDir() + "/ps_security_test_" + std::to_string(::getpid());
+}
+
+class RemoveProcessDir : public testing::Environment {
+ public:
+  void TearDown() override { std::filesystem::remove_all(ProcessDir()); }
+};
+testing::Environment* const kRemoveProcessDir =
+    testing::AddGlobalTestEnvironment(new RemoveProcessDir);
+
 // Test certificates made once per process by scripts/make_test_certs.sh.
 const std::string& CertDir() {
   static const std::string dir = [] {
     const char* src = std::getenv("PS_SOURCE_DIR");
-    const std::string d = "/tmp/ps_security_test_" + std::to_string(::getpid());
+    const std::string d = ProcessDir();
     const std::string cmd = std::string(src != nullptr ? src : ".") +
                             "/scripts/make_test_certs.sh " + d + " >/dev/null";
     EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;

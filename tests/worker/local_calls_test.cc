@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "server/local_call_server.h"
 #include "server/shard_server.h"
+#include "tests/support/scratch_dir.h"
 #include "tests/support/test_shards.h"
 #include "worker/grpc_parameter_client.h"
 #include "worker/local_channel.h"
@@ -86,8 +87,10 @@ TEST(LocalCalls, CarryEveryCallAndGiveWhatGrpcGives) {
 
 // A connection must present the cluster token first: a wrong one is refused (and counted as an
 // unauthenticated call), the right one is served.
-TEST(LocalCalls, AreRefusedWithoutTheClusterToken) {
-  const std::string token_file = testing::TempDir() + "/local_calls_token";
+class LocalCallsWithToken : public ScratchDirTest {};
+
+TEST_F(LocalCallsWithToken, AreRefusedWithoutTheClusterToken) {
+  const std::string token_file = Path("token");
   std::ofstream(token_file) << "s3cret\n";
   auto server = StartShard(ConsistencyMode::kAsp, 1, 0, 1, 0, token_file);
   auto local = LocalCallServer::Start(server->service());

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/support/scratch_dir.h"
 
 namespace ps {
 namespace {
@@ -24,8 +25,10 @@ TEST(JsonObject, WritesArraysOfObjects) {
   EXPECT_EQ(o.str(), R"({"none":[],"two":[{"rank":1},{}]})");
 }
 
-TEST(JsonLinesWriter, AppendsOneLinePerObject) {
-  const std::string path = testing::TempDir() + "/metrics.jsonl";
+class JsonLinesFile : public ScratchDirTest {};
+
+TEST_F(JsonLinesFile, AppendsOneLinePerObject) {
+  const std::string path = Path("metrics.jsonl");
   {
     auto w = JsonLinesWriter::Open(path);
     ASSERT_TRUE(w.ok());

@@ -12,17 +12,19 @@
 
 #include "common/data/data_registry.h"
 #include "gtest/gtest.h"
+#include "tests/support/scratch_dir.h"
 
 namespace ps {
 namespace {
 
-std::string WriteFile(const std::string& name, const std::string& bytes) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  const std::string path = std::string(base != nullptr ? base : "/tmp") + "/ps_text_" + name + "_" +
-                           std::to_string(::getpid());
-  std::ofstream(path, std::ios::binary) << bytes;
-  return path;
-}
+// Each test's files live in its own scratch folder, removed when the test ends.
+class TextFile : public ScratchDirTest {
+ protected:
+  std::string WriteFile(const std::string& name, const std::string& bytes) const {
+    Write(name, bytes);
+    return Path(name);
+  }
+};
 
 TEST(Utf8, DecodesAndEncodesEveryWidthAndRefusesMalformedBytes) {
   const std::string text = "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";  // a, é, €, 😀
@@ -42,7 +44,7 @@ TEST(Utf8, DecodesAndEncodesEveryWidthAndRefusesMalformedBytes) {
   EXPECT_NE(DecodeUtf8("ab\xff").status().message().find("byte 2"), std::string::npos);
 }
 
-TEST(TextDataset, SplitsNinetyTenWithWindowsAndNextCharacterLabels) {
+TEST_F(TextFile, SplitsNinetyTenWithWindowsAndNextCharacterLabels) {
   // 20 characters: the first 18 train, the last 2 validate.
   const std::string path = WriteFile("split", "abcabcabcabcabcabczz");
   auto train = TextDataset::Load(path, /*train=*/true, /*context=*/4);
@@ -70,7 +72,7 @@ TEST(TextDataset, SplitsNinetyTenWithWindowsAndNextCharacterLabels) {
   EXPECT_EQ(val->vocabulary_fingerprint(), train->vocabulary_fingerprint());
 }
 
-TEST(TextDataset, ValidationWindowsDoNotOverlap) {
+TEST_F(TextFile, ValidationWindowsDoNotOverlap) {
   std::string text(100, 'a');
   for (int i = 90; i < 100; ++i) text[i] = static_cast<char>('a' + (i - 90));  // "abcdefghij"
   const std::string path = WriteFile("val", text);
@@ -87,7 +89,7 @@ TEST(TextDataset, ValidationWindowsDoNotOverlap) {
   EXPECT_EQ(val->size(), 2);
 }
 
-TEST(TextDataset, EncodesAndDecodesAndNamesCharactersOutsideTheVocabulary) {
+TEST_F(TextFile, EncodesAndDecodesAndNamesCharactersOutsideTheVocabulary) {
   const std::string path = WriteFile("enc", "h\xc3\xa9llo world, h\xc3\xa9llo");
   auto data = TextDataset::Load(path, true, 2);
   ASSERT_TRUE(data.ok());
@@ -99,7 +101,7 @@ TEST(TextDataset, EncodesAndDecodesAndNamesCharactersOutsideTheVocabulary) {
   EXPECT_NE(bad.status().message().find("'x'"), std::string::npos) << bad.status();
 }
 
-TEST(TextDataset, TheRegistryOpensTextFilesAndExplainsWhatIsMissing) {
+TEST_F(TextFile, TheRegistryOpensTextFilesAndExplainsWhatIsMissing) {
   const std::string path = WriteFile("reg", std::string(200, 'q') + "rs");
   auto spec = ParseDataSpec("text:" + path);
   ASSERT_TRUE(spec.ok());
