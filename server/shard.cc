@@ -413,15 +413,17 @@ Shard::PushResult Shard::ActOnPushLocked(const PushArgs& args, PushAction action
       break;
     case PushAction::kBuffer: {
       controller_.RecordPush(args.caller.rank);
-      // The push that completes the round is summed straight from its payload when that is one
-      // float32 piece (a shared region's area, most received messages): the same sum, one pass
-      // over the slice fewer. Any other is buffered for the round.
-      const float* completing =
-          initialized_ && controller_.RoundReady() ? ContiguousFloats(args.gradient) : nullptr;
+      // The push that completes the round is read straight from its payload: applied as it is
+      // when it is the round's only gradient, summed from when it is one float32 piece (a shared
+      // region's area, most received messages); one pass over the slice fewer either way. Any
+      // other is buffered for the round.
+      const bool completes = initialized_ && controller_.RoundReady();
+      const bool read_in_place = completes && (AloneInRoundLocked(args.caller.rank) ||
+                                               ContiguousFloats(args.gradient) != nullptr);
       std::vector<float>& buffer = round_gradients_[args.caller.rank];
       const bool in_buffer =  // pieces gathered in the round buffer (PushPieceLocked)
           !buffer.empty() && ContiguousFloats(args.gradient) == buffer.data();
-      if (completing == nullptr && !in_buffer) {
+      if (!read_in_place && !in_buffer) {
         buffer.resize(args.gradient.size());
         args.gradient.DecodeInto(absl::MakeSpan(buffer));
       }
@@ -436,7 +438,7 @@ Shard::PushResult Shard::ActOnPushLocked(const PushArgs& args, PushAction action
         round_rows_[args.caller.rank].clear();
       }
       const int64_t before = version_;
-      MaybeApplyRound(args.caller.rank, completing);
+      MaybeApplyRound(args.caller.rank, read_in_place ? &args.gradient : nullptr);
       result.applied = version_ != before;
       result.buffered = !result.applied;
       break;
@@ -507,7 +509,14 @@ bool Shard::ApplyStale(int rank, int64_t clock, int64_t base_version, const Enco
   return true;
 }
 
-void Shard::MaybeApplyRound(int completing_rank, const float* completing) {
+bool Shard::AloneInRoundLocked(int rank) const {
+  for (size_t r = 0; r < round_has_gradient_.size(); ++r) {
+    if (static_cast<int>(r) != rank && round_has_gradient_[r]) return false;
+  }
+  return true;
+}
+
+void Shard::MaybeApplyRound(int completing_rank, const EncodedTensor* completing) {
   if (options_.consistency.mode != ConsistencyMode::kBsp || !initialized_ ||
       !controller_.RoundReady()) {
     return;
@@ -515,21 +524,28 @@ void Shard::MaybeApplyRound(int completing_rank, const float* completing) {
   // Sum in rank order so that the result does not depend on arrival order. The first gradient
   // is added to zeros in the same pass that writes it (0 + g, so -0 becomes +0 exactly as a
   // zero-filled sum would make it), and a mean of one gradient is not scaled (x * 1 == x):
-  // two passes over the slice fewer, the same bits.
+  // two passes over the slice fewer, the same bits. A round of one gradient is not copied at
+  // all: the optimizer reads each element as 0 + g (ApplyElementwise), the same bits again.
   int round_workers = 0;
   for (size_t r = 0; r < round_gradients_.size(); ++r) round_workers += round_has_gradient_[r];
   ApplyRoundRowsLocked(round_workers);
   int contributors = 0;
+  const EncodedTensor* only = nullptr;  // the gradient of a round of one
+  EncodedTensor only_buffered;
   for (size_t r = 0; r < round_gradients_.size(); ++r) {
     if (!round_has_gradient_[r]) continue;
-    const float* g = static_cast<int>(r) == completing_rank && completing != nullptr
-                         ? completing
-                         : round_gradients_[r].data();
-    const size_t n = round_sum_.size();
-    if (contributors == 0) {
-      for (size_t i = 0; i < n; ++i) round_sum_[i] = 0.0f + g[i];
+    const bool in_place = static_cast<int>(r) == completing_rank && completing != nullptr;
+    if (round_workers == 1) {
+      if (!in_place) only_buffered = EncodedTensor::OfFloats(round_gradients_[r]);
+      only = in_place ? completing : &only_buffered;
     } else {
-      for (size_t i = 0; i < n; ++i) round_sum_[i] += g[i];
+      const float* g = in_place ? ContiguousFloats(*completing) : round_gradients_[r].data();
+      const size_t n = round_sum_.size();
+      if (contributors == 0) {
+        for (size_t i = 0; i < n; ++i) round_sum_[i] = 0.0f + g[i];
+      } else {
+        for (size_t i = 0; i < n; ++i) round_sum_[i] += g[i];
+      }
     }
     staleness_[r].Record(version_ - round_base_versions_[r]);
     round_has_gradient_[r] = false;
@@ -542,7 +558,11 @@ void Shard::MaybeApplyRound(int completing_rank, const float* completing) {
     const float inv = 1.0f / static_cast<float>(contributors);
     for (float& x : round_sum_) x *= inv;
   }
-  ApplyGradient(EncodedTensor::OfFloats(round_sum_));
+  if (only != nullptr) {
+    ApplyGradient(*only);
+  } else {
+    ApplyGradient(EncodedTensor::OfFloats(round_sum_));
+  }
   controller_.CompleteRound();
   MaybeSnapshot();
 }

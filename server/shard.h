@@ -321,9 +321,13 @@ class Shard {
   void RecordPlan(int rank, const WorkPlan& plan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the BSP round when it is complete (after a push or an expiry). `completing`, when
   // set, is the gradient of rank `completing_rank`, read in place instead of from its round
-  // buffer (the push that completes the round, not copied first).
-  void MaybeApplyRound(int completing_rank = -1, const float* completing = nullptr)
+  // buffer (the push that completes the round, not copied first): applied as it is when it is
+  // the round's only gradient (any dense encoding, any pieces), summed from when it is one
+  // float32 piece; otherwise the caller has put it in the round buffer.
+  void MaybeApplyRound(int completing_rank = -1, const EncodedTensor* completing = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a push of `rank` that completes the BSP round is the round's only gradient.
+  bool AloneInRoundLocked(int rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyGradient(const EncodedTensor& gradient, float lr_scale = 1.0f)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sparse rows (shard_sparse.cc). The checks of a request's rows: known tables, keys this

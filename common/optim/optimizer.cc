@@ -67,14 +67,20 @@ namespace {
 // its weight-decayed gradient g, loaded as element j of a piece of encoding E (any alignment; the
 // decode is fused into the update, so a received payload is read exactly once). Written so the
 // compiler vectorises it.
+//
+// A gradient element is read as 0 + g: -0 becomes +0 and every other value stays what it is, as a
+// sum over workers would make it. So a BSP round of one worker can be applied straight from its
+// gradient, with the bits of the summed one (Shard::MaybeApplyRound), and the add costs nothing
+// in a loop bound by memory. (Only plain SGD could tell: w - lr * (-0) differs from w - lr * (+0)
+// when w itself is -0.)
 template <TensorEncoding E, typename Rule>
 void ApplyElementwise(int64_t first, int64_t n, const char* grad, const float* params,
                       float weight_decay, Rule rule) {
   if (weight_decay == 0.0f) {
-    for (int64_t j = 0; j < n; ++j) rule(first + j, LoadElement<E>(grad, j));
+    for (int64_t j = 0; j < n; ++j) rule(first + j, 0.0f + LoadElement<E>(grad, j));
   } else {
     for (int64_t j = 0; j < n; ++j) {
-      rule(first + j, LoadElement<E>(grad, j) + weight_decay * params[first + j]);
+      rule(first + j, (0.0f + LoadElement<E>(grad, j)) + weight_decay * params[first + j]);
     }
   }
 }

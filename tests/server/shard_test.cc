@@ -1,10 +1,12 @@
 #include "server/shard.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "server/lendable_values.h"
@@ -75,6 +77,52 @@ TEST(Shard, BspAppliesOneMeanUpdatePerRoundWhateverTheArrivalOrder) {
   EXPECT_EQ(first->version, 1);
   // lr 1: w - (g0 + g1) / 2.
   EXPECT_EQ(shard->Values(), (std::vector<float>{0, -1, 3, 2.5}));
+}
+
+std::vector<uint32_t> BitsOf(const std::vector<float>& values) {
+  std::vector<uint32_t> bits(values.size());
+  std::memcpy(bits.data(), values.data(), 4 * values.size());
+  return bits;
+}
+
+// A BSP round of one gradient is applied straight from it (no sum copied first), whatever its
+// encoding and pieces; the bits are those of the summed round, -0 included: the sum turns a -0
+// gradient into +0, and w = -0 minus lr * (+0) stays -0 where minus lr * (-0) would give +0. ASP
+// applies the same bits.
+TEST(Shard, ARoundOfOneAppliesTheBitsOfASumInEveryEncodingAndMode) {
+  const std::vector<float> init = {-0.0f, 2, 3, 4}, g = {-0.0f, 0.5f, -1, 2};
+  const std::vector<uint32_t> expected = BitsOf({-0.0f, 1.5f, 4, 2});  // lr 1
+  std::vector<uint16_t> bf16;
+  for (float x : g) bf16.push_back(FloatToBf16(x));
+  const char* bytes = reinterpret_cast<const char*>(bf16.data());
+  // bf16 in two received slices, the first ending inside the second element.
+  const std::vector<absl::Span<const char>> chunks = {{bytes, 3}, {bytes + 3, 5}};
+  struct Case {
+    ConsistencyMode mode;
+    int workers;
+    bool bf16;
+  };
+  for (const Case& c :
+       {Case{ConsistencyMode::kBsp, 1, false}, Case{ConsistencyMode::kBsp, 1, true},
+        Case{ConsistencyMode::kBsp, 2, false}, Case{ConsistencyMode::kBsp, 2, true},
+        Case{ConsistencyMode::kAsp, 1, false}, Case{ConsistencyMode::kAsp, 1, true}}) {
+    SCOPED_TRACE(absl::StrCat(ConsistencyModeName(c.mode), " workers ", c.workers,
+                              c.bf16 ? " bf16" : " f32"));
+    auto shard = MakeShard(c.mode, c.workers);
+    ASSERT_TRUE(shard->Init(kFp, 4, KeyRange{0, 4}, init).ok());
+    for (int r = 0; r < c.workers; ++r) ASSERT_TRUE(shard->Register(r, kFp).ok());
+    for (int r = 0; r < c.workers; ++r) {  // the same gradient from each: their mean is g
+      Shard::PushArgs push = PushOf(r, 0, 0, g);
+      if (c.bf16) {
+        auto t = EncodedTensor::FromChunks(TensorEncoding::kBf16, 4, chunks);
+        ASSERT_TRUE(t.ok()) << t.status();
+        push.gradient = std::move(*t);
+      }
+      ASSERT_TRUE(shard->Push(push).ok());
+    }
+    EXPECT_EQ(shard->GetStatus().version, 1);
+    EXPECT_EQ(BitsOf(shard->Values()), expected);
+  }
 }
 
 TEST(Shard, RejectedPushesChangeNothing) {
