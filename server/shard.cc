@@ -523,9 +523,9 @@ void Shard::MaybeApplyRound(int completing_rank, const EncodedTensor* completing
   }
   // Sum in rank order so that the result does not depend on arrival order. The first gradient
   // is added to zeros in the same pass that writes it (0 + g, so -0 becomes +0 exactly as a
-  // zero-filled sum would make it), and a mean of one gradient is not scaled (x * 1 == x):
-  // two passes over the slice fewer, the same bits. A round of one gradient is not copied at
-  // all: the optimizer reads each element as 0 + g (ApplyElementwise), the same bits again.
+  // zero-filled sum would make it), and the last one is added and scaled to the mean in one
+  // pass: two passes over the slice fewer, the same bits. A round of one gradient is not copied
+  // at all: the optimizer reads each element as 0 + g (ApplyElementwise), the same bits again.
   int round_workers = 0;
   for (size_t r = 0; r < round_gradients_.size(); ++r) round_workers += round_has_gradient_[r];
   ApplyRoundRowsLocked(round_workers);
@@ -543,8 +543,11 @@ void Shard::MaybeApplyRound(int completing_rank, const EncodedTensor* completing
       const size_t n = round_sum_.size();
       if (contributors == 0) {
         for (size_t i = 0; i < n; ++i) round_sum_[i] = 0.0f + g[i];
-      } else {
+      } else if (contributors + 1 < round_workers) {
         for (size_t i = 0; i < n; ++i) round_sum_[i] += g[i];
+      } else {  // the last gradient: the mean in the same pass, the same operations in order
+        const float inv = 1.0f / static_cast<float>(round_workers);
+        for (size_t i = 0; i < n; ++i) round_sum_[i] = (round_sum_[i] + g[i]) * inv;
       }
     }
     staleness_[r].Record(version_ - round_base_versions_[r]);
@@ -554,10 +557,6 @@ void Shard::MaybeApplyRound(int completing_rank, const EncodedTensor* completing
   // RoundReady() implies some worker pushed this round; an empty round would divide by zero.
   assert(contributors > 0);
   if (contributors == 0) return;
-  if (contributors > 1) {
-    const float inv = 1.0f / static_cast<float>(contributors);
-    for (float& x : round_sum_) x *= inv;
-  }
   if (only != nullptr) {
     ApplyGradient(*only);
   } else {
