@@ -105,7 +105,7 @@ TEST(CtrE2e, AShardKilledMidRunRestoresItsRowsAndTheJobEndsAsUndisturbed) {
                       "--restart_shards", "--restart_delay_s=1"}));
   ASSERT_TRUE(WaitForSteps(dir + "/worker-0.jsonl", 120, 120)) << ReadAll(dir + "/launch.log");
   const pid_t shard = static_cast<pid_t>(std::stol(ReadAll(dir + "/ps-1.pid")));
-  ASSERT_EQ(kill(shard, SIGKILL), 0);
+  ASSERT_EQ(Signal(shard, SIGKILL), 0);
   ASSERT_EQ(WaitExit(launch), 0) << ReadAll(dir + "/launch.log");
   const nlohmann::json s = Summary(dir);
   EXPECT_EQ(s["shard_restarts"], 1);

@@ -11,7 +11,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -34,10 +36,39 @@ std::string DataDir() {
   return d != nullptr ? d : ps::kDefaultFashionMnistDir;
 }
 
+namespace {
+
+// The folders RunDir made in this process.
+std::vector<std::string>& MadeRunDirs() {
+  static auto* dirs = new std::vector<std::string>;
+  return *dirs;
+}
+
+// After the last test: the run folders go when every test passed, and are named when one failed
+// (their logs are what a reader needs then).
+class RunDirsAtExit : public testing::Environment {
+ public:
+  void TearDown() override {
+    const bool passed = testing::UnitTest::GetInstance()->Passed();
+    for (const std::string& dir : MadeRunDirs()) {
+      if (passed) {
+        std::error_code ignored;
+        std::filesystem::remove_all(dir, ignored);
+      } else {
+        std::cerr << "kept for inspection: " << dir << "\n";
+      }
+    }
+  }
+};
+testing::Environment* const kRunDirsAtExit = testing::AddGlobalTestEnvironment(new RunDirsAtExit);
+
+}  // namespace
+
 std::string RunDir(const std::string& name) {
   const std::string dir = absl::StrCat(testing::TempDir(), "/ps_e2e_", getpid(), "_", name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  MadeRunDirs().push_back(dir);
   return dir;
 }
 
@@ -56,6 +87,14 @@ pid_t Spawn(std::vector<std::string> args, const std::string& log) {
   posix_spawn_file_actions_destroy(&fa);
   EXPECT_EQ(rc, 0) << "cannot start " << argv[0];
   return pid;
+}
+
+int Signal(pid_t pid, int sig) {
+  if (pid <= 0) {
+    ADD_FAILURE() << "no process to signal (pid " << pid << ")";
+    return -1;
+  }
+  return kill(pid, sig);
 }
 
 int WaitExit(pid_t pid) {

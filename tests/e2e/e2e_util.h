@@ -13,13 +13,19 @@ namespace ps::e2e {
 
 std::string BinDir();   // $PS_BIN_DIR (set by ctest), else "bin"
 std::string DataDir();  // $PS_DATA_DIR, else Debian's Fashion-MNIST folder
-// A fresh, empty folder for one test's run.
+// A fresh, empty folder for one test's run, removed after the last test of the process when every
+// test passed (kept, and named on stderr, when one failed).
 std::string RunDir(const std::string& name);
 
 // Starts args[0] with args, its stdout and stderr going to the file `log`.
 pid_t Spawn(std::vector<std::string> args, const std::string& log);
 // Waits for `pid`: its exit code, or 128+signal.
 int WaitExit(pid_t pid);
+// kill(pid, sig) for a process the test started, with a guard: a pid <= 0 (a failed Spawn gives
+// -1) is a test failure and signals nothing, where kill() would signal every process the test
+// may signal (-1; as root, the whole machine) or the test's own process group (0). Returns
+// kill()'s result, or -1.
+int Signal(pid_t pid, int sig);
 // Runs args to completion with its output in `log`; returns the exit code.
 int RunTool(const std::vector<std::string>& args, const std::string& log);
 // Starts ps_launch with `args` and --metrics_dir=dir, its output going to <dir>/launch.log.

@@ -82,7 +82,7 @@ TEST_F(FaultE2e, KilledWorkerRejoinsAtTheShardsClockAndItsSkippedStepsFailTheJob
   const std::string dir = RunDir("worker_kill");
   const pid_t launch = StartLaunch(dir, With(args, {"--restart_workers", "--restart_delay_s=2"}));
   ASSERT_TRUE(WaitForSteps(dir + "/worker-1.jsonl", 40, 120)) << ReadAll(dir + "/launch.log");
-  ASSERT_EQ(kill(PidOf(dir, "worker-1"), SIGKILL), 0);
+  ASSERT_EQ(Signal(PidOf(dir, "worker-1"), SIGKILL), 0);
   ASSERT_EQ(WaitExit(launch), 1) << ReadAll(dir + "/launch.log");
   EXPECT_TRUE(absl::StrContains(ReadAll(dir + "/launch.log"),
                                 "samples were never trained and all work was required"))
@@ -159,7 +159,7 @@ TEST_F(FaultE2e, AWorkerRestartedWithinItsLeaseLosesNoWork) {
       dir, With(Common("12000"), {"--workers=3", "--mode=bsp", "--epochs=2", "--restart_workers",
                                   "--restart_delay_s=1", "--lease_ms=60000"}));
   ASSERT_TRUE(WaitForSteps(dir + "/worker-2.jsonl", 30, 120)) << ReadAll(dir + "/launch.log");
-  ASSERT_EQ(kill(PidOf(dir, "worker-2"), SIGKILL), 0);
+  ASSERT_EQ(Signal(PidOf(dir, "worker-2"), SIGKILL), 0);
   ASSERT_EQ(WaitExit(launch), 0) << ReadAll(dir + "/launch.log");
   const nlohmann::json summary = nlohmann::json::parse(ReadAll(dir + "/summary.json"));
   EXPECT_EQ(summary["worker_restarts"], 1);
@@ -176,7 +176,7 @@ TEST_F(FaultE2e, AShardDownForMoreThanAMinuteLosesNoWork) {
   const pid_t launch = StartShardRestartingRun(dir, "12000", 20, 65);
   ASSERT_TRUE(WaitForSteps(dir + "/worker-0.jsonl", 80, 120)) << ReadAll(dir + "/launch.log");
   ASSERT_TRUE(WaitForCheckpoint(dir + "/checkpoints/ps-1", 60)) << ReadAll(dir + "/launch.log");
-  ASSERT_EQ(kill(PidOf(dir, "ps-1"), SIGKILL), 0);
+  ASSERT_EQ(Signal(PidOf(dir, "ps-1"), SIGKILL), 0);
   ASSERT_EQ(WaitExit(launch), 0) << ReadAll(dir + "/launch.log");
   const std::string log = ReadAll(dir + "/launch.log");
   EXPECT_TRUE(absl::StrContains(log, "still retrying until it is back")) << log;
@@ -203,7 +203,7 @@ TEST_F(FaultE2e, KilledShardRestoresItsCheckpointAndTheJobFinishes) {
   // A checkpoint is written and synced behind the updates: at 80 steps (0.2 s into a run) the
   // folder once held only the first one's temporary file, which a restart rightly discards.
   ASSERT_TRUE(WaitForCheckpoint(checkpoints + "/ps-1", 60)) << ReadAll(dir + "/launch.log");
-  ASSERT_EQ(kill(PidOf(dir, "ps-1"), SIGKILL), 0);
+  ASSERT_EQ(Signal(PidOf(dir, "ps-1"), SIGKILL), 0);
   ASSERT_EQ(WaitExit(launch), 0) << ReadAll(dir + "/launch.log");
 
   const std::string log = ReadAll(dir + "/launch.log");
@@ -239,7 +239,7 @@ TEST_F(FaultE2e, SigtermedShardRestoresTheVersionItStoppedAt) {
   const std::string dir = RunDir("shard_term");
   const pid_t launch = StartShardRestartingRun(dir, "8000", 100000, 1);
   ASSERT_TRUE(WaitForSteps(dir + "/worker-0.jsonl", 60, 120)) << ReadAll(dir + "/launch.log");
-  ASSERT_EQ(kill(PidOf(dir, "ps-0"), SIGTERM), 0);
+  ASSERT_EQ(Signal(PidOf(dir, "ps-0"), SIGTERM), 0);
   ASSERT_EQ(WaitExit(launch), 0) << ReadAll(dir + "/launch.log");
   const std::string log = ReadAll(dir + "/launch.log");
   std::smatch stopped, restored;
@@ -358,7 +358,7 @@ TEST_F(FaultE2e, TlsWithATokenTrainsAndRefusesStrangers) {
             1);
   EXPECT_TRUE(absl::StrContains(ReadAll(log), "NOT_SERVING")) << ReadAll(log);
   // Only the authenticated status call reached a handler.
-  kill(server, SIGTERM);
+  Signal(server, SIGTERM);
   EXPECT_EQ(WaitExit(server), 0);
 }
 

@@ -220,7 +220,7 @@ TEST_F(LaunchE2e, SigtermStopsEveryProcess) {
     absl::SleepFor(absl::Milliseconds(100));
   }
   ASSERT_GE(StepLines(dir + "/worker-0.jsonl").size(), 5u) << ReadAll(dir + "/launch.log");
-  kill(pid, SIGTERM);
+  Signal(pid, SIGTERM);
   EXPECT_EQ(WaitExit(pid), 128 + SIGTERM);
   EXPECT_TRUE(ProcessesMentioning(dir).empty());
   // The servers shut down cleanly (they log their final version on the way out).
@@ -264,7 +264,7 @@ TEST(PsCtl, StatusReportsEveryShardAndFailsOnADeadOne) {
   EXPECT_TRUE(absl::StrContains(ReadAll(log), "staleness histogram")) << ReadAll(log);
   EXPECT_EQ(RunTool({BinDir() + "/ps_ctl", "--servers=" + both}, log), 2);  // no command
   for (pid_t pid : servers) {
-    kill(pid, SIGTERM);
+    Signal(pid, SIGTERM);
     EXPECT_EQ(WaitExit(pid), 0);  // SIGTERM is an orderly shutdown for a server
   }
   EXPECT_EQ(RunTool({BinDir() + "/ps_ctl", "status", "--timeout_s=2", "--servers=" + both}, log),

@@ -98,7 +98,7 @@ TEST(MetricsE2e, ScrapedCountersAgreeWithTheRunsFiles) {
       << summary;
   // 8000 / 64 = 125 steps x 2 epochs, one BSP update per step on each shard.
   EXPECT_EQ(versions[0], 250);
-  kill(launch, SIGINT);
+  Signal(launch, SIGINT);
   EXPECT_EQ(WaitExit(launch), 0) << ReadAll(dir + "/launch.log");
   EXPECT_TRUE(ProcessesMentioning(dir).empty());
 }
