@@ -28,9 +28,10 @@ class ScratchDirTest : public testing::Test {
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   std::string Path(const std::string& name) const { return dir_ + "/" + name; }
-  // Writes `bytes` to Path(name) as they are.
-  void Write(const std::string& name, const std::string& bytes) const {
+  // Writes `bytes` to Path(name) as they are; returns that path.
+  std::string Write(const std::string& name, const std::string& bytes) const {
     std::ofstream(Path(name), std::ios::binary) << bytes;
+    return Path(name);
   }
   // Writes `bytes` (a std::string or std::vector<uint8_t>) to Path(name) gzip-compressed.
   template <typename Bytes>

@@ -3,8 +3,6 @@
 
 #include "worker/replay.h"
 
-#include <fstream>
-
 #include "common/device/cpu_device.h"
 #include "common/nn/model_registry.h"
 #include "gtest/gtest.h"
@@ -26,13 +24,7 @@ ImageDataset TinyData() {
 }
 
 // Each test's records live in its own scratch folder, removed when the test ends.
-class ReplayRecords : public ScratchDirTest {
- protected:
-  std::string Record(const std::string& name, const std::string& text) const {
-    Write(name, text);
-    return Path(name);
-  }
-};
+class ReplayRecords : public ScratchDirTest {};
 
 absl::Status RunReplay(const std::vector<std::string>& records, int64_t* updates = nullptr) {
   CpuDevice dev;
@@ -50,22 +42,22 @@ absl::Status RunReplay(const std::vector<std::string>& records, int64_t* updates
 
 TEST_F(ReplayRecords, ConsistentRecordsReplay) {
   // Two workers, one shard: worker 1's first gradient was computed before worker 0's applied.
-  const std::string rec = Record("ok.updates", "0 0 0 0 0\n1 1 0 0 1\n2 0 1 1 1\n");
+  const std::string rec = Write("ok.updates", "0 0 0 0 0\n1 1 0 0 1\n2 0 1 1 1\n");
   int64_t updates = 0;
   ASSERT_TRUE(RunReplay({rec}, &updates).ok());
   EXPECT_EQ(updates, 3);
 }
 
 TEST_F(ReplayRecords, BadRecordsAreDataLoss) {
-  EXPECT_EQ(RunReplay({Record("garbage.updates", "0 0 zero\n")}).code(),
+  EXPECT_EQ(RunReplay({Write("garbage.updates", "0 0 zero\n")}).code(),
             absl::StatusCode::kDataLoss);
-  EXPECT_EQ(RunReplay({Record("gap.updates", "0 0 0 0 0\n2 1 0 0 2\n")}).code(),
+  EXPECT_EQ(RunReplay({Write("gap.updates", "0 0 0 0 0\n2 1 0 0 2\n")}).code(),
             absl::StatusCode::kDataLoss);  // versions must follow each other
   // A gradient one shard applied and the other never saw (a dropped gradient).
-  EXPECT_EQ(RunReplay({Record("a.updates", "0 0 0 0 0\n"), Record("b.updates", "")}).code(),
+  EXPECT_EQ(RunReplay({Write("a.updates", "0 0 0 0 0\n"), Write("b.updates", "")}).code(),
             absl::StatusCode::kDataLoss);
   // A base version the shard never reaches.
-  EXPECT_EQ(RunReplay({Record("future.updates", "0 0 0 5 0\n")}).code(),
+  EXPECT_EQ(RunReplay({Write("future.updates", "0 0 0 5 0\n")}).code(),
             absl::StatusCode::kDataLoss);
   EXPECT_EQ(RunReplay({Path("missing.updates")}).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(RunReplay({}).code(), absl::StatusCode::kInvalidArgument);

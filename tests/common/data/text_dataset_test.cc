@@ -3,10 +3,6 @@
 
 #include "common/data/text_dataset.h"
 
-#include <unistd.h>
-
-#include <cstdlib>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -18,13 +14,7 @@ namespace ps {
 namespace {
 
 // Each test's files live in its own scratch folder, removed when the test ends.
-class TextFile : public ScratchDirTest {
- protected:
-  std::string WriteFile(const std::string& name, const std::string& bytes) const {
-    Write(name, bytes);
-    return Path(name);
-  }
-};
+class TextFile : public ScratchDirTest {};
 
 TEST(Utf8, DecodesAndEncodesEveryWidthAndRefusesMalformedBytes) {
   const std::string text = "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";  // a, é, €, 😀
@@ -46,7 +36,7 @@ TEST(Utf8, DecodesAndEncodesEveryWidthAndRefusesMalformedBytes) {
 
 TEST_F(TextFile, SplitsNinetyTenWithWindowsAndNextCharacterLabels) {
   // 20 characters: the first 18 train, the last 2 validate.
-  const std::string path = WriteFile("split", "abcabcabcabcabcabczz");
+  const std::string path = Write("split", "abcabcabcabcabcabczz");
   auto train = TextDataset::Load(path, /*train=*/true, /*context=*/4);
   ASSERT_TRUE(train.ok()) << train.status();
   EXPECT_EQ(train->vocabulary(), (std::vector<uint32_t>{'a', 'b', 'c', 'z'}));
@@ -75,7 +65,7 @@ TEST_F(TextFile, SplitsNinetyTenWithWindowsAndNextCharacterLabels) {
 TEST_F(TextFile, ValidationWindowsDoNotOverlap) {
   std::string text(100, 'a');
   for (int i = 90; i < 100; ++i) text[i] = static_cast<char>('a' + (i - 90));  // "abcdefghij"
-  const std::string path = WriteFile("val", text);
+  const std::string path = Write("val", text);
   auto val = TextDataset::Load(path, /*train=*/false, 3);
   ASSERT_TRUE(val.ok());
   EXPECT_EQ(val->size(), 3);  // (10 - 1) / 3: starts 0, 3, 6
@@ -90,7 +80,7 @@ TEST_F(TextFile, ValidationWindowsDoNotOverlap) {
 }
 
 TEST_F(TextFile, EncodesAndDecodesAndNamesCharactersOutsideTheVocabulary) {
-  const std::string path = WriteFile("enc", "h\xc3\xa9llo world, h\xc3\xa9llo");
+  const std::string path = Write("enc", "h\xc3\xa9llo world, h\xc3\xa9llo");
   auto data = TextDataset::Load(path, true, 2);
   ASSERT_TRUE(data.ok());
   auto ids = data->Encode("h\xc3\xa9llo");
@@ -102,7 +92,7 @@ TEST_F(TextFile, EncodesAndDecodesAndNamesCharactersOutsideTheVocabulary) {
 }
 
 TEST_F(TextFile, TheRegistryOpensTextFilesAndExplainsWhatIsMissing) {
-  const std::string path = WriteFile("reg", std::string(200, 'q') + "rs");
+  const std::string path = Write("reg", std::string(200, 'q') + "rs");
   auto spec = ParseDataSpec("text:" + path);
   ASSERT_TRUE(spec.ok());
   auto opened = OpenDataset(*spec, Split::kTrain, DataOptions{0, false, 8});
@@ -114,7 +104,7 @@ TEST_F(TextFile, TheRegistryOpensTextFilesAndExplainsWhatIsMissing) {
   ASSERT_TRUE(missing.ok());
   EXPECT_EQ(OpenDataset(*missing, Split::kTrain, DataOptions{0, false, 8}).status().code(),
             absl::StatusCode::kNotFound);
-  const std::string not_utf8 = WriteFile("bad", std::string(50, 'a') + "\xfe" + "bb");
+  const std::string not_utf8 = Write("bad", std::string(50, 'a') + "\xfe" + "bb");
   auto bad = OpenDataset(*ParseDataSpec("text:" + not_utf8), Split::kTrain, {0, false, 4});
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(bad.status().message().find("byte 50"), std::string::npos) << bad.status();
