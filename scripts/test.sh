@@ -9,7 +9,7 @@
 # - build-asan/: with SANITIZE=1, AddressSanitizer + UndefinedBehaviorSanitizer (CPU only);
 # - the load test (label "load": 32 worker processes for a minute), the network-namespace
 #   test (label "netns": 4 hosts, 5 epochs) and the container cluster (label "docker": builds
-#   the image, runs docker-compose with its faults, about 8 minutes) run in build/ only.
+#   the image, runs docker-compose with its faults, about 14 minutes) run in build/ only.
 # The fuzzers run separately: scripts/fuzz.sh (CI runs both).
 #
 #   scripts/test.sh           everything above

@@ -22,7 +22,8 @@
 # mirror and `docker import` (a machine that reaches a container registry would pull them; this
 # project's machines reach only Debian's). The data root persists in $PS_COMPOSE_WORK, so a
 # second run reuses the base images and the build cache. Needs root. Run by ctest
-# ("compose_e2e_test", label "docker"); about 8 minutes, most of it the outages of scenario 3.
+# ("compose_e2e_test", label "docker"); about 14 minutes on a 2-core machine: 7 for debootstrap and
+# the image build where nothing is cached, 4 for the outages of scenario 3.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
