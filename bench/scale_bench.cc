@@ -23,7 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_cluster.h"
 #include "common/base/json_lines.h"
-#include "common/base/malloc_tuning.h"
+#include "common/base/process_tuning.h"
 #include "common/cli/cli.h"
 #include "spdlog/spdlog.h"
 #include "worker/grpc_parameter_client.h"
@@ -53,7 +53,7 @@ double Percentile(std::vector<double> v, double p) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ps::TuneMallocForLargeMessages();
+  ps::TuneProcessForTensorTraffic();
   ps::ParseCommandLine(
       argc, argv,
       "Many light workers against a few shards: pushes/s, pull latency, server "

@@ -30,7 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_cluster.h"
 #include "common/base/json_lines.h"
-#include "common/base/malloc_tuning.h"
+#include "common/base/process_tuning.h"
 #include "common/base/random.h"
 #include "common/cli/cli.h"
 #include "spdlog/spdlog.h"
@@ -260,7 +260,7 @@ absl::Status RunDim(int64_t dim, const std::vector<int64_t>& batches) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ps::TuneMallocForLargeMessages();
+  ps::TuneProcessForTensorTraffic();
   ps::ParseCommandLine(argc, argv,
                        "Sparse rows through the shards against a gather/scatter loop.\n"
                        "  ps_bench_sparse [--shards 2] [--rows 1000000] [--dims 16,64,256]");

@@ -36,7 +36,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/base/json_lines.h"
-#include "common/base/malloc_tuning.h"
+#include "common/base/process_tuning.h"
 #include "common/base/status_macros.h"
 #include "common/cli/cli.h"
 #include "common/cli/cluster_flags.h"
@@ -286,7 +286,7 @@ absl::Status RefuseFlagsNotApplied() {
 }
 
 int main(int argc, char** argv) {
-  ps::TuneMallocForLargeMessages();
+  ps::TuneProcessForTensorTraffic();
   ps::ParseCommandLine(argc, argv,
                        "Training throughput of W workers and S shards on loopback.\n"
                        "  ps_bench_train [--models mlp,cnn] [--configs 1x1,2x2] "

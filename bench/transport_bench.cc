@@ -54,8 +54,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "common/base/json_lines.h"
-#include "common/base/malloc_tuning.h"
 #include "common/base/param_layout.h"
+#include "common/base/process_tuning.h"
 #include "common/cli/cli.h"
 #include "common/transport/grpc_security.h"
 #include "grpcpp/grpcpp.h"
@@ -678,7 +678,7 @@ void MeasureBulk(const Sites& sites, int workers, int shards, int mib,
 }  // namespace
 
 int main(int argc, char** argv) {
-  ps::TuneMallocForLargeMessages();  // as ps_server and ps_worker do; the references get it too
+  ps::TuneProcessForTensorTraffic();  // as ps_server and ps_worker do; the references get it too
   ps::ParseCommandLine(argc, argv,
                        "Push and pull throughput against a TCP stream, plain gRPC and memcpy.\n"
                        "  ps_bench_transport [--mib 1,16,64] [--configs 1x1,2x2] [--seconds 1.5]\n"

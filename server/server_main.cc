@@ -7,7 +7,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
-#include "common/base/malloc_tuning.h"
+#include "common/base/process_tuning.h"
 #include "common/base/shutdown_signal.h"
 #include "common/base/status_macros.h"
 #include "common/cli/cli.h"
@@ -127,7 +127,7 @@ bool WritePortFile(const std::string& path, int port) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ps::TuneMallocForLargeMessages();
+  ps::TuneProcessForTensorTraffic();
   ps::ParseFlags(argc, argv,
                  "One parameter-server shard: holds a slice of the model and applies the workers' "
                  "gradients.\n"

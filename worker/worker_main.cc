@@ -14,7 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "common/base/json_lines.h"
 #include "common/base/logging.h"
-#include "common/base/malloc_tuning.h"
+#include "common/base/process_tuning.h"
 #include "common/base/random.h"
 #include "common/base/shutdown_signal.h"
 #include "common/base/status_macros.h"
@@ -310,7 +310,7 @@ int Train(ps::Model& model, ps::Device& device, ps::GrpcParameterClient& client,
 }  // namespace
 
 int main(int argc, char** argv) {
-  ps::TuneMallocForLargeMessages();
+  ps::TuneProcessForTensorTraffic();
   ps::ParseFlags(
       argc, argv,
       "A data-parallel worker: pulls weights from the shards, computes gradients on its share of "

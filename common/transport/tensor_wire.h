@@ -26,7 +26,7 @@
 namespace ps {
 
 // Slices of at most this many bytes carry payloads the process builds itself (pull replies):
-// well below glibc's 32 MiB mmap ceiling (see malloc_tuning.h), so a reply's buffers come from
+// well below glibc's 32 MiB mmap ceiling (see process_tuning.h), so a reply's buffers come from
 // the warm heap instead of fresh pages. ps_bench_transport measured 256 KiB no faster on 64 MiB
 // pulls; fewer, larger slices mean fewer allocations.
 inline constexpr size_t kPayloadSliceBytes = size_t{4} << 20;

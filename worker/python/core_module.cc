@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/base/process_tuning.h"
 #include "worker/grpc_parameter_client.h"
 #include "worker/python/py_convert.h"
 #include "worker/python/py_support.h"
@@ -22,6 +23,9 @@ namespace py = pybind11;
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "The C++ side of ps_train: a worker rank's client of the parameter-server shards.";
+  // gRPC's locks without Abseil's lock-order bookkeeping, as in ps_worker; the malloc settings
+  // stay the interpreter's own.
+  ps::TurnOffLockOrderChecks();
 
   // ps_train.errors.PsError(code, code_name, message): raised for every error of the shards or the
   // transport, with the gRPC status code.

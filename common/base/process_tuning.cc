@@ -1,0 +1,28 @@
+#include "common/base/process_tuning.h"
+
+#include <malloc.h>
+
+#include "absl/synchronization/mutex.h"
+
+namespace ps {
+
+void TuneProcessForTensorTraffic() {
+  TuneMallocForLargeMessages();
+  TurnOffLockOrderChecks();
+}
+
+void TuneMallocForLargeMessages() {
+#if defined(__GLIBC__)
+  // 32 MiB is glibc's largest mmap threshold on 64-bit; anything below it comes from the heap.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
+}
+
+void TurnOffLockOrderChecks() {
+#ifdef NDEBUG
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+#endif
+}
+
+}  // namespace ps
