@@ -162,7 +162,20 @@ absl::Status GrpcParameterClient::CallRaw(const char* method, RawMethod raw,
       [&](size_t j) {
         (*responses)[rest[j]] = std::move(answers[j]);
         if (on_ok) on_ok(rest[j]);
-      });
+      },
+      /*retry=*/true, /*each_status=*/nullptr, LoneShardWindow());
+}
+
+size_t GrpcParameterClient::LoneShardWindow() const {
+  // The pieces of a transfer with a worker's only shard (split_lone_pulls/pushes, --chunk_mib):
+  // two in flight per connection, so each piece finishes while the next one is on the wire and
+  // the shard's work on it (check, copy, update) overlaps the transfer, where all of them at
+  // once would share the connection and finish together. Across a veth pair, 16 MiB BSP pushes
+  // 1.55-1.61 -> 1.74-1.87 GB/s and pulls 1.45-1.65 -> 1.71-1.82 (docs/performance.md). With
+  // several shards every call is in flight at once: a pull held by one shard may wait for this
+  // worker's call to another.
+  if (raw_stubs_.size() != 1) return 0;
+  return 2 * raw_stubs_[0].size();
 }
 
 std::optional<absl::Status> GrpcParameterClient::CallLocal(
@@ -290,7 +303,8 @@ absl::Status GrpcParameterClient::CallEach(const char* method, const std::vector
                                            Start start, std::vector<Response>* responses,
                                            absl::Duration timeout, bool wait_for_ready,
                                            const std::function<void(size_t)>& on_ok, bool retry,
-                                           std::vector<absl::Status>* each_status) {
+                                           std::vector<absl::Status>* each_status,
+                                           size_t max_in_flight) {
   responses->assign(shards.size(), Response());
   // A retry replaces call i's reader once its previous attempt has finished.
   std::vector<std::unique_ptr<grpc::ClientAsyncResponseReader<Response>>> readers(shards.size());
@@ -307,6 +321,7 @@ absl::Status GrpcParameterClient::CallEach(const char* method, const std::vector
   calls.retry = retry;
   calls.on_ok = on_ok;
   calls.each_status = each_status;
+  calls.max_in_flight = max_in_flight;
   return fanout_.Run(calls);
 }
 

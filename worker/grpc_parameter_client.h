@@ -243,6 +243,8 @@ class GrpcParameterClient final : public ParameterClient {
                        const std::vector<grpc::ByteBuffer>& requests,
                        std::vector<grpc::ByteBuffer>* responses, absl::Duration timeout,
                        const std::function<void(size_t)>& on_ok = nullptr);
+  // How many of a call's pieces CallRaw keeps in flight (0: all of them).
+  size_t LoneShardWindow() const;
   // CallRaw over the local channels, when every piece goes to its own shard and that shard's
   // channel is free. Sets answered[i] for each piece answered (on_ok(i) has run). Returns the
   // call's outcome, or nothing when the pieces not answered should go over gRPC: no channel, one
@@ -267,7 +269,8 @@ class GrpcParameterClient final : public ParameterClient {
   absl::Status CallEach(const char* method, const std::vector<int>& shards, Start start,
                         std::vector<Response>* responses, absl::Duration timeout,
                         bool wait_for_ready, const std::function<void(size_t)>& on_ok,
-                        bool retry = true, std::vector<absl::Status>* each_status = nullptr);
+                        bool retry = true, std::vector<absl::Status>* each_status = nullptr,
+                        size_t max_in_flight = 0);
   // Cancels the calls in flight to `shard` as the shard would (CANCELLED, which this client
   // retries): for calls that wait on a process that is gone.
   void CancelCallsTo(int shard);

@@ -58,15 +58,14 @@ class ShardFanout::Run_ {
         attempts_(calls.shards.size()),
         first_try_(absl::Now()),
         give_up_(calls.retry ? first_try_ + options_.retry_for : first_try_),
+        window_(calls.max_in_flight > 0 ? calls.max_in_flight : calls.shards.size()),
         next_report_(first_try_ + options_.report_unreachable_every) {
     if (independent_) calls.each_status->assign(calls.shards.size(), absl::OkStatus());
   }
 
   absl::Status Run() {
-    for (size_t i = 0; i < attempts_.size(); ++i) {
-      attempts_[i].backoff = options_.initial_backoff;
-      Launch(i);
-    }
+    for (Attempt& a : attempts_) a.backoff = options_.initial_backoff;
+    while (unstarted_ < attempts_.size() && in_flight_ < window_) Launch(unstarted_++);
     while (in_flight_ > 0 || waiting_ > 0) {
       // Wake for the earliest retry due, and now and then to notice Cancel().
       absl::Time wake = absl::Now() + absl::Milliseconds(200);
@@ -80,6 +79,10 @@ class ShardFanout::Run_ {
       }
     }
     if (!first_error_.ok()) return first_error_;
+    if (unstarted_ < attempts_.size()) {  // never so: Ended() starts one per call that ends
+      return absl::InternalError(absl::StrCat(calls_.method, ": ", attempts_.size() - unstarted_,
+                                              " calls were never started"));
+    }
     if (reported_) {
       spdlog::info("{}: every shard answers again, after {:.0f}s", calls_.method,
                    absl::ToDoubleSeconds(absl::Now() - first_try_));
@@ -101,16 +104,30 @@ class ShardFanout::Run_ {
     return absl::CancelledError(absl::StrCat(calls_.method, ": client cancelled"));
   }
 
+  // Call i has ended for good: the next call not started yet takes its place in the window.
+  // Dependent calls stop starting once one has failed (the operation has); the ones never
+  // started are then not attempted.
+  void Ended() {
+    if (unstarted_ < attempts_.size() && (first_error_.ok() || independent_)) {
+      Launch(unstarted_++);
+    } else if (unstarted_ < attempts_.size()) {
+      unstarted_ = attempts_.size();
+    }
+  }
+
   // Records call i's failure; the first one of dependent calls cancels the others.
   void FailWith(size_t i, absl::Status error) {
     if (independent_) (*calls_.each_status)[i] = error;
-    if (!first_error_.ok()) return;
-    first_error_ = std::move(error);
-    if (independent_) return;
-    absl::MutexLock lock(&fanout_.mu_);
-    for (Attempt& a : attempts_) {
-      if (a.in_flight) a.context->TryCancel();
+    if (first_error_.ok()) {
+      first_error_ = std::move(error);
+      if (!independent_) {
+        absl::MutexLock lock(&fanout_.mu_);
+        for (Attempt& a : attempts_) {
+          if (a.in_flight) a.context->TryCancel();
+        }
+      }
     }
+    Ended();
   }
 
   // Starts call i's next attempt, or fails it with CANCELLED when the fanout was cancelled.
@@ -155,6 +172,7 @@ class ShardFanout::Run_ {
     fanout_.Unregister(a.context.get());
     if (a.status.ok()) {
       if (calls_.on_ok && first_error_.ok()) calls_.on_ok(i);
+      Ended();
       return;
     }
     if (!first_error_.ok() && !independent_) return;  // cancelled: another call failed
@@ -198,6 +216,8 @@ class ShardFanout::Run_ {
   grpc::CompletionQueue cq_;
   const absl::Time first_try_;
   const absl::Time give_up_;
+  const size_t window_;   // calls in flight at most
+  size_t unstarted_ = 0;  // calls [unstarted_, size) have not been started
   absl::Time next_report_;
   bool reported_ = false;
   absl::Status first_error_;

@@ -49,6 +49,11 @@ class ShardFanout {
     // (a failure does not cancel the others). Otherwise the first call that fails for good
     // cancels the rest: the operation has failed.
     std::vector<absl::Status>* each_status = nullptr;
+    // At most this many calls in flight (0: all of them), started in order, the next one as a
+    // call ends for good. Only for calls that may wait for each other's shard never: a call held
+    // by its shard (a pull waiting for its round) must not hold back a call that would release
+    // it, so the pieces of one shard's transfer, not a fan-out over several shards.
+    size_t max_in_flight = 0;
   };
   // Runs the calls to their end. The error names the method and the shard; CANCELLED after
   // Cancel().

@@ -410,6 +410,32 @@ TEST(SplitLonePushes, GiveWhatAWholePushGives) {
   EXPECT_NE(weights[0], init);
 }
 
+// A 16 MiB push and pull with the only shard go as 8 pieces each over two connections, of which
+// the client keeps 4 in flight (LoneShardWindow): every piece is sent, the later ones as the
+// earlier ones are answered, and the weights are those of whole calls, bit for bit.
+TEST(SplitLonePushes, PiecesBeyondTheWindowAreAllSent) {
+  constexpr int64_t kTotal = int64_t{1} << 22;  // 16 MiB
+  const std::vector<float> init = Pattern(kTotal, 1001, 0.25f, 0.5f);
+  const std::vector<float> gradient = Pattern(kTotal, 3, 0.5f, -0.5f);
+  std::vector<std::vector<float>> weights;
+  for (bool split : {false, true}) {
+    LoneBspShard lone(init, split);
+    ASSERT_NE(lone.client, nullptr);
+    auto pushed = lone.client->Push(0, {0}, 1, gradient);
+    ASSERT_TRUE(pushed.ok()) << pushed.status();
+    EXPECT_EQ(pushed->applied, 1);
+    EXPECT_EQ(lone.PiecesReceived(), split ? 8 : 0);
+    std::vector<float> w(kTotal);
+    auto pulled = lone.client->Pull(1, false, absl::MakeSpan(w));
+    ASSERT_TRUE(pulled.ok()) << pulled.status();
+    EXPECT_EQ(pulled->versions, (std::vector<int64_t>{1}));
+    EXPECT_EQ(pulled->payload_bytes, kTotal * 4);
+    weights.push_back(w);
+  }
+  EXPECT_EQ(weights[1], weights[0]);
+  EXPECT_NE(weights[0], init);
+}
+
 // From 4 MiB a PushPull with the only shard under BSP goes as a split push and a split pull
 // (kLonePushPullSplitFrom): the same weights and version as one whole call, bit for bit.
 TEST(SplitLonePushes, ALargePushPullGoesAsASplitPushAndASplitPull) {
