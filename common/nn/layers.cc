@@ -19,34 +19,32 @@ void Linear::InitParams(Rng& rng, float* params) const {
   }
 }
 
-absl::Status Linear::Forward(Device& dev, const float* params, const float* x, int batch,
-                             float* y) {
-  const int rows = static_cast<int>(batch * positions_);
-  RETURN_IF_ERROR(dev.Gemm(false, false, rows, out_, in_, 1.0f, x, params, 0.0f, y));
+absl::Status Linear::Forward(Device& dev, const ForwardPass& pass) {
+  const int rows = static_cast<int>(pass.batch * positions_);
+  RETURN_IF_ERROR(dev.Gemm(false, false, rows, out_, in_, 1.0f, pass.x, pass.params, 0.0f, pass.y));
   if (!bias_) return absl::OkStatus();
-  return dev.AddBias(rows, out_, params + in_ * out_, y);
+  return dev.AddBias(rows, out_, pass.params + in_ * out_, pass.y);
 }
 
-absl::Status Linear::Backward(Device& dev, const float* params, const float* x, const float*,
-                              const float* dy, int batch, float* dx, float* grads,
-                              float grads_beta) {
-  const int rows = static_cast<int>(batch * positions_);
+absl::Status Linear::Backward(Device& dev, const BackwardPass& pass) {
+  const int rows = static_cast<int>(pass.batch * positions_);
   // dW (in, out) = beta dW + x^T (in, rows) dy (rows, out); db = beta db + column sums of dy.
-  RETURN_IF_ERROR(dev.Gemm(true, false, in_, out_, rows, 1.0f, x, dy, grads_beta, grads));
-  if (bias_) RETURN_IF_ERROR(dev.SumRows(rows, out_, dy, grads_beta, grads + in_ * out_));
-  if (dx == nullptr) return absl::OkStatus();
+  RETURN_IF_ERROR(
+      dev.Gemm(true, false, in_, out_, rows, 1.0f, pass.x, pass.dy, pass.grads_beta, pass.grads));
+  if (bias_)
+    RETURN_IF_ERROR(dev.SumRows(rows, out_, pass.dy, pass.grads_beta, pass.grads + in_ * out_));
+  if (pass.dx == nullptr) return absl::OkStatus();
   // dx (rows, in) = dy (rows, out) W^T (out, in).
-  return dev.Gemm(false, true, rows, in_, out_, 1.0f, dy, params, 0.0f, dx);
+  return dev.Gemm(false, true, rows, in_, out_, 1.0f, pass.dy, pass.params, 0.0f, pass.dx);
 }
 
-absl::Status Relu::Forward(Device& dev, const float*, const float* x, int batch, float* y) {
-  return dev.ReluForward(static_cast<int64_t>(batch) * size_, x, y);
+absl::Status Relu::Forward(Device& dev, const ForwardPass& pass) {
+  return dev.ReluForward(static_cast<int64_t>(pass.batch) * size_, pass.x, pass.y);
 }
 
-absl::Status Relu::Backward(Device& dev, const float*, const float*, const float* y,
-                            const float* dy, int batch, float* dx, float*, float) {
-  if (dx == nullptr) return absl::OkStatus();
-  return dev.ReluBackward(static_cast<int64_t>(batch) * size_, y, dy, dx);
+absl::Status Relu::Backward(Device& dev, const BackwardPass& pass) {
+  if (pass.dx == nullptr) return absl::OkStatus();
+  return dev.ReluBackward(static_cast<int64_t>(pass.batch) * size_, pass.y, pass.dy, pass.dx);
 }
 
 Conv2d::Conv2d(std::string name, int height, int width, int in_channels, int out_channels,
@@ -79,28 +77,28 @@ absl::Status Conv2d::Prepare(Device& dev, int max_batch) {
   return absl::OkStatus();
 }
 
-absl::Status Conv2d::Forward(Device& dev, const float* params, const float* x, int batch,
-                             float* y) {
-  const int rows = batch * out_h_ * out_w_;
+absl::Status Conv2d::Forward(Device& dev, const ForwardPass& pass) {
+  const int rows = pass.batch * out_h_ * out_w_;
   float* cols = cols_.as<float>();
-  RETURN_IF_ERROR(dev.Im2Col(batch, height_, width_, in_, kernel_, x, cols));
-  RETURN_IF_ERROR(dev.Gemm(false, false, rows, out_, patch_, 1.0f, cols, params, 0.0f, y));
-  return dev.AddBias(rows, out_, params + patch_ * out_, y);
+  RETURN_IF_ERROR(dev.Im2Col(pass.batch, height_, width_, in_, kernel_, pass.x, cols));
+  RETURN_IF_ERROR(
+      dev.Gemm(false, false, rows, out_, patch_, 1.0f, cols, pass.params, 0.0f, pass.y));
+  return dev.AddBias(rows, out_, pass.params + patch_ * out_, pass.y);
 }
 
-absl::Status Conv2d::Backward(Device& dev, const float* params, const float*, const float*,
-                              const float* dy, int batch, float* dx, float* grads,
-                              float grads_beta) {
-  const int rows = batch * out_h_ * out_w_;
+absl::Status Conv2d::Backward(Device& dev, const BackwardPass& pass) {
+  const int rows = pass.batch * out_h_ * out_w_;
   float* cols = cols_.as<float>();
   // dW (patch, out) = beta dW + cols^T (patch, rows) dy (rows, out); db likewise.
-  RETURN_IF_ERROR(dev.Gemm(true, false, patch_, out_, rows, 1.0f, cols, dy, grads_beta, grads));
-  RETURN_IF_ERROR(dev.SumRows(rows, out_, dy, grads_beta, grads + patch_ * out_));
-  if (dx == nullptr) return absl::OkStatus();
+  RETURN_IF_ERROR(
+      dev.Gemm(true, false, patch_, out_, rows, 1.0f, cols, pass.dy, pass.grads_beta, pass.grads));
+  RETURN_IF_ERROR(dev.SumRows(rows, out_, pass.dy, pass.grads_beta, pass.grads + patch_ * out_));
+  if (pass.dx == nullptr) return absl::OkStatus();
   // dcols (rows, patch) = dy (rows, out) W^T (out, patch), written over the forward's cols,
   // which are no longer needed; then scattered back onto the image.
-  RETURN_IF_ERROR(dev.Gemm(false, true, rows, patch_, out_, 1.0f, dy, params, 0.0f, cols));
-  return dev.Col2Im(batch, height_, width_, in_, kernel_, cols, dx);
+  RETURN_IF_ERROR(
+      dev.Gemm(false, true, rows, patch_, out_, 1.0f, pass.dy, pass.params, 0.0f, cols));
+  return dev.Col2Im(pass.batch, height_, width_, in_, kernel_, cols, pass.dx);
 }
 
 absl::Status MaxPool2d::Prepare(Device& dev, int max_batch) {
@@ -112,49 +110,44 @@ absl::Status MaxPool2d::Prepare(Device& dev, int max_batch) {
   return absl::OkStatus();
 }
 
-absl::Status MaxPool2d::Forward(Device& dev, const float*, const float* x, int batch, float* y) {
-  return dev.MaxPoolForward(batch, height_, width_, channels_, pool_, x, y, argmax_.as<int32_t>());
+absl::Status MaxPool2d::Forward(Device& dev, const ForwardPass& pass) {
+  return dev.MaxPoolForward(pass.batch, height_, width_, channels_, pool_, pass.x, pass.y,
+                            argmax_.as<int32_t>());
 }
 
-absl::Status MaxPool2d::Backward(Device& dev, const float*, const float*, const float*,
-                                 const float* dy, int batch, float* dx, float*, float) {
-  if (dx == nullptr) return absl::OkStatus();
-  return dev.MaxPoolBackward(int64_t{batch} * output_size(), dy, argmax_.as<int32_t>(),
-                             int64_t{batch} * input_size(), dx);
+absl::Status MaxPool2d::Backward(Device& dev, const BackwardPass& pass) {
+  if (pass.dx == nullptr) return absl::OkStatus();
+  return dev.MaxPoolBackward(int64_t{pass.batch} * output_size(), pass.dy, argmax_.as<int32_t>(),
+                             int64_t{pass.batch} * input_size(), pass.dx);
 }
 
-absl::Status EmbeddingConcat::Forward(Device& dev, const float* /*params*/, const float* x,
-                                      int batch, float* y) {
-  if (batch_ == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("table '", table_.name, "': no sparse rows bound for this pass"));
-  }
-  return dev.EmbeddingConcatForward(batch, static_cast<int>(width_), x, fields_,
-                                    static_cast<int>(table_.dim), batch_->rows, batch_->lookups, y);
+absl::Status EmbeddingConcat::CheckBound() const {
+  if (batch_ != nullptr) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("table '", table_.name, "': no sparse rows bound for this pass"));
 }
 
-absl::Status EmbeddingConcat::Backward(Device& dev, const float* /*params*/, const float* /*x*/,
-                                       const float* /*y*/, const float* dy, int batch, float* dx,
-                                       float* /*grads*/, float /*grads_beta*/) {
-  if (batch_ == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("table '", table_.name, "': no sparse rows bound for this pass"));
-  }
-  return dev.EmbeddingConcatBackward(batch, static_cast<int>(width_), dy, fields_,
+absl::Status EmbeddingConcat::Forward(Device& dev, const ForwardPass& pass) {
+  RETURN_IF_ERROR(CheckBound());
+  return dev.EmbeddingConcatForward(pass.batch, static_cast<int>(width_), pass.x, fields_,
+                                    static_cast<int>(table_.dim), batch_->rows, batch_->lookups,
+                                    pass.y);
+}
+
+absl::Status EmbeddingConcat::Backward(Device& dev, const BackwardPass& pass) {
+  RETURN_IF_ERROR(CheckBound());
+  return dev.EmbeddingConcatBackward(pass.batch, static_cast<int>(width_), pass.dy, fields_,
                                      static_cast<int>(table_.dim), batch_->unique, batch_->offsets,
-                                     batch_->positions, dx, batch_->row_grads);
+                                     batch_->positions, pass.dx, batch_->row_grads);
 }
 
-absl::Status DotInteraction::Forward(Device& dev, const float* /*params*/, const float* x,
-                                     int batch, float* y) {
-  return dev.DotInteractionForward(batch, n_, dim_, x, y);
+absl::Status DotInteraction::Forward(Device& dev, const ForwardPass& pass) {
+  return dev.DotInteractionForward(pass.batch, n_, dim_, pass.x, pass.y);
 }
 
-absl::Status DotInteraction::Backward(Device& dev, const float* /*params*/, const float* x,
-                                      const float* /*y*/, const float* dy, int batch, float* dx,
-                                      float* /*grads*/, float /*grads_beta*/) {
-  if (dx == nullptr) return absl::OkStatus();  // the first layer: nothing below to feed
-  return dev.DotInteractionBackward(batch, n_, dim_, x, dy, dx);
+absl::Status DotInteraction::Backward(Device& dev, const BackwardPass& pass) {
+  if (pass.dx == nullptr) return absl::OkStatus();  // the first layer: nothing below to feed
+  return dev.DotInteractionBackward(pass.batch, n_, dim_, pass.x, pass.dy, pass.dx);
 }
 
 }  // namespace ps

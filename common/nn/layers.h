@@ -29,6 +29,30 @@ struct SparseBatch {
   float* row_grads = nullptr;          // (unique, dim), overwritten by each backward pass
 };
 
+// One layer's forward pass over a micro-batch. Every pointer is device memory.
+struct ForwardPass {
+  const float* params = nullptr;  // the layer's range of the model's flat parameters
+  const float* x = nullptr;       // (batch, input_size)
+  int batch = 0;
+  float* y = nullptr;  // (batch, output_size), written
+};
+
+// One layer's backward pass; it follows the Forward of the same batch (layers may keep values of
+// that pass in their scratch memory). Every pointer is device memory.
+struct BackwardPass {
+  const float* params = nullptr;
+  const float* x = nullptr;   // the forward pass's input
+  const float* y = nullptr;   // and output
+  const float* dy = nullptr;  // (batch, output_size)
+  int batch = 0;
+  // (batch, input_size), written; null when no input gradient is wanted (the first layer).
+  float* dx = nullptr;
+  // The layer's range of the gradient buffer: grads = grads_beta * grads + this pass's gradients
+  // (grads_beta 0: only written, whatever it held).
+  float* grads = nullptr;
+  float grads_beta = 0.0f;
+};
+
 class Layer {
  public:
   virtual ~Layer() = default;
@@ -42,14 +66,9 @@ class Layer {
   // calls it once, before any Forward.
   virtual absl::Status Prepare(Device& /*dev*/, int /*max_batch*/) { return absl::OkStatus(); }
   // x (batch, input_size) -> y (batch, output_size).
-  virtual absl::Status Forward(Device& dev, const float* params, const float* x, int batch,
-                               float* y) = 0;
-  // Given x, y of the forward pass and dy, sets grads = grads_beta * grads + the parameter
-  // gradients (grads_beta 0: `grads` is only written, whatever it held) and writes dx
-  // (batch, input_size) unless dx is null (the first layer needs no input gradient).
-  virtual absl::Status Backward(Device& dev, const float* params, const float* x, const float* y,
-                                const float* dy, int batch, float* dx, float* grads,
-                                float grads_beta) = 0;
+  virtual absl::Status Forward(Device& dev, const ForwardPass& pass) = 0;
+  // Sets grads = grads_beta * grads + the parameter gradients and writes dx unless it is null.
+  virtual absl::Status Backward(Device& dev, const BackwardPass& pass) = 0;
   // The sparse tables the layer looks rows up in (none for dense layers), and the micro-batch's
   // rows of them, bound before each pass (null: unbound).
   virtual std::vector<SparseTableSpec> SparseTables() const { return {}; }
@@ -75,11 +94,8 @@ class Linear final : public Layer {
   int64_t output_size() const override { return positions_ * out_; }
   std::vector<TensorSpec> ParamSpecs() const override;
   void InitParams(Rng& rng, float* params) const override;
-  absl::Status Forward(Device& dev, const float* params, const float* x, int batch,
-                       float* y) override;
-  absl::Status Backward(Device& dev, const float* params, const float* x, const float* y,
-                        const float* dy, int batch, float* dx, float* grads,
-                        float grads_beta) override;
+  absl::Status Forward(Device& dev, const ForwardPass& pass) override;
+  absl::Status Backward(Device& dev, const BackwardPass& pass) override;
 
  private:
   std::string name_;
@@ -95,11 +111,8 @@ class Relu final : public ParameterFreeLayer {
   explicit Relu(int64_t size) : size_(size) {}
   int64_t input_size() const override { return size_; }
   int64_t output_size() const override { return size_; }
-  absl::Status Forward(Device& dev, const float* params, const float* x, int batch,
-                       float* y) override;
-  absl::Status Backward(Device& dev, const float* params, const float* x, const float* y,
-                        const float* dy, int batch, float* dx, float* grads,
-                        float grads_beta) override;
+  absl::Status Forward(Device& dev, const ForwardPass& pass) override;
+  absl::Status Backward(Device& dev, const BackwardPass& pass) override;
 
  private:
   int64_t size_;
@@ -118,11 +131,8 @@ class Conv2d final : public Layer {
   std::vector<TensorSpec> ParamSpecs() const override;
   void InitParams(Rng& rng, float* params) const override;
   absl::Status Prepare(Device& dev, int max_batch) override;
-  absl::Status Forward(Device& dev, const float* params, const float* x, int batch,
-                       float* y) override;
-  absl::Status Backward(Device& dev, const float* params, const float* x, const float* y,
-                        const float* dy, int batch, float* dx, float* grads,
-                        float grads_beta) override;
+  absl::Status Forward(Device& dev, const ForwardPass& pass) override;
+  absl::Status Backward(Device& dev, const BackwardPass& pass) override;
 
  private:
   std::string name_;
@@ -141,11 +151,8 @@ class MaxPool2d final : public ParameterFreeLayer {
     return int64_t{height_ / pool_} * (width_ / pool_) * channels_;
   }
   absl::Status Prepare(Device& dev, int max_batch) override;
-  absl::Status Forward(Device& dev, const float* params, const float* x, int batch,
-                       float* y) override;
-  absl::Status Backward(Device& dev, const float* params, const float* x, const float* y,
-                        const float* dy, int batch, float* dx, float* grads,
-                        float grads_beta) override;
+  absl::Status Forward(Device& dev, const ForwardPass& pass) override;
+  absl::Status Backward(Device& dev, const BackwardPass& pass) override;
 
  private:
   int height_, width_, channels_, pool_;
@@ -162,15 +169,15 @@ class EmbeddingConcat final : public ParameterFreeLayer {
       : table_(std::move(table)), width_(width), fields_(fields) {}
   int64_t input_size() const override { return width_; }
   int64_t output_size() const override { return width_ + fields_ * table_.dim; }
-  absl::Status Forward(Device& dev, const float* params, const float* x, int batch,
-                       float* y) override;
-  absl::Status Backward(Device& dev, const float* params, const float* x, const float* y,
-                        const float* dy, int batch, float* dx, float* grads,
-                        float grads_beta) override;
+  absl::Status Forward(Device& dev, const ForwardPass& pass) override;
+  absl::Status Backward(Device& dev, const BackwardPass& pass) override;
   std::vector<SparseTableSpec> SparseTables() const override { return {table_}; }
   void BindSparse(const SparseBatch* batch) override { batch_ = batch; }
 
  private:
+  // FAILED_PRECONDITION when no SparseBatch is bound.
+  absl::Status CheckBound() const;
+
   SparseTableSpec table_;
   int64_t width_;
   int fields_;
@@ -185,11 +192,8 @@ class DotInteraction final : public ParameterFreeLayer {
   DotInteraction(int vectors, int dim) : n_(vectors), dim_(dim) {}
   int64_t input_size() const override { return int64_t{n_} * dim_; }
   int64_t output_size() const override { return dim_ + int64_t{n_} * (n_ - 1) / 2; }
-  absl::Status Forward(Device& dev, const float* params, const float* x, int batch,
-                       float* y) override;
-  absl::Status Backward(Device& dev, const float* params, const float* x, const float* y,
-                        const float* dy, int batch, float* dx, float* grads,
-                        float grads_beta) override;
+  absl::Status Forward(Device& dev, const ForwardPass& pass) override;
+  absl::Status Backward(Device& dev, const BackwardPass& pass) override;
 
  private:
   int n_;

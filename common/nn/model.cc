@@ -107,7 +107,7 @@ absl::StatusOr<BatchStats> Model::Forward(const float* params, const float* x,
     float* out = activations_[i].as<float>();
     const KeyRange own = LayerParams(i);
     if (hooks.before_forward && own.size() > 0) RETURN_IF_ERROR(hooks.before_forward(own));
-    RETURN_IF_ERROR(layers_[i]->Forward(device_, params + param_offsets_[i], in, batch, out));
+    RETURN_IF_ERROR(layers_[i]->Forward(device_, {params + param_offsets_[i], in, batch, out}));
     in = out;
   }
   const int predictions = batch * labels_per_sample_;
@@ -153,12 +153,16 @@ absl::StatusOr<BatchStats> Model::ForwardBackward(const float* params, const flo
         gradients_[last].as<float>()));
   }
   for (size_t i = last + 1; i-- > 0;) {
-    const float* in = i == 0 ? x : activations_[i - 1].as<float>();
-    float* din = i == 0 ? nullptr : gradients_[i - 1].as<float>();
-    RETURN_IF_ERROR(layers_[i]->Backward(device_, params + param_offsets_[i], in,
-                                         activations_[i].as<float>(), gradients_[i].as<float>(),
-                                         batch, din, grads + param_offsets_[i],
-                                         overwrite_grads ? 0.0f : 1.0f));
+    BackwardPass pass;
+    pass.params = params + param_offsets_[i];
+    pass.x = i == 0 ? x : activations_[i - 1].as<float>();
+    pass.y = activations_[i].as<float>();
+    pass.dy = gradients_[i].as<float>();
+    pass.batch = batch;
+    pass.dx = i == 0 ? nullptr : gradients_[i - 1].as<float>();
+    pass.grads = grads + param_offsets_[i];
+    pass.grads_beta = overwrite_grads ? 0.0f : 1.0f;
+    RETURN_IF_ERROR(layers_[i]->Backward(device_, pass));
     const KeyRange own = LayerParams(i);
     if (hooks.after_backward && own.size() > 0) RETURN_IF_ERROR(hooks.after_backward(own));
   }

@@ -39,20 +39,17 @@ void TokenPositionEmbedding::InitParams(Rng& rng, float* params) const {
   FillNormal(rng, kInitStd, (int64_t{vocab_} + tokens_) * dim_, params);
 }
 
-absl::Status TokenPositionEmbedding::Forward(Device& dev, const float* params, const float* x,
-                                             int batch, float* y) {
-  return dev.TokenEmbeddingForward(batch, tokens_, dim_, vocab_, x, params,
-                                   params + int64_t{vocab_} * dim_, y);
+absl::Status TokenPositionEmbedding::Forward(Device& dev, const ForwardPass& pass) {
+  return dev.TokenEmbeddingForward(pass.batch, tokens_, dim_, vocab_, pass.x, pass.params,
+                                   pass.params + int64_t{vocab_} * dim_, pass.y);
 }
 
-absl::Status TokenPositionEmbedding::Backward(Device& dev, const float*, const float* x,
-                                              const float*, const float* dy, int batch, float* dx,
-                                              float* grads, float grads_beta) {
-  if (dx != nullptr) {
+absl::Status TokenPositionEmbedding::Backward(Device& dev, const BackwardPass& pass) {
+  if (pass.dx != nullptr) {
     return absl::FailedPreconditionError("token ids have no gradient: embed as the first layer");
   }
-  return dev.TokenEmbeddingBackward(batch, tokens_, dim_, vocab_, x, dy, grads,
-                                    grads + int64_t{vocab_} * dim_, grads_beta);
+  return dev.TokenEmbeddingBackward(pass.batch, tokens_, dim_, vocab_, pass.x, pass.dy, pass.grads,
+                                    pass.grads + int64_t{vocab_} * dim_, pass.grads_beta);
 }
 
 // LayerNorm.
@@ -71,18 +68,18 @@ absl::Status LayerNorm::Prepare(Device& dev, int max_batch) {
   return AllocateFloats(dev, int64_t{max_batch} * tokens_, &rstd_);
 }
 
-absl::Status LayerNorm::Forward(Device& dev, const float* params, const float* x, int batch,
-                                float* y) {
-  return dev.LayerNormForward(batch * tokens_, dim_, x, params, params + dim_, y, mean_.as<float>(),
-                              rstd_.as<float>());
+absl::Status LayerNorm::Forward(Device& dev, const ForwardPass& pass) {
+  return dev.LayerNormForward(pass.batch * tokens_, dim_, pass.x, pass.params, pass.params + dim_,
+                              pass.y, mean_.as<float>(), rstd_.as<float>());
 }
 
-absl::Status LayerNorm::Backward(Device& dev, const float* params, const float* x, const float*,
-                                 const float* dy, int batch, float* dx, float* grads,
-                                 float grads_beta) {
-  if (dx == nullptr) return absl::InvalidArgumentError("LayerNorm needs an input gradient buffer");
-  return dev.LayerNormBackward(batch * tokens_, dim_, x, params, mean_.as<float>(),
-                               rstd_.as<float>(), dy, dx, grads, grads + dim_, grads_beta);
+absl::Status LayerNorm::Backward(Device& dev, const BackwardPass& pass) {
+  if (pass.dx == nullptr) {
+    return absl::InvalidArgumentError("LayerNorm needs an input gradient buffer");
+  }
+  return dev.LayerNormBackward(pass.batch * tokens_, dim_, pass.x, pass.params, mean_.as<float>(),
+                               rstd_.as<float>(), pass.dy, pass.dx, pass.grads, pass.grads + dim_,
+                               pass.grads_beta);
 }
 
 // TransformerBlock.
@@ -167,25 +164,26 @@ absl::Status TransformerBlock::Prepare(Device& dev, int max_batch) {
   return absl::OkStatus();
 }
 
-absl::Status TransformerBlock::Forward(Device& dev, const float* params, const float* x, int batch,
-                                       float* y) {
+absl::Status TransformerBlock::Forward(Device& dev, const ForwardPass& pass) {
   const Offsets o = offsets();
-  const int rows = batch * tokens_, c = dim_;
+  const int rows = pass.batch * tokens_, c = dim_;
   const int64_t n = int64_t{rows} * c;
-  const float* p = params;
+  const float* p = pass.params;
   // The attention half: h = x + proj(attention(ln1(x))).
-  RETURN_IF_ERROR(dev.LayerNormForward(rows, c, x, p + o.ln1_g, p + o.ln1_b, ln1_out_.as<float>(),
-                                       ln1_mean_.as<float>(), ln1_rstd_.as<float>()));
+  RETURN_IF_ERROR(dev.LayerNormForward(rows, c, pass.x, p + o.ln1_g, p + o.ln1_b,
+                                       ln1_out_.as<float>(), ln1_mean_.as<float>(),
+                                       ln1_rstd_.as<float>()));
   RETURN_IF_ERROR(dev.Gemm(false, false, rows, 3 * c, c, 1.0f, ln1_out_.as<float>(), p + o.attn_w,
                            0.0f, qkv_.as<float>()));
   RETURN_IF_ERROR(dev.AddBias(rows, 3 * c, p + o.attn_b, qkv_.as<float>()));
-  RETURN_IF_ERROR(dev.CausalAttentionForward(batch, tokens_, heads_, c / heads_, qkv_.as<float>(),
-                                             att_.as<float>(), attn_out_.as<float>()));
+  RETURN_IF_ERROR(dev.CausalAttentionForward(pass.batch, tokens_, heads_, c / heads_,
+                                             qkv_.as<float>(), att_.as<float>(),
+                                             attn_out_.as<float>()));
   float* mid = mid_.as<float>();
   RETURN_IF_ERROR(
       dev.Gemm(false, false, rows, c, c, 1.0f, attn_out_.as<float>(), p + o.proj_w, 0.0f, mid));
   RETURN_IF_ERROR(dev.AddBias(rows, c, p + o.proj_b, mid));
-  RETURN_IF_ERROR(dev.Axpy(n, 1.0f, x, mid));
+  RETURN_IF_ERROR(dev.Axpy(n, 1.0f, pass.x, mid));
   // The MLP half: y = h + fc_proj(gelu(fc(ln2(h)))).
   RETURN_IF_ERROR(dev.LayerNormForward(rows, c, mid, p + o.ln2_g, p + o.ln2_b, ln2_out_.as<float>(),
                                        ln2_mean_.as<float>(), ln2_rstd_.as<float>()));
@@ -193,34 +191,33 @@ absl::Status TransformerBlock::Forward(Device& dev, const float* params, const f
                            0.0f, fc_pre_.as<float>()));
   RETURN_IF_ERROR(dev.AddBias(rows, 4 * c, p + o.fc_b, fc_pre_.as<float>()));
   RETURN_IF_ERROR(dev.GeluForward(int64_t{rows} * 4 * c, fc_pre_.as<float>(), fc_act_.as<float>()));
-  RETURN_IF_ERROR(
-      dev.Gemm(false, false, rows, c, 4 * c, 1.0f, fc_act_.as<float>(), p + o.fc_proj_w, 0.0f, y));
-  RETURN_IF_ERROR(dev.AddBias(rows, c, p + o.fc_proj_b, y));
-  return dev.Axpy(n, 1.0f, mid, y);
+  RETURN_IF_ERROR(dev.Gemm(false, false, rows, c, 4 * c, 1.0f, fc_act_.as<float>(), p + o.fc_proj_w,
+                           0.0f, pass.y));
+  RETURN_IF_ERROR(dev.AddBias(rows, c, p + o.fc_proj_b, pass.y));
+  return dev.Axpy(n, 1.0f, mid, pass.y);
 }
 
-absl::Status TransformerBlock::Backward(Device& dev, const float* params, const float* x,
-                                        const float*, const float* dy, int batch, float* dx,
-                                        float* grads, float grads_beta) {
-  if (dx == nullptr) {
+absl::Status TransformerBlock::Backward(Device& dev, const BackwardPass& pass) {
+  if (pass.dx == nullptr) {
     return absl::InvalidArgumentError("a transformer block needs an input gradient buffer");
   }
   const Offsets o = offsets();
-  const int rows = batch * tokens_, c = dim_;
+  const int rows = pass.batch * tokens_, c = dim_;
   const int64_t n = int64_t{rows} * c;
-  const float* p = params;
-  float* g = grads;
-  const float beta = grads_beta;
+  const float* p = pass.params;
+  float* g = pass.grads;
+  const float beta = pass.grads_beta;
   float* d_mid = d_mid_.as<float>();
   float* d_row = d_row_.as<float>();
   float* d_hidden = d_hidden_.as<float>();
   float* d_qkv = d_qkv_.as<float>();
   // The MLP half. d h starts as dy (the residual), then gets ln2's path.
-  RETURN_IF_ERROR(CopyOnDevice(dev, n, dy, d_mid));
+  RETURN_IF_ERROR(CopyOnDevice(dev, n, pass.dy, d_mid));
+  RETURN_IF_ERROR(dev.Gemm(true, false, 4 * c, c, rows, 1.0f, fc_act_.as<float>(), pass.dy, beta,
+                           g + o.fc_proj_w));
+  RETURN_IF_ERROR(dev.SumRows(rows, c, pass.dy, beta, g + o.fc_proj_b));
   RETURN_IF_ERROR(
-      dev.Gemm(true, false, 4 * c, c, rows, 1.0f, fc_act_.as<float>(), dy, beta, g + o.fc_proj_w));
-  RETURN_IF_ERROR(dev.SumRows(rows, c, dy, beta, g + o.fc_proj_b));
-  RETURN_IF_ERROR(dev.Gemm(false, true, rows, 4 * c, c, 1.0f, dy, p + o.fc_proj_w, 0.0f, d_hidden));
+      dev.Gemm(false, true, rows, 4 * c, c, 1.0f, pass.dy, p + o.fc_proj_w, 0.0f, d_hidden));
   RETURN_IF_ERROR(dev.GeluBackward(int64_t{rows} * 4 * c, fc_pre_.as<float>(), d_hidden, d_hidden));
   RETURN_IF_ERROR(dev.Gemm(true, false, c, 4 * c, rows, 1.0f, ln2_out_.as<float>(), d_hidden, beta,
                            g + o.fc_w));
@@ -228,24 +225,24 @@ absl::Status TransformerBlock::Backward(Device& dev, const float* params, const 
   RETURN_IF_ERROR(dev.Gemm(false, true, rows, c, 4 * c, 1.0f, d_hidden, p + o.fc_w, 0.0f, d_row));
   // d_row is d ln2's output; ln2's gradient goes to dx for now (free until the end), then into h.
   RETURN_IF_ERROR(dev.LayerNormBackward(rows, c, mid_.as<float>(), p + o.ln2_g,
-                                        ln2_mean_.as<float>(), ln2_rstd_.as<float>(), d_row, dx,
-                                        g + o.ln2_g, g + o.ln2_b, beta));
-  RETURN_IF_ERROR(dev.Axpy(n, 1.0f, dx, d_mid));
+                                        ln2_mean_.as<float>(), ln2_rstd_.as<float>(), d_row,
+                                        pass.dx, g + o.ln2_g, g + o.ln2_b, beta));
+  RETURN_IF_ERROR(dev.Axpy(n, 1.0f, pass.dx, d_mid));
   // The attention half. dx starts as d h (the residual), then gets ln1's path.
   RETURN_IF_ERROR(
       dev.Gemm(true, false, c, c, rows, 1.0f, attn_out_.as<float>(), d_mid, beta, g + o.proj_w));
   RETURN_IF_ERROR(dev.SumRows(rows, c, d_mid, beta, g + o.proj_b));
   RETURN_IF_ERROR(dev.Gemm(false, true, rows, c, c, 1.0f, d_mid, p + o.proj_w, 0.0f, d_row));
-  RETURN_IF_ERROR(dev.CausalAttentionBackward(batch, tokens_, heads_, c / heads_, qkv_.as<float>(),
-                                              att_.as<float>(), d_row, d_qkv));
+  RETURN_IF_ERROR(dev.CausalAttentionBackward(pass.batch, tokens_, heads_, c / heads_,
+                                              qkv_.as<float>(), att_.as<float>(), d_row, d_qkv));
   RETURN_IF_ERROR(
       dev.Gemm(true, false, c, 3 * c, rows, 1.0f, ln1_out_.as<float>(), d_qkv, beta, g + o.attn_w));
   RETURN_IF_ERROR(dev.SumRows(rows, 3 * c, d_qkv, beta, g + o.attn_b));
   RETURN_IF_ERROR(dev.Gemm(false, true, rows, c, 3 * c, 1.0f, d_qkv, p + o.attn_w, 0.0f, d_row));
-  RETURN_IF_ERROR(dev.LayerNormBackward(rows, c, x, p + o.ln1_g, ln1_mean_.as<float>(),
-                                        ln1_rstd_.as<float>(), d_row, dx, g + o.ln1_g, g + o.ln1_b,
-                                        beta));
-  return dev.Axpy(n, 1.0f, d_mid, dx);
+  RETURN_IF_ERROR(dev.LayerNormBackward(rows, c, pass.x, p + o.ln1_g, ln1_mean_.as<float>(),
+                                        ln1_rstd_.as<float>(), d_row, pass.dx, g + o.ln1_g,
+                                        g + o.ln1_b, beta));
+  return dev.Axpy(n, 1.0f, d_mid, pass.dx);
 }
 
 }  // namespace ps

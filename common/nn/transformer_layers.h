@@ -24,11 +24,8 @@ class TokenPositionEmbedding final : public Layer {
   int64_t output_size() const override { return int64_t{tokens_} * dim_; }
   std::vector<TensorSpec> ParamSpecs() const override;
   void InitParams(Rng& rng, float* params) const override;
-  absl::Status Forward(Device& dev, const float* params, const float* x, int batch,
-                       float* y) override;
-  absl::Status Backward(Device& dev, const float* params, const float* x, const float* y,
-                        const float* dy, int batch, float* dx, float* grads,
-                        float grads_beta) override;
+  absl::Status Forward(Device& dev, const ForwardPass& pass) override;
+  absl::Status Backward(Device& dev, const BackwardPass& pass) override;
 
  private:
   int vocab_, tokens_, dim_;
@@ -44,11 +41,8 @@ class LayerNorm final : public Layer {
   std::vector<TensorSpec> ParamSpecs() const override;
   void InitParams(Rng& rng, float* params) const override;
   absl::Status Prepare(Device& dev, int max_batch) override;
-  absl::Status Forward(Device& dev, const float* params, const float* x, int batch,
-                       float* y) override;
-  absl::Status Backward(Device& dev, const float* params, const float* x, const float* y,
-                        const float* dy, int batch, float* dx, float* grads,
-                        float grads_beta) override;
+  absl::Status Forward(Device& dev, const ForwardPass& pass) override;
+  absl::Status Backward(Device& dev, const BackwardPass& pass) override;
 
  private:
   std::string name_;
@@ -72,11 +66,8 @@ class TransformerBlock final : public Layer {
   std::vector<TensorSpec> ParamSpecs() const override;
   void InitParams(Rng& rng, float* params) const override;
   absl::Status Prepare(Device& dev, int max_batch) override;
-  absl::Status Forward(Device& dev, const float* params, const float* x, int batch,
-                       float* y) override;
-  absl::Status Backward(Device& dev, const float* params, const float* x, const float* y,
-                        const float* dy, int batch, float* dx, float* grads,
-                        float grads_beta) override;
+  absl::Status Forward(Device& dev, const ForwardPass& pass) override;
+  absl::Status Backward(Device& dev, const BackwardPass& pass) override;
 
  private:
   // Offsets of the parameters in the block's range.

@@ -42,7 +42,7 @@ TEST(DotInteraction, ForwardIsTheFirstVectorThenPairwiseDots) {
   // Vectors (1, 2), (3, 4), (5, 6): dots <v1,v0> = 11, <v2,v0> = 17, <v2,v1> = 39.
   const std::vector<float> x = {1, 2, 3, 4, 5, 6};
   std::vector<float> y(layer.output_size());
-  ASSERT_TRUE(layer.Forward(dev, nullptr, x.data(), 1, y.data()).ok());
+  ASSERT_TRUE(layer.Forward(dev, {nullptr, x.data(), 1, y.data()}).ok());
   EXPECT_EQ(y, (std::vector<float>{1, 2, 11, 17, 39}));
 }
 
@@ -53,9 +53,9 @@ TEST(DotInteraction, GradientMatchesFiniteDifferences) {
   std::vector<float> x = RandomVector(batch * n * dim, 5);
   const std::vector<float> r = RandomVector(batch * layer.output_size(), 6);
   std::vector<float> y(batch * layer.output_size()), dx(x.size());
-  ASSERT_TRUE(layer.Forward(dev, nullptr, x.data(), batch, y.data()).ok());
+  ASSERT_TRUE(layer.Forward(dev, {nullptr, x.data(), batch, y.data()}).ok());
   ASSERT_TRUE(
-      layer.Backward(dev, nullptr, x.data(), y.data(), r.data(), batch, dx.data(), nullptr, 0.0f)
+      layer.Backward(dev, {nullptr, x.data(), y.data(), r.data(), batch, dx.data(), nullptr, 0.0f})
           .ok());
   for (size_t i = 0; i < x.size(); ++i) {
     EXPECT_NEAR(dx[i], Central(x, i, [&] { return Weighted(layer, dev, x, batch, r); }), 1e-3) << i;
@@ -112,10 +112,10 @@ TEST(EmbeddingConcat, GradientsOfRowsAndInputMatchFiniteDifferences) {
       row_grads.data()};
   std::vector<float> x = RandomVector(batch * width, 9);
   std::vector<float> y(batch * layer.output_size()), dx(x.size());
-  EXPECT_EQ(layer.Forward(dev, nullptr, x.data(), batch, y.data()).code(),
+  EXPECT_EQ(layer.Forward(dev, {nullptr, x.data(), batch, y.data()}).code(),
             absl::StatusCode::kFailedPrecondition);
   layer.BindSparse(&sparse);
-  ASSERT_TRUE(layer.Forward(dev, nullptr, x.data(), batch, y.data()).ok());
+  ASSERT_TRUE(layer.Forward(dev, {nullptr, x.data(), batch, y.data()}).ok());
   // Sample 1 = [x1 | row of key 12 | row of key 10].
   for (int d = 0; d < dim; ++d) {
     EXPECT_EQ(y[1 * 10 + width + d], rows[2 * dim + d]);
@@ -123,7 +123,7 @@ TEST(EmbeddingConcat, GradientsOfRowsAndInputMatchFiniteDifferences) {
   }
   const std::vector<float> r = RandomVector(y.size(), 10);
   ASSERT_TRUE(
-      layer.Backward(dev, nullptr, x.data(), y.data(), r.data(), batch, dx.data(), nullptr, 0.0f)
+      layer.Backward(dev, {nullptr, x.data(), y.data(), r.data(), batch, dx.data(), nullptr, 0.0f})
           .ok());
   auto objective = [&] { return Weighted(layer, dev, x, batch, r); };
   for (size_t i = 0; i < rows.size(); ++i) {

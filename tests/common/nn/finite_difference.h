@@ -17,7 +17,7 @@ inline constexpr float kFiniteDifferenceStep = 1e-2f;
 inline double Weighted(Layer& layer, CpuDevice& dev, const float* params,
                        const std::vector<float>& x, int batch, const std::vector<float>& r) {
   std::vector<float> y(batch * layer.output_size());
-  EXPECT_TRUE(layer.Forward(dev, params, x.data(), batch, y.data()).ok());
+  EXPECT_TRUE(layer.Forward(dev, {params, x.data(), batch, y.data()}).ok());
   double s = 0;
   for (size_t i = 0; i < y.size(); ++i) s += static_cast<double>(y[i]) * r[i];
   return s;

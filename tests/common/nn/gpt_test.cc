@@ -22,10 +22,10 @@ void CheckLayer(Layer& layer, int batch, std::vector<float> x, std::vector<float
   const std::vector<float> r = RandomVector(batch * layer.output_size(), 77);
   std::vector<float> y(batch * layer.output_size()), dx(x.size());
   std::vector<float> grads(params.size(), 5.0f);  // overwritten: grads_beta 0
-  ASSERT_TRUE(layer.Forward(dev, params.data(), x.data(), batch, y.data()).ok());
+  ASSERT_TRUE(layer.Forward(dev, {params.data(), x.data(), batch, y.data()}).ok());
   ASSERT_TRUE(layer
-                  .Backward(dev, params.data(), x.data(), y.data(), r.data(), batch,
-                            input_gradient ? dx.data() : nullptr, grads.data(), 0.0f)
+                  .Backward(dev, {params.data(), x.data(), y.data(), r.data(), batch,
+                                  input_gradient ? dx.data() : nullptr, grads.data(), 0.0f})
                   .ok());
   auto objective = [&] { return Weighted(layer, dev, params.data(), x, batch, r); };
   for (size_t i = 0; i < params.size(); ++i) {
@@ -157,7 +157,7 @@ TEST(LayerNorm, NormalisesEachPositionAndStartsAsTheIdentityScale) {
   EXPECT_EQ(params, (std::vector<float>{1, 1, 1, 1, 0, 0, 0, 0}));
   const std::vector<float> x = {1, 2, 3, 4, 10, 10, 10, 14};
   std::vector<float> y(8);
-  ASSERT_TRUE(layer.Forward(dev, params.data(), x.data(), 1, y.data()).ok());
+  ASSERT_TRUE(layer.Forward(dev, {params.data(), x.data(), 1, y.data()}).ok());
   // (x - 2.5) / sqrt(1.25 + 1e-5) and (x - 11) / sqrt(3 + 1e-5).
   EXPECT_NEAR(y[0], -1.5 / std::sqrt(1.25 + 1e-5), 1e-6);
   EXPECT_NEAR(y[7], 3.0 / std::sqrt(3.0 + 1e-5), 1e-6);
@@ -169,12 +169,12 @@ TEST(TokenPositionEmbedding, AddsTheTokensAndThePositionsRowsAndScattersTheirGra
   const std::vector<float> params = Params(layer, 8);
   CpuDevice dev;
   std::vector<float> y(12);
-  ASSERT_TRUE(layer.Forward(dev, params.data(), ids.data(), 2, y.data()).ok());
+  ASSERT_TRUE(layer.Forward(dev, {params.data(), ids.data(), 2, y.data()}).ok());
   // Sample 1, position 2: wte[2] + wpe[2] (wpe after the 5 x 2 of wte).
   EXPECT_FLOAT_EQ(y[(3 + 2) * 2], params[2 * 2] + params[10 + 2 * 2]);
   CheckLayer(layer, 2, ids, params, 1e-3, /*input_gradient=*/false);
   const std::vector<float> bad = {0, 5, 1};
-  EXPECT_EQ(layer.Forward(dev, params.data(), bad.data(), 1, y.data()).code(),
+  EXPECT_EQ(layer.Forward(dev, {params.data(), bad.data(), 1, y.data()}).code(),
             absl::StatusCode::kInvalidArgument);
 }
 

@@ -20,7 +20,7 @@ namespace {
 double Objective(Layer& layer, CpuDevice& dev, const std::vector<float>& params,
                  const std::vector<float>& x, int batch, const std::vector<float>& r) {
   std::vector<float> y(batch * layer.output_size());
-  EXPECT_TRUE(layer.Forward(dev, params.data(), x.data(), batch, y.data()).ok());
+  EXPECT_TRUE(layer.Forward(dev, {params.data(), x.data(), batch, y.data()}).ok());
   double sum = 0.0;
   for (size_t i = 0; i < y.size(); ++i) sum += static_cast<double>(y[i]) * r[i];
   return sum;
@@ -36,13 +36,13 @@ void CheckLayerGradients(Layer& layer, std::vector<float> x, int batch, double t
   layer.InitParams(rng, params.data());
   const std::vector<float> r = RandomVector(batch * layer.output_size(), 11);
   std::vector<float> y(batch * layer.output_size());
-  ASSERT_TRUE(layer.Forward(dev, params.data(), x.data(), batch, y.data()).ok());
+  ASSERT_TRUE(layer.Forward(dev, {params.data(), x.data(), batch, y.data()}).ok());
   // Gradients accumulate: start from a known non-zero value and subtract it afterwards.
   std::vector<float> grads(num_params, 0.5f);
   std::vector<float> dx(x.size());
   ASSERT_TRUE(layer
-                  .Backward(dev, params.data(), x.data(), y.data(), r.data(), batch, dx.data(),
-                            grads.data(), /*grads_beta=*/1.0f)
+                  .Backward(dev, {params.data(), x.data(), y.data(), r.data(), batch, dx.data(),
+                                  grads.data(), /*grads_beta=*/1.0f})
                   .ok());
   const float h = 1e-2f;
   for (int64_t i = 0; i < num_params; ++i) {
@@ -139,7 +139,7 @@ TEST(Conv2d, ForwardMatchesDirectConvolution) {
   layer.InitParams(rng, params.data());
   const std::vector<float> x = RandomVector(batch * h * w * c, 12);
   std::vector<float> y(batch * layer.output_size());
-  ASSERT_TRUE(layer.Forward(dev, params.data(), x.data(), batch, y.data()).ok());
+  ASSERT_TRUE(layer.Forward(dev, {params.data(), x.data(), batch, y.data()}).ok());
   const int oh_n = h - k + 1, ow_n = w - k + 1;
   for (int n = 0; n < batch; ++n) {
     for (int oh = 0; oh < oh_n; ++oh) {
@@ -219,7 +219,7 @@ TEST(Linear, ForwardComputesXWPlusB) {
   const std::vector<float> params = {1, 2, 3, 4, 10, 20};
   const std::vector<float> x = {1, 1, 2, -1};
   std::vector<float> y(4);
-  ASSERT_TRUE(layer.Forward(dev, params.data(), x.data(), 2, y.data()).ok());
+  ASSERT_TRUE(layer.Forward(dev, {params.data(), x.data(), 2, y.data()}).ok());
   EXPECT_EQ(y, (std::vector<float>{14, 26, 9, 20}));
 }
 
@@ -279,12 +279,12 @@ TEST(Mlp, WholeModelGradientMatchesFiniteDifferences) {
   auto min_abs_preactivation = [&](const std::vector<float>& in) {
     Linear fc1("fc1", 6, 5), fc2("fc2", 5, 4);
     std::vector<float> z1(batch * 5), z2(batch * 4);
-    EXPECT_TRUE(fc1.Forward(dev, params.data(), in.data(), batch, z1.data()).ok());
+    EXPECT_TRUE(fc1.Forward(dev, {params.data(), in.data(), batch, z1.data()}).ok());
     for (float& v : z1) v = std::max(v, 0.0f);
-    EXPECT_TRUE(fc2.Forward(dev, params.data() + 35, z1.data(), batch, z2.data()).ok());
+    EXPECT_TRUE(fc2.Forward(dev, {params.data() + 35, z1.data(), batch, z2.data()}).ok());
     float m = 1e9f;
     for (float v : z2) m = std::min(m, std::abs(v));
-    fc1.Forward(dev, params.data(), in.data(), batch, z1.data()).IgnoreError();
+    fc1.Forward(dev, {params.data(), in.data(), batch, z1.data()}).IgnoreError();
     for (float v : z1) m = std::min(m, std::abs(v));
     return m;
   };
