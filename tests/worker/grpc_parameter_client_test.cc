@@ -4,7 +4,9 @@
 
 #include "worker/grpc_parameter_client.h"
 
+#include <functional>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
@@ -383,31 +385,53 @@ std::vector<float> Pattern(int64_t n, int period, float scale, float shift) {
   return v;
 }
 
-// Under BSP a 1 MiB push to the only shard travels in two calls over two connections
-// (split_lone_pushes), which the shard gathers in the worker's round buffer: the same weights
-// and version as one call, bit for bit, and the shard counts the pieces.
-TEST(SplitLonePushes, GiveWhatAWholePushGives) {
-  constexpr int64_t kTotal = 1 << 18;  // 1 MiB
-  const std::vector<float> init = Pattern(kTotal, 1000, 0.5f, 0.0f);
-  const std::vector<float> gradient = Pattern(kTotal, 7, 0.125f, -0.25f);
+// Trains with `train` (its calls and their checks) against a lone BSP shard holding `init`,
+// once with whole calls and once with split_lone_pushes: the weights `train` returns must be the
+// same bit for bit and moved from `init`, and the shard must have received `split_pieces`
+// pieces of pushes when split, none when whole.
+void ExpectSplitGivesWhatWholeGives(
+    const std::vector<float>& init, int64_t split_pieces,
+    const std::function<std::vector<float>(GrpcParameterClient&)>& train) {
   std::vector<std::vector<float>> weights;
   for (bool split : {false, true}) {
+    SCOPED_TRACE(split ? "split" : "whole");
     LoneBspShard lone(init, split);
     ASSERT_NE(lone.client, nullptr);
-    for (int64_t clock = 0; clock < 2; ++clock) {
-      auto pushed = lone.client->Push(clock, {clock}, 1, gradient);
-      ASSERT_TRUE(pushed.ok()) << pushed.status();
-      EXPECT_EQ(pushed->applied, 1);  // the round of the lone worker, applied by its last piece
-    }
-    std::vector<float> w(kTotal);
-    auto pulled = lone.client->Pull(2, false, absl::MakeSpan(w));
-    ASSERT_TRUE(pulled.ok()) << pulled.status();
-    EXPECT_EQ(pulled->versions, (std::vector<int64_t>{2}));
-    weights.push_back(w);
-    EXPECT_EQ(lone.PiecesReceived(), split ? 4 : 0);  // 2 pushes of 2 pieces
+    weights.push_back(train(*lone.client));
+    EXPECT_EQ(lone.PiecesReceived(), split ? split_pieces : 0);
   }
   EXPECT_EQ(weights[1], weights[0]);
   EXPECT_NE(weights[0], init);
+}
+
+// Pushes `gradient` for clocks 0 .. clocks-1, each the lone worker's round and so applied by its
+// push, then pulls the weights of version `clocks` whole.
+std::vector<float> PushRoundsThenPull(GrpcParameterClient& client,
+                                      const std::vector<float>& gradient, int64_t clocks) {
+  for (int64_t clock = 0; clock < clocks; ++clock) {
+    auto pushed = client.Push(clock, {clock}, 1, gradient);
+    EXPECT_TRUE(pushed.ok()) << pushed.status();
+    if (!pushed.ok()) return {};
+    EXPECT_EQ(pushed->applied, 1);  // applied by the last piece when split
+  }
+  std::vector<float> w(gradient.size());
+  auto pulled = client.Pull(clocks, false, absl::MakeSpan(w));
+  EXPECT_TRUE(pulled.ok()) << pulled.status();
+  if (!pulled.ok()) return {};
+  EXPECT_EQ(pulled->versions, (std::vector<int64_t>{clocks}));
+  EXPECT_EQ(pulled->payload_bytes, static_cast<int64_t>(w.size() * sizeof(float)));
+  return w;
+}
+
+// Under BSP a 1 MiB push to the only shard travels in two calls over two connections
+// (split_lone_pushes), which the shard gathers in the worker's round buffer: the same weights
+// and version as one call, bit for bit, and the shard counts the pieces (2 pushes of 2).
+TEST(SplitLonePushes, GiveWhatAWholePushGives) {
+  constexpr int64_t kTotal = 1 << 18;  // 1 MiB
+  const std::vector<float> gradient = Pattern(kTotal, 7, 0.125f, -0.25f);
+  ExpectSplitGivesWhatWholeGives(
+      Pattern(kTotal, 1000, 0.5f, 0.0f), 4,
+      [&](GrpcParameterClient& client) { return PushRoundsThenPull(client, gradient, 2); });
 }
 
 // A 16 MiB push and pull with the only shard go as 8 pieces each over two connections, of which
@@ -415,46 +439,27 @@ TEST(SplitLonePushes, GiveWhatAWholePushGives) {
 // earlier ones are answered, and the weights are those of whole calls, bit for bit.
 TEST(SplitLonePushes, PiecesBeyondTheWindowAreAllSent) {
   constexpr int64_t kTotal = int64_t{1} << 22;  // 16 MiB
-  const std::vector<float> init = Pattern(kTotal, 1001, 0.25f, 0.5f);
   const std::vector<float> gradient = Pattern(kTotal, 3, 0.5f, -0.5f);
-  std::vector<std::vector<float>> weights;
-  for (bool split : {false, true}) {
-    LoneBspShard lone(init, split);
-    ASSERT_NE(lone.client, nullptr);
-    auto pushed = lone.client->Push(0, {0}, 1, gradient);
-    ASSERT_TRUE(pushed.ok()) << pushed.status();
-    EXPECT_EQ(pushed->applied, 1);
-    EXPECT_EQ(lone.PiecesReceived(), split ? 8 : 0);
-    std::vector<float> w(kTotal);
-    auto pulled = lone.client->Pull(1, false, absl::MakeSpan(w));
-    ASSERT_TRUE(pulled.ok()) << pulled.status();
-    EXPECT_EQ(pulled->versions, (std::vector<int64_t>{1}));
-    EXPECT_EQ(pulled->payload_bytes, kTotal * 4);
-    weights.push_back(w);
-  }
-  EXPECT_EQ(weights[1], weights[0]);
-  EXPECT_NE(weights[0], init);
+  ExpectSplitGivesWhatWholeGives(
+      Pattern(kTotal, 1001, 0.25f, 0.5f), 8,
+      [&](GrpcParameterClient& client) { return PushRoundsThenPull(client, gradient, 1); });
 }
 
 // From 4 MiB a PushPull with the only shard under BSP goes as a split push and a split pull
 // (kLonePushPullSplitFrom): the same weights and version as one whole call, bit for bit.
 TEST(SplitLonePushes, ALargePushPullGoesAsASplitPushAndASplitPull) {
   constexpr int64_t kTotal = kLonePushPullSplitFrom / 4;
-  const std::vector<float> init = Pattern(kTotal, 999, 0.25f, 0.0f);
   const std::vector<float> gradient = Pattern(kTotal, 5, 0.5f, -1.0f);
-  std::vector<std::vector<float>> weights;
-  for (bool split : {false, true}) {
-    LoneBspShard lone(init, split);
-    ASSERT_NE(lone.client, nullptr);
-    std::vector<float> w(kTotal);
-    auto both = lone.client->PushPull(0, {0}, 1, gradient, 1, absl::MakeSpan(w));
-    ASSERT_TRUE(both.ok()) << both.status();
-    EXPECT_EQ(both->pulled.versions, (std::vector<int64_t>{1}));
-    weights.push_back(w);
-    EXPECT_EQ(lone.PiecesReceived(), split ? 2 : 0);
-  }
-  EXPECT_EQ(weights[1], weights[0]);
-  EXPECT_NE(weights[0], init);
+  ExpectSplitGivesWhatWholeGives(
+      Pattern(kTotal, 999, 0.25f, 0.0f), 2, [&](GrpcParameterClient& client) {
+        std::vector<float> w(kTotal);
+        auto both = client.PushPull(0, {0}, 1, gradient, 1, absl::MakeSpan(w));
+        EXPECT_TRUE(both.ok()) << both.status();
+        if (both.ok()) {
+          EXPECT_EQ(both->pulled.versions, (std::vector<int64_t>{1}));
+        }
+        return w;
+      });
 }
 
 }  // namespace
