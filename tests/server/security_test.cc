@@ -75,6 +75,18 @@ absl::Status RegisterAndInit(GrpcParameterClient& client) {
   return client.Init(init);
 }
 
+// As the only worker, steps clocks 0 .. steps-1: each a pull, then a push of `gradient`.
+void PullAndPushSteps(GrpcParameterClient& client, int64_t steps,
+                      const std::vector<float>& gradient) {
+  std::vector<float> w(gradient.size());
+  for (int64_t step = 0; step < steps; ++step) {
+    auto pulled = client.Pull(step, false, absl::MakeSpan(w));
+    ASSERT_TRUE(pulled.ok()) << pulled.status();
+    auto pushed = client.Push(step, pulled->versions, 1, gradient);
+    ASSERT_TRUE(pushed.ok()) << pushed.status();
+  }
+}
+
 ClientSecurity Client(const std::string& ca, const std::string& cert, const std::string& key,
                       const std::string& token_file, bool plaintext_token = false) {
   SecurityOptions o;
@@ -256,14 +268,7 @@ TEST(Faults, LostPushRepliesAreRetriedAndAppliedExactlyOnce) {
   c.duplicate_pushes = true;
   auto client = GrpcParameterClient::Create(c);
   ASSERT_TRUE(RegisterAndInit(**client).ok());
-  std::vector<float> w(4);
-  for (int64_t step = 0; step < 6; ++step) {
-    auto pulled = (*client)->Pull(step, false, absl::MakeSpan(w));
-    ASSERT_TRUE(pulled.ok());
-    const std::vector<float> g = {1, 1, 1, 1};
-    auto pushed = (*client)->Push(step, pulled->versions, 1, g);
-    ASSERT_TRUE(pushed.ok()) << pushed.status();
-  }
+  ASSERT_NO_FATAL_FAILURE(PullAndPushSteps(**client, 6, {1, 1, 1, 1}));
   const ShardStatus st = (*server)->shard().GetStatus();
   EXPECT_EQ(st.version, 6);
   EXPECT_EQ(st.pushes_accepted, 6);
@@ -286,13 +291,7 @@ TEST(Restart, ShardRestoresItsFinalCheckpointAndWorkersRegisterAgain) {
     c = ClientOptions(**server);
     auto client = GrpcParameterClient::Create(c);
     ASSERT_TRUE(RegisterAndInit(**client).ok());
-    std::vector<float> w(4);
-    for (int64_t step = 0; step < 3; ++step) {
-      auto pulled = (*client)->Pull(step, false, absl::MakeSpan(w));
-      ASSERT_TRUE(pulled.ok());
-      const std::vector<float> g = {0.5f, 0.25f, 1, 2};
-      ASSERT_TRUE((*client)->Push(step, pulled->versions, 1, g).ok());
-    }
+    ASSERT_NO_FATAL_FAILURE(PullAndPushSteps(**client, 3, {0.5f, 0.25f, 1, 2}));
     before = (*server)->shard().Values();
     ASSERT_TRUE((*server)->Shutdown().ok());
   }
