@@ -31,3 +31,13 @@ function(ps_test name)
     set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}")
   endif()
 endfunction()
+
+# ps_unit_tests(LIBS ... SOURCES ...): one ps_test per source, named after its file
+# (tests/worker/piece_plan_test.cc is the test piece_plan_test), all linking LIBS.
+function(ps_unit_tests)
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
+  foreach(source ${ARG_SOURCES})
+    get_filename_component(name ${source} NAME_WE)
+    ps_test(${name} SOURCES ${source} LIBS ${ARG_LIBS})
+  endforeach()
+endfunction()

@@ -38,4 +38,17 @@ GrpcClientOptions ClientOptionsFor(const std::vector<const ShardServer*>& shards
   return o;
 }
 
+std::unique_ptr<GrpcParameterClient> RegisteredClient(const GrpcClientOptions& options,
+                                                      const std::vector<float>& initial) {
+  absl::StatusOr<std::unique_ptr<GrpcParameterClient>> client =
+      GrpcParameterClient::Create(options);
+  EXPECT_TRUE(client.ok()) << client.status();
+  if (!client.ok()) return nullptr;
+  const absl::Status registered = (*client)->Register(0, absl::Seconds(10)).status();
+  EXPECT_TRUE(registered.ok()) << registered;
+  const absl::Status initialized = (*client)->Init(initial);
+  EXPECT_TRUE(initialized.ok()) << initialized;
+  return registered.ok() && initialized.ok() ? *std::move(client) : nullptr;
+}
+
 }  // namespace ps

@@ -32,6 +32,11 @@ std::unique_ptr<ShardServer> StartShardServer(const ShardServerOptions& options)
 GrpcClientOptions ClientOptionsFor(const std::vector<const ShardServer*>& shards,
                                    uint64_t fingerprint, int64_t total_params);
 
+// A client created with `options`, registered as rank 0 and with the shards initialized to
+// `initial`; a failure of any of the three fails the calling test, and the result is then null.
+std::unique_ptr<GrpcParameterClient> RegisteredClient(const GrpcClientOptions& options,
+                                                      const std::vector<float>& initial);
+
 }  // namespace ps
 
 #endif  // PS_TESTS_SUPPORT_TEST_SHARDS_H_

@@ -217,11 +217,7 @@ TwoShards StartTwoShards() {
   o.shared_memory = false;
   o.initial_backoff = absl::Milliseconds(20);
   o.report_unreachable_every = absl::Milliseconds(300);
-  auto client = GrpcParameterClient::Create(o);
-  EXPECT_TRUE(client.ok());
-  two.client = std::move(*client);
-  EXPECT_TRUE(two.client->Register(0, absl::Seconds(10)).ok());
-  EXPECT_TRUE(two.client->Init(std::vector<float>{1, 2, 3, 4}).ok());
+  two.client = RegisteredClient(o, {1, 2, 3, 4});
   return two;
 }
 
@@ -361,12 +357,7 @@ struct LoneBspShard {
     GrpcClientOptions o = ClientOptionsFor({server.get()}, kFp, static_cast<int64_t>(init.size()));
     o.shared_memory = false;
     o.split_lone_pushes = split;
-    auto created = GrpcParameterClient::Create(o);
-    EXPECT_TRUE(created.ok()) << created.status();
-    if (!created.ok()) return;
-    client = *std::move(created);
-    EXPECT_TRUE(client->Register(0, absl::Seconds(10)).ok());
-    EXPECT_TRUE(client->Init(init).ok());
+    client = RegisteredClient(o, init);
   }
   // The pushes the shard received in pieces.
   int64_t PiecesReceived() {

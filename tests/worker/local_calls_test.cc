@@ -208,9 +208,8 @@ TEST(LocalCalls, AnAbortedHeartbeatRestartsTheWaitingCall) {
 TEST(LocalCalls, AShardRestartSendsTheNextCallOverGrpcUntilTheWorkerRegistersAgain) {
   auto server = StartShard(ConsistencyMode::kAsp, 1);
   const int port = server->port();
-  auto client = *GrpcParameterClient::Create(ClientOf({server.get()}, 3, true));
-  ASSERT_TRUE(client->Register(0, absl::Seconds(10)).ok());
-  ASSERT_TRUE(client->Init(std::vector<float>{1, 2, 3}).ok());
+  auto client = RegisteredClient(ClientOf({server.get()}, 3, true), {1, 2, 3});
+  ASSERT_NE(client, nullptr);
   std::vector<float> w(3);
   ASSERT_TRUE(client->Pull(0, false, absl::MakeSpan(w)).ok());
   server.reset();

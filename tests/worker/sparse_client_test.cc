@@ -34,11 +34,7 @@ TwoShards Start(int64_t chunk_bytes = 0) {
   o.tables = {kTable};
   o.chunk_bytes = chunk_bytes;
   o.initial_backoff = absl::Milliseconds(1);
-  auto client = GrpcParameterClient::Create(o);
-  EXPECT_TRUE(client.ok());
-  t.client = std::move(*client);
-  EXPECT_TRUE(t.client->Register(0, absl::Seconds(10)).ok());
-  EXPECT_TRUE(t.client->Init(std::vector<float>{1, 2, 3, 4}).ok());
+  t.client = RegisteredClient(o, {1, 2, 3, 4});
   return t;
 }
 
