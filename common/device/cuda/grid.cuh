@@ -32,6 +32,17 @@ cudaError_t Launch(void (*kernel)(Params...), int blocks, cudaStream_t stream, A
   return cudaGetLastError();
 }
 
+// The grid-stride loop over elements: thread t of the grid takes elements t, t + threads, ...
+// (64-bit, so that a grid covers more than 2^31 elements).
+__device__ inline int64_t FirstGridElement() {
+  return blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+}
+__device__ inline int64_t GridElementStride() { return int64_t{blockDim.x} * gridDim.x; }
+
+// The same over rows, one warp per row: warp w of the grid takes rows w, w + warps, ...
+__device__ inline int64_t FirstWarpRow() { return FirstGridElement() / kWarp; }
+__device__ inline int64_t WarpRowStride() { return GridElementStride() / kWarp; }
+
 // The sum (or maximum) of v over the 32 lanes of a warp, in every lane. The butterfly order is
 // fixed, so a warp's result does not vary from run to run.
 __device__ inline float WarpSum(float v) {

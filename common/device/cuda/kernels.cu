@@ -11,8 +11,7 @@ namespace {
 // Kernels. Every elementwise kernel uses a grid-stride loop, so any grid covers any n.
 
 __global__ void FillKernel(float value, int64_t n, float* x) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{blockDim.x} * gridDim.x) {
+  for (int64_t i = FirstGridElement(); i < n; i += GridElementStride()) {
     x[i] = value;
   }
 }
@@ -20,8 +19,7 @@ __global__ void FillKernel(float value, int64_t n, float* x) {
 // x is (rows, cols)
 __global__ void AddBiasKernel(int rows, int cols, const float* bias, float* x) {
   const int64_t n = int64_t{rows} * cols;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{blockDim.x} * gridDim.x) {
+  for (int64_t i = FirstGridElement(); i < n; i += GridElementStride()) {
     x[i] += bias[i % cols];
   }
 }
@@ -36,15 +34,13 @@ __global__ void SumRowsKernel(int rows, int cols, const float* x, float beta, fl
 }
 
 __global__ void ReluForwardKernel(int64_t n, const float* x, float* y) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{blockDim.x} * gridDim.x) {
+  for (int64_t i = FirstGridElement(); i < n; i += GridElementStride()) {
     y[i] = x[i] > 0.0f ? x[i] : 0.0f;
   }
 }
 
 __global__ void ReluBackwardKernel(int64_t n, const float* y, const float* dy, float* dx) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{blockDim.x} * gridDim.x) {
+  for (int64_t i = FirstGridElement(); i < n; i += GridElementStride()) {
     dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
   }
 }
@@ -81,8 +77,7 @@ __global__ void SoftmaxCrossEntropyBackwardKernel(int rows, int classes, const f
                                                   const int32_t* labels, float scale,
                                                   float* dlogits, int* bad_label) {
   const int64_t n = int64_t{rows} * classes;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{blockDim.x} * gridDim.x) {
+  for (int64_t i = FirstGridElement(); i < n; i += GridElementStride()) {
     const int r = static_cast<int>(i / classes);
     const int j = static_cast<int>(i % classes);
     const int label = labels[r];
@@ -115,8 +110,7 @@ __global__ void Im2ColKernel(int batch, int height, int width, int channels, int
   const int out_w = width - kernel + 1;
   const int64_t patch = int64_t{kernel} * kernel * channels;
   const int64_t n = int64_t{batch} * out_h * out_w * patch;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{blockDim.x} * gridDim.x) {
+  for (int64_t i = FirstGridElement(); i < n; i += GridElementStride()) {
     const int64_t row = i / patch;
     const int p = static_cast<int>(i % patch);
     const int ow = static_cast<int>(row % out_w);
@@ -136,8 +130,7 @@ __global__ void Col2ImKernel(int batch, int height, int width, int channels, int
   const int out_w = width - kernel + 1;
   const int64_t patch = int64_t{kernel} * kernel * channels;
   const int64_t n = int64_t{batch} * height * width * channels;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{blockDim.x} * gridDim.x) {
+  for (int64_t i = FirstGridElement(); i < n; i += GridElementStride()) {
     const int c = static_cast<int>(i % channels);
     const int xw = static_cast<int>((i / channels) % width);
     const int xh = static_cast<int>((i / (int64_t{channels} * width)) % height);
@@ -163,8 +156,7 @@ __global__ void MaxPoolForwardKernel(int batch, int height, int width, int chann
   const int out_h = height / pool;
   const int out_w = width / pool;
   const int64_t n = int64_t{batch} * out_h * out_w * channels;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{blockDim.x} * gridDim.x) {
+  for (int64_t i = FirstGridElement(); i < n; i += GridElementStride()) {
     const int c = static_cast<int>(i % channels);
     const int ow = static_cast<int>((i / channels) % out_w);
     const int oh = static_cast<int>((i / (int64_t{channels} * out_w)) % out_h);
@@ -182,8 +174,7 @@ __global__ void MaxPoolForwardKernel(int batch, int height, int width, int chann
 }
 
 __global__ void MaxPoolScatterKernel(int64_t n, const float* dy, const int32_t* argmax, float* dx) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{blockDim.x} * gridDim.x) {
+  for (int64_t i = FirstGridElement(); i < n; i += GridElementStride()) {
     dx[argmax[i]] = dy[i];
   }
 }
@@ -194,8 +185,7 @@ __global__ void EmbeddingConcatForwardKernel(int batch, int width, const float* 
                                              float* y) {
   const int64_t out_width = width + int64_t{fields} * dim;
   const int64_t n = int64_t{batch} * out_width;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{blockDim.x} * gridDim.x) {
+  for (int64_t i = FirstGridElement(); i < n; i += GridElementStride()) {
     const int64_t b = i / out_width;
     const int64_t c = i % out_width;
     if (c < width) {
@@ -210,8 +200,7 @@ __global__ void EmbeddingConcatForwardKernel(int batch, int width, const float* 
 __global__ void CopyColumnsKernel(int batch, int width, int64_t from_width, const float* from,
                                   float* to) {
   const int64_t n = int64_t{batch} * width;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{blockDim.x} * gridDim.x) {
+  for (int64_t i = FirstGridElement(); i < n; i += GridElementStride()) {
     to[i] = from[(i / width) * from_width + i % width];
   }
 }
@@ -223,8 +212,7 @@ __global__ void EmbeddingRowGradKernel(int width, const float* dy, int fields, i
                                        const int32_t* positions, float* row_grads) {
   const int64_t out_width = width + int64_t{fields} * dim;
   const int64_t n = unique * dim;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{blockDim.x} * gridDim.x) {
+  for (int64_t i = FirstGridElement(); i < n; i += GridElementStride()) {
     const int64_t u = i / dim;
     const int d = static_cast<int>(i % dim);
     float sum = 0.0f;
@@ -245,8 +233,7 @@ __global__ void DotInteractionForwardKernel(int batch, int n, int dim, const flo
   const int64_t pairs = int64_t{n} * (n - 1) / 2;
   const int64_t out_width = dim + pairs;
   const int64_t total = int64_t{batch} * out_width;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
-       i += int64_t{blockDim.x} * gridDim.x) {
+  for (int64_t i = FirstGridElement(); i < total; i += GridElementStride()) {
     const int64_t b = i / out_width;
     const int64_t c = i % out_width;
     const float* v = x + b * n * dim;
@@ -269,8 +256,7 @@ __global__ void DotInteractionBackwardKernel(int batch, int n, int dim, const fl
                                              const float* dy, float* dx) {
   const int64_t out_width = dim + int64_t{n} * (n - 1) / 2;
   const int64_t total = int64_t{batch} * n * dim;
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
-       e += int64_t{blockDim.x} * gridDim.x) {
+  for (int64_t e = FirstGridElement(); e < total; e += GridElementStride()) {
     const int64_t b = e / (int64_t{n} * dim);
     const int i = static_cast<int>((e / dim) % n);
     const int d = static_cast<int>(e % dim);
@@ -289,8 +275,7 @@ __global__ void DotInteractionBackwardKernel(int batch, int n, int dim, const fl
 __global__ void LogisticLossKernel(int rows, const float* logits, const int32_t* labels,
                                    float* probs, float* loss_per_row, float* correct_per_row,
                                    int* bad_label) {
-  for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < rows;
-       r += int64_t{blockDim.x} * gridDim.x) {
+  for (int64_t r = FirstGridElement(); r < rows; r += GridElementStride()) {
     const int32_t label = labels[r];
     if (label != 0 && label != 1) {
       *bad_label = 1;
@@ -305,8 +290,7 @@ __global__ void LogisticLossKernel(int rows, const float* logits, const int32_t*
 
 __global__ void LogisticLossBackwardKernel(int rows, const float* probs, const int32_t* labels,
                                            float scale, float* dlogits, int* bad_label) {
-  for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < rows;
-       r += int64_t{blockDim.x} * gridDim.x) {
+  for (int64_t r = FirstGridElement(); r < rows; r += GridElementStride()) {
     const int32_t label = labels[r];
     if (label != 0 && label != 1) *bad_label = 1;
     dlogits[r] = scale * (probs[r] - static_cast<float>(label));

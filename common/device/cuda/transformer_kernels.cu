@@ -17,15 +17,8 @@ constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluCubic = 0.044715f;
 constexpr int kIdTile = 1024;  // token ids staged in shared memory per pass
 
-// The warp's row range: warp w of the grid takes rows w, w + warps, ...
-__device__ inline int64_t FirstWarpRow() {
-  return (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / kWarp;
-}
-__device__ inline int64_t WarpRowStride() { return int64_t{gridDim.x} * blockDim.x / kWarp; }
-
 __global__ void AxpyKernel(int64_t n, float alpha, const float* x, float* y) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{blockDim.x} * gridDim.x) {
+  for (int64_t i = FirstGridElement(); i < n; i += GridElementStride()) {
     y[i] += alpha * x[i];
   }
 }
@@ -122,16 +115,14 @@ __device__ inline float GeluTanh(float v) {
 }
 
 __global__ void GeluForwardKernel(int64_t n, const float* x, float* y) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{blockDim.x} * gridDim.x) {
+  for (int64_t i = FirstGridElement(); i < n; i += GridElementStride()) {
     const float v = x[i];
     y[i] = 0.5f * v * (1.0f + GeluTanh(v));
   }
 }
 
 __global__ void GeluBackwardKernel(int64_t n, const float* x, const float* dy, float* dx) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{blockDim.x} * gridDim.x) {
+  for (int64_t i = FirstGridElement(); i < n; i += GridElementStride()) {
     const float v = x[i];
     const float th = GeluTanh(v);
     const float slope = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * kGeluScale *
@@ -189,8 +180,7 @@ __global__ void TokenEmbeddingForwardKernel(int batch, int t, int dim, int vocab
                                             const float* wte, const float* wpe, float* y,
                                             int* bad_id) {
   const int64_t n = int64_t{batch} * t * dim;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{blockDim.x} * gridDim.x) {
+  for (int64_t i = FirstGridElement(); i < n; i += GridElementStride()) {
     const int64_t r = i / dim;
     const int d = static_cast<int>(i % dim);
     const int id = TokenId(ids, r, vocab, bad_id);
@@ -202,8 +192,7 @@ __global__ void TokenEmbeddingForwardKernel(int batch, int t, int dim, int vocab
 __global__ void PositionGradKernel(int batch, int t, int dim, const float* dy, float* dwpe,
                                    float grads_beta) {
   const int64_t n = int64_t{t} * dim;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{blockDim.x} * gridDim.x) {
+  for (int64_t i = FirstGridElement(); i < n; i += GridElementStride()) {
     float sum = grads_beta == 0.0f ? 0.0f : grads_beta * dwpe[i];
     for (int b = 0; b < batch; ++b) sum += dy[int64_t{b} * n + i];
     dwpe[i] = sum;
