@@ -4,21 +4,27 @@
 #include "common/base/status_macros.h"
 
 ABSL_FLAG(std::string, optimizer, "adam",
-          "Update rule: sgd, momentum, adam or adamw (Adam with decoupled --weight_decay).");
+          "Update rule: sgd, momentum, adam, adamw (Adam with decoupled --weight_decay) or "
+          "adagrad.");
 ABSL_FLAG(double, lr, 0.001, "Learning rate (peak, after warmup).");
 ABSL_FLAG(double, momentum, 0.9, "Momentum coefficient (--optimizer momentum).");
 ABSL_FLAG(double, beta1, 0.9, "Adam beta1.");
 ABSL_FLAG(double, beta2, 0.999, "Adam beta2.");
-ABSL_FLAG(double, epsilon, 1e-8, "Adam epsilon.");
+ABSL_FLAG(double, epsilon, 1e-8, "Adam's and AdaGrad's epsilon.");
 ABSL_FLAG(double, weight_decay, 0.0,
           "Weight decay: an L2 penalty added to the gradient (sgd, momentum, adam), or adamw's "
           "decoupled decay (the weights shrink by lr x weight_decay per update).");
 ABSL_FLAG(std::string, lr_schedule, "cosine",
-          "After warmup: constant, or cosine (decays to 0 at --decay_updates).");
+          "After warmup: constant, cosine (decays to 0 at --decay_updates), or step (multiplied "
+          "by --lr_step_gamma every --lr_step_updates updates).");
 ABSL_FLAG(int64_t, decay_updates, 0,
           "Cosine schedule: the update (shard version) where lr is 0; 0: the run's last update, "
           "from the steps the workers declare (one update per step under BSP, per push "
           "otherwise).");
+ABSL_FLAG(int64_t, lr_step_updates, 0,
+          "Step schedule: updates (shard versions) between two decays, counted from the warmup's "
+          "end; e.g. one epoch's updates times 30.");
+ABSL_FLAG(double, lr_step_gamma, 0.1, "Step schedule: the factor of each decay, in (0, 1].");
 ABSL_FLAG(int64_t, base_batch, 0,
           "Linear scaling rule (Goyal et al. 2017): when > 0, the peak learning rate is "
           "--lr x --effective_batch / --base_batch.");
@@ -58,6 +64,8 @@ absl::StatusOr<OptimizerOptions> OptimizerOptionsFromFlags() {
   if (!schedule.ok()) return schedule.status();
   o.schedule = *schedule;
   o.decay_updates = absl::GetFlag(FLAGS_decay_updates);
+  o.lr_step_updates = absl::GetFlag(FLAGS_lr_step_updates);
+  o.lr_step_gamma = static_cast<float>(absl::GetFlag(FLAGS_lr_step_gamma));
   RETURN_IF_ERROR(ValidateOptimizerOptions(o));
   return o;
 }

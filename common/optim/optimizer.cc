@@ -16,9 +16,11 @@ namespace {
 constexpr EnumName<OptimizerKind> kOptimizerNames[] = {{OptimizerKind::kSgd, "sgd"},
                                                        {OptimizerKind::kMomentum, "momentum"},
                                                        {OptimizerKind::kAdam, "adam"},
-                                                       {OptimizerKind::kAdamW, "adamw"}};
+                                                       {OptimizerKind::kAdamW, "adamw"},
+                                                       {OptimizerKind::kAdagrad, "adagrad"}};
 constexpr EnumName<LrSchedule> kScheduleNames[] = {{LrSchedule::kConstant, "constant"},
-                                                   {LrSchedule::kCosine, "cosine"}};
+                                                   {LrSchedule::kCosine, "cosine"},
+                                                   {LrSchedule::kStep, "step"}};
 
 }  // namespace
 
@@ -31,6 +33,8 @@ std::string OptimizerKindName(OptimizerKind kind) { return NameIn(kOptimizerName
 absl::StatusOr<LrSchedule> ParseLrSchedule(const std::string& name) {
   return ParseIn(kScheduleNames, name, "learning-rate schedule");
 }
+
+std::string LrScheduleName(LrSchedule schedule) { return NameIn(kScheduleNames, schedule); }
 
 absl::Status ValidateOptimizerOptions(const OptimizerOptions& o) {
   if (o.apply_threads < 0) {
@@ -46,7 +50,7 @@ absl::Status ValidateOptimizerOptions(const OptimizerOptions& o) {
   if (!(o.beta1 >= 0.0f && o.beta1 < 1.0f) || !(o.beta2 >= 0.0f && o.beta2 < 1.0f)) {
     return absl::InvalidArgumentError("adam betas must be in [0, 1)");
   }
-  if (!(o.epsilon > 0.0f)) return absl::InvalidArgumentError("adam epsilon must be positive");
+  if (!(o.epsilon > 0.0f)) return absl::InvalidArgumentError("epsilon must be positive");
   if (!(o.weight_decay >= 0.0f) || !std::isfinite(o.weight_decay)) {
     return absl::InvalidArgumentError(
         absl::StrCat("weight_decay must be >= 0, got ", o.weight_decay));
@@ -57,6 +61,14 @@ absl::Status ValidateOptimizerOptions(const OptimizerOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat("cosine decay needs decay_updates (",
                                                    o.decay_updates, ") > warmup_updates (",
                                                    o.warmup_updates, "), or 0 for the run's end"));
+  }
+  if (o.schedule == LrSchedule::kStep && o.lr_step_updates <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the step schedule needs lr_step_updates > 0, got ", o.lr_step_updates));
+  }
+  if (!(o.lr_step_gamma > 0.0f && o.lr_step_gamma <= 1.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lr_step_gamma must be in (0, 1], got ", o.lr_step_gamma));
   }
   return absl::OkStatus();
 }
@@ -116,6 +128,11 @@ float Optimizer::LearningRate(int64_t update_index) const {
     const double progress = std::min(1.0, static_cast<double>(update_index - warmup) /
                                               static_cast<double>(options_.decay_updates - warmup));
     return static_cast<float>(options_.lr * 0.5 * (1.0 + std::cos(M_PI * progress)));
+  }
+  if (options_.schedule == LrSchedule::kStep) {
+    const int64_t decays = (update_index - warmup) / options_.lr_step_updates;
+    return static_cast<float>(options_.lr *
+                              std::pow(static_cast<double>(options_.lr_step_gamma), decays));
   }
   return options_.lr;
 }
@@ -215,6 +232,15 @@ void Optimizer::ApplyRange(int64_t update_index, float lr, float wd, int64_t fir
         m[i] = b1 * m[i] + (1.0f - b1) * gi;
         v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
         w[i] -= step * m[i] / (std::sqrt(v[i]) * inv_sqrt_c2 + eps);
+      });
+      break;
+    }
+    case OptimizerKind::kAdagrad: {
+      float* sum_of_squares = slot0_.data();
+      const float eps = options_.epsilon;
+      ApplyElementwise<E>(first, n, data, w, wd, [&](int64_t i, float gi) {
+        sum_of_squares[i] += gi * gi;
+        w[i] -= lr * gi / (std::sqrt(sum_of_squares[i]) + eps);
       });
       break;
     }

@@ -16,15 +16,19 @@
 namespace ps {
 
 // kAdamW: Adam with decoupled weight decay (weight_decay shrinks the weights by lr * weight_decay
-// each update instead of entering the gradient).
-enum class OptimizerKind { kSgd, kMomentum, kAdam, kAdamW };
-// After warmup the learning rate stays constant, or decays along a half cosine to zero at
-// update `decay_updates` (and stays there).
-enum class LrSchedule { kConstant, kCosine };
+// each update instead of entering the gradient). kAdagrad: acc += g^2; w -= lr * g / (sqrt(acc) +
+// epsilon), acc from 0 (PyTorch's Adagrad without lr_decay; Downpour SGD's rule, Dean et al.
+// 2012): each parameter's step shrinks with the gradient it has seen.
+enum class OptimizerKind { kSgd, kMomentum, kAdam, kAdamW, kAdagrad };
+// After warmup the learning rate stays constant; or decays along a half cosine to zero at update
+// `decay_updates` (and stays there); or is multiplied by `lr_step_gamma` every `lr_step_updates`
+// updates (the step decay of He et al. 2016: x0.1 at fixed epochs).
+enum class LrSchedule { kConstant, kCosine, kStep };
 
 absl::StatusOr<OptimizerKind> ParseOptimizerKind(const std::string& name);
 std::string OptimizerKindName(OptimizerKind kind);
 absl::StatusOr<LrSchedule> ParseLrSchedule(const std::string& name);
+std::string LrScheduleName(LrSchedule schedule);
 
 struct OptimizerOptions {
   OptimizerKind kind = OptimizerKind::kSgd;
@@ -32,7 +36,7 @@ struct OptimizerOptions {
   float momentum = 0.9f;  // kMomentum: v = momentum * v + g; w -= lr * v (PyTorch's form)
   float beta1 = 0.9f;     // kAdam, kAdamW
   float beta2 = 0.999f;   // kAdam, kAdamW
-  float epsilon = 1e-8f;  // kAdam, kAdamW
+  float epsilon = 1e-8f;  // kAdam, kAdamW, kAdagrad
   // L2 penalty: g += weight_decay * w before the rule (kSgd, kMomentum, kAdam); kAdamW: the
   // decoupled decay w *= 1 - lr * weight_decay.
   float weight_decay = 0.0f;
@@ -42,6 +46,10 @@ struct OptimizerOptions {
   // sets it from the work its workers declare, see Optimizer::set_decay_updates), and until then
   // the peak rate applies.
   int64_t decay_updates = 0;
+  // kStep: after warmup, update u has lr * lr_step_gamma^floor((u - warmup_updates) /
+  // lr_step_updates); lr_step_updates > 0 and lr_step_gamma in (0, 1].
+  int64_t lr_step_updates = 0;
+  float lr_step_gamma = 0.1f;
   // Threads of one update: a slice of n elements is cut into min(n / 2^20, apply_threads)
   // contiguous blocks updated in parallel. 0: the machine's hardware threads.
   int apply_threads = 0;
@@ -72,8 +80,9 @@ class Optimizer {
   void set_decay_updates(int64_t decay_updates) { options_.decay_updates = decay_updates; }
   int64_t size() const { return size_; }
 
-  // The optimizer's state, for checkpoints: slot0 is the momentum buffer or Adam's first moment,
-  // slot1 Adam's second moment; each is empty or size() long, as the kind needs.
+  // The optimizer's state, for checkpoints: slot0 is the momentum buffer, Adam's first moment or
+  // AdaGrad's sum of squares, slot1 Adam's second moment; each is empty or size() long, as the
+  // kind needs.
   absl::Span<const float> slot0() const { return slot0_; }
   absl::Span<const float> slot1() const { return slot1_; }
   // INVALID_ARGUMENT (and nothing changed) when a slot's length does not fit the kind and size.
@@ -88,7 +97,7 @@ class Optimizer {
 
   OptimizerOptions options_;
   int64_t size_;
-  std::vector<float> slot0_;  // momentum buffer, or Adam's first moment
+  std::vector<float> slot0_;  // momentum buffer, Adam's first moment or AdaGrad's sum of squares
   std::vector<float> slot1_;  // Adam's second moment
 };
 

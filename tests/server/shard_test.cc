@@ -488,15 +488,19 @@ TEST(BackupWorkers, OnlyForBsp) {
   EXPECT_EQ(Shard::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-// Adam (non-trivial optimizer state, for snapshots) with a given incarnation.
-std::unique_ptr<Shard> MakeAdamShard(ConsistencyMode mode, int workers, uint64_t incarnation = 1) {
+// A shard whose optimizer keeps state (for snapshots), with a given incarnation.
+std::unique_ptr<Shard> MakeStatefulShard(OptimizerKind kind, ConsistencyMode mode, int workers,
+                                         uint64_t incarnation) {
   ShardOptions o;
   o.consistency.mode = mode;
   o.consistency.num_workers = workers;
-  o.optimizer.kind = OptimizerKind::kAdam;
+  o.optimizer.kind = kind;
   o.optimizer.lr = 0.1f;
   o.incarnation = incarnation;
   return CreateShard(o);
+}
+std::unique_ptr<Shard> MakeAdamShard(ConsistencyMode mode, int workers, uint64_t incarnation = 1) {
+  return MakeStatefulShard(OptimizerKind::kAdam, mode, workers, incarnation);
 }
 
 TEST(Incarnations, AReplacedWorkerProcessAndAStaleShardIncarnationGetAborted) {
@@ -539,10 +543,13 @@ TEST(ExactlyOnce, ARetriedPushIsAcknowledgedNotAppliedAndCounted) {
   EXPECT_EQ(shard->Values(), (std::vector<float>{0, 1, 2, 3}));
 }
 
-// A snapshot taken mid-round (one BSP gradient buffered, Adam moments non-zero) and restored
-// into a fresh shard continues exactly as the original: same weights, bit for bit.
-TEST(Snapshot, RestoredShardContinuesBitForBit) {
-  auto original = MakeAdamShard(ConsistencyMode::kBsp, 2);
+// A snapshot taken mid-round (one BSP gradient buffered, the optimizer's state non-zero: Adam's
+// moments, AdaGrad's sums of squares) and restored into a fresh shard continues exactly as the
+// original: same weights, bit for bit.
+class SnapshotOfEveryStatefulOptimizer : public ::testing::TestWithParam<OptimizerKind> {};
+
+TEST_P(SnapshotOfEveryStatefulOptimizer, RestoredShardContinuesBitForBit) {
+  auto original = MakeStatefulShard(GetParam(), ConsistencyMode::kBsp, 2, 1);
   ASSERT_TRUE(original->Init(kFp, 4, KeyRange{0, 4}, {1, 2, 3, 4}).ok());
   ASSERT_TRUE(original->Register(0, kFp, 11).ok());
   ASSERT_TRUE(original->Register(1, kFp, 12).ok());
@@ -552,7 +559,7 @@ TEST(Snapshot, RestoredShardContinuesBitForBit) {
   const Shard::Snapshot snapshot = original->EncodeSnapshot();
   EXPECT_EQ(snapshot.version, 1);
 
-  auto restored = MakeAdamShard(ConsistencyMode::kBsp, 2, /*incarnation=*/2);
+  auto restored = MakeStatefulShard(GetParam(), ConsistencyMode::kBsp, 2, /*incarnation=*/2);
   ASSERT_TRUE(restored->RestoreSnapshot(snapshot.payload).ok());
   const ShardStatus st = restored->GetStatus();
   EXPECT_EQ(st.version, 1);
@@ -572,6 +579,10 @@ TEST(Snapshot, RestoredShardContinuesBitForBit) {
   EXPECT_EQ(restored->Values(), original->Values());
   EXPECT_EQ(restored->GetStatus().version, 2);
 }
+INSTANTIATE_TEST_SUITE_P(Kinds, SnapshotOfEveryStatefulOptimizer,
+                         ::testing::Values(OptimizerKind::kMomentum, OptimizerKind::kAdam,
+                                           OptimizerKind::kAdamW, OptimizerKind::kAdagrad),
+                         [](const auto& info) { return OptimizerKindName(info.param); });
 
 // Work conservation: the plan a worker declares, the BSP rounds applied without it, and both
 // through a snapshot; a restored snapshot of a finished job says so.

@@ -209,7 +209,8 @@ TEST(TopKCompressor, WorksOnASubrangeWithRelativeIndices) {
 
 // The fused decode gives the same update as decoding first and applying float32.
 TEST(OptimizerFusedDecode, MatchesDecodeThenApplyForEveryRuleAndEncoding) {
-  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam}) {
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam,
+                             OptimizerKind::kAdamW, OptimizerKind::kAdagrad}) {
     for (TensorEncoding e : {TensorEncoding::kF32, TensorEncoding::kBf16, TensorEncoding::kF16}) {
       OptimizerOptions o;
       o.kind = kind;

@@ -15,6 +15,7 @@
 #include "common/nn/model_registry.h"
 #include "gtest/gtest.h"
 #include "tests/common/base/random_vector.h"
+#include "tests/support/torch_reference.h"
 
 #ifndef PS_PYTORCH_GPT
 #error "PS_PYTORCH_GPT: the path of bench/peers/pytorch_gpt.py"
@@ -23,40 +24,8 @@
 namespace ps {
 namespace {
 
-template <typename T>
-void WriteRaw(const std::string& path, const std::vector<T>& v) {
-  std::ofstream(path, std::ios::binary)
-      .write(reinterpret_cast<const char*>(v.data()),
-             static_cast<std::streamsize>(v.size() * sizeof(T)));
-}
-
-std::vector<float> ReadFloats(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  std::vector<float> v(static_cast<size_t>(in.tellg()) / sizeof(float));
-  in.seekg(0);
-  in.read(reinterpret_cast<char*>(v.data()),
-          static_cast<std::streamsize>(v.size() * sizeof(float)));
-  return v;
-}
-
-// |got - want| <= 1e-4 |want|, with a floor of 1e-4 of the largest |want| of the tensor (values
-// that cancel to near zero carry their operands' rounding, not their own).
-void ExpectClose(const float* got, const float* want, size_t n, const std::string& what) {
-  double scale = 0;
-  for (size_t i = 0; i < n; ++i) scale = std::max(scale, std::abs(static_cast<double>(want[i])));
-  int reported = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const double tolerance = 1e-4 * std::max(std::abs(static_cast<double>(want[i])), 1e-2 * scale);
-    if (std::abs(static_cast<double>(got[i]) - want[i]) > tolerance && reported++ < 5) {
-      ADD_FAILURE() << what << "[" << i << "]: " << got[i] << " vs PyTorch's " << want[i];
-    }
-  }
-}
-
 TEST(GptTorchParity, LogitsLossAndEveryGradientMatchPyTorch) {
-  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "no python3-torch";
-  }
+  if (!HaveTorch()) GTEST_SKIP() << "no python3-torch";
   const int vocab = 11, context = 8, layers = 2, heads = 2, dim = 16, batch = 3;
   CpuDevice dev;
   auto made = MakeGpt(vocab, context, layers, heads, dim, dev, batch);

@@ -141,7 +141,67 @@ TEST(Optimizer, CosineDecaysToZeroAfterWarmup) {
   EXPECT_NEAR(opt.LearningRate(50), 0.0f, 1e-7);
   o.decay_updates = 2;
   EXPECT_EQ(ValidateOptimizerOptions(o).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ParseLrSchedule("step").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseLrSchedule("linear").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Optimizer, StepScheduleMultipliesByGammaEveryStepUpdatesAfterWarmup) {
+  OptimizerOptions o;
+  o.lr = 1.0f;
+  o.warmup_updates = 2;
+  o.schedule = *ParseLrSchedule("step");
+  o.lr_step_updates = 3;
+  o.lr_step_gamma = 0.5f;
+  ASSERT_TRUE(ValidateOptimizerOptions(o).ok());
+  Optimizer opt(o, 1);
+  EXPECT_EQ(opt.LearningRate(0), 0.5f);  // warmup: 1/2
+  EXPECT_EQ(opt.LearningRate(1), 1.0f);
+  EXPECT_EQ(opt.LearningRate(2), 1.0f);  // updates 2, 3, 4: the peak
+  EXPECT_EQ(opt.LearningRate(4), 1.0f);
+  EXPECT_EQ(opt.LearningRate(5), 0.5f);  // 5, 6, 7
+  EXPECT_EQ(opt.LearningRate(7), 0.5f);
+  EXPECT_EQ(opt.LearningRate(8), 0.25f);
+  EXPECT_EQ(opt.LearningRate(2 + 3 * 10), 1.0f / 1024);
+  EXPECT_EQ(LrScheduleName(LrSchedule::kStep), "step");
+  // The peak reaches the weights: update 5 moves plain SGD by lr * 0.5 * g.
+  std::vector<float> w = {1.0f};
+  opt.Apply(5, std::vector<float>{1.0f}, absl::MakeSpan(w));
+  EXPECT_EQ(w[0], 0.5f);
+  o.lr_step_updates = 0;
+  EXPECT_EQ(ValidateOptimizerOptions(o).code(), absl::StatusCode::kInvalidArgument);
+  o.lr_step_updates = 3;
+  for (float gamma : {0.0f, -0.5f, 1.5f}) {
+    o.lr_step_gamma = gamma;
+    EXPECT_EQ(ValidateOptimizerOptions(o).code(), absl::StatusCode::kInvalidArgument) << gamma;
+  }
+  o.lr_step_gamma = 1.0f;  // no decay: allowed
+  EXPECT_TRUE(ValidateOptimizerOptions(o).ok());
+}
+
+TEST(Optimizer, AdagradDividesByTheRootOfTheSummedSquares) {
+  OptimizerOptions o;
+  o.kind = *ParseOptimizerKind("adagrad");
+  o.lr = 0.1f;
+  Optimizer opt(o, 2);
+  std::vector<float> w = {1.0f, 1.0f};
+  std::vector<float> g = {2.0f, 0.0f};
+  opt.Apply(0, g, absl::MakeSpan(w));
+  // sum = 4: w = 1 - 0.1 * 2 / (2 + 1e-8); a zero gradient (sum 0) leaves its weight alone.
+  EXPECT_NEAR(w[0], 0.9f, 1e-6);
+  EXPECT_EQ(w[1], 1.0f);
+  g = {-1.0f, 0.0f};
+  opt.Apply(1, g, absl::MakeSpan(w));
+  // sum = 4 + 1 = 5: w = 0.9 + 0.1 / sqrt(5).
+  EXPECT_NEAR(w[0], 0.9 + 0.1 / std::sqrt(5.0), 1e-6);
+  ASSERT_EQ(opt.slot0().size(), 2u);
+  EXPECT_EQ(opt.slot0()[0], 5.0f);
+  EXPECT_TRUE(opt.slot1().empty());
+  EXPECT_EQ(OptimizerKindName(OptimizerKind::kAdagrad), "adagrad");
+  // Weight decay enters the gradient, as in PyTorch: g' = 1 + 0.5 * 2 = 2, sum 4, w = 2 - 0.1.
+  o.weight_decay = 0.5f;
+  Optimizer decayed(o, 1);
+  std::vector<float> v = {2.0f};
+  decayed.Apply(0, std::vector<float>{1.0f}, absl::MakeSpan(v));
+  EXPECT_NEAR(v[0], 1.9f, 1e-6);
 }
 
 TEST(Optimizer, ValidationNamesTheField) {
@@ -169,7 +229,8 @@ TEST(Optimizer, ThreadedUpdateIsBitIdenticalToOneThread) {
     g[i] = std::sin(0.001f * static_cast<float>(i));
     w0[i] = std::cos(0.002f * static_cast<float>(i));
   }
-  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam}) {
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam,
+                             OptimizerKind::kAdamW, OptimizerKind::kAdagrad}) {
     OptimizerOptions o;
     o.kind = kind;
     o.weight_decay = 0.01f;
