@@ -20,7 +20,10 @@ run transport build/bin/ps_bench_transport --seconds 1 --rounds 3 --small
 # The pulls, pushes and PushPulls that a lone shard under BSP splits over two connections.
 run transport_bsp build/bin/ps_bench_transport --seconds 1 --rounds 3 --configs 1x1 \
   --transports grpc --mode bsp --ops push,pull,push_pull
-run apply build/bin/ps_bench_apply --seconds 1
+# Google Benchmark: the table on the console, the counters as JSON in apply.json.
+echo "== apply"
+build/bin/ps_bench_apply --benchmark_min_time=1 --benchmark_out="$out/apply.json" \
+  --benchmark_out_format=json
 run train build/bin/ps_bench_train --vs_pytorch --encodings f32,bf16,topk
 # The same MLP runs with payloads in the gRPC messages (workers on other hosts than their shards).
 run train_grpc build/bin/ps_bench_train --vs_pytorch --models mlp --configs 1x1,2x2 \
