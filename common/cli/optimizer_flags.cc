@@ -12,8 +12,8 @@ ABSL_FLAG(double, beta1, 0.9, "Adam beta1.");
 ABSL_FLAG(double, beta2, 0.999, "Adam beta2.");
 ABSL_FLAG(double, epsilon, 1e-8, "Adam's and AdaGrad's epsilon.");
 ABSL_FLAG(double, weight_decay, 0.0,
-          "Weight decay: an L2 penalty added to the gradient (sgd, momentum, adam), or adamw's "
-          "decoupled decay (the weights shrink by lr x weight_decay per update).");
+          "Weight decay: an L2 penalty added to the gradient (sgd, momentum, adam, adagrad), or "
+          "adamw's decoupled decay (the weights shrink by lr x weight_decay per update).");
 ABSL_FLAG(std::string, lr_schedule, "cosine",
           "After warmup: constant, cosine (decays to 0 at --decay_updates), or step (multiplied "
           "by --lr_step_gamma every --lr_step_updates updates).");
