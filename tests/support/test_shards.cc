@@ -46,9 +46,10 @@ std::unique_ptr<GrpcParameterClient> RegisteredClient(const GrpcClientOptions& o
   if (!client.ok()) return nullptr;
   const absl::Status registered = (*client)->Register(0, absl::Seconds(10)).status();
   EXPECT_TRUE(registered.ok()) << registered;
+  if (!registered.ok()) return nullptr;
   const absl::Status initialized = (*client)->Init(initial);
   EXPECT_TRUE(initialized.ok()) << initialized;
-  return registered.ok() && initialized.ok() ? *std::move(client) : nullptr;
+  return initialized.ok() ? *std::move(client) : nullptr;
 }
 
 }  // namespace ps
