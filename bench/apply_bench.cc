@@ -25,9 +25,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int64_t kSizes[] = {int64_t{1} << 20, int64_t{1} << 22, int64_t{1} << 24};
 constexpr int kThreads[] = {1, 0};
-constexpr ps::OptimizerKind kKinds[] = {ps::OptimizerKind::kSgd, ps::OptimizerKind::kMomentum,
-                                        ps::OptimizerKind::kAdam, ps::OptimizerKind::kAdamW,
-                                        ps::OptimizerKind::kAdagrad};
 
 // The triad's parameters per second at each size, for the ratios of the benchmarks after it.
 std::map<int64_t, double>& TriadRates() {
@@ -104,7 +101,7 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark(("stream_triad/" + std::to_string(n)).c_str(), StreamTriad, n)
         ->UseRealTime();
   }
-  for (ps::OptimizerKind kind : kKinds) {
+  for (ps::OptimizerKind kind : ps::AllOptimizerKinds()) {
     for (int threads : kThreads) {
       for (int64_t n : kSizes) {
         const std::string name = ps::OptimizerKindName(kind) +

@@ -30,6 +30,17 @@ absl::StatusOr<OptimizerKind> ParseOptimizerKind(const std::string& name) {
 
 std::string OptimizerKindName(OptimizerKind kind) { return NameIn(kOptimizerNames, kind); }
 
+const std::vector<OptimizerKind>& AllOptimizerKinds() {
+  static const std::vector<OptimizerKind> kinds = [] {
+    std::vector<OptimizerKind> out;
+    for (const EnumName<OptimizerKind>& entry : kOptimizerNames) {
+      if (std::find(out.begin(), out.end(), entry.value) == out.end()) out.push_back(entry.value);
+    }
+    return out;
+  }();
+  return kinds;
+}
+
 absl::StatusOr<LrSchedule> ParseLrSchedule(const std::string& name) {
   return ParseIn(kScheduleNames, name, "learning-rate schedule");
 }

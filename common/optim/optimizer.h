@@ -27,6 +27,9 @@ enum class LrSchedule { kConstant, kCosine, kStep };
 
 absl::StatusOr<OptimizerKind> ParseOptimizerKind(const std::string& name);
 std::string OptimizerKindName(OptimizerKind kind);
+// Every kind, in declaration order: what the tests and the apply benchmark cover, so a new rule
+// is covered by being named in optimizer.cc's table.
+const std::vector<OptimizerKind>& AllOptimizerKinds();
 absl::StatusOr<LrSchedule> ParseLrSchedule(const std::string& name);
 std::string LrScheduleName(LrSchedule schedule);
 

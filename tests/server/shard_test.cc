@@ -488,9 +488,9 @@ TEST(BackupWorkers, OnlyForBsp) {
   EXPECT_EQ(Shard::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-// A shard whose optimizer keeps state (for snapshots), with a given incarnation.
-std::unique_ptr<Shard> MakeStatefulShard(OptimizerKind kind, ConsistencyMode mode, int workers,
-                                         uint64_t incarnation) {
+// A shard with optimizer `kind` (lr 0.1) and a given incarnation.
+std::unique_ptr<Shard> MakeOptimizerShard(OptimizerKind kind, ConsistencyMode mode, int workers,
+                                          uint64_t incarnation) {
   ShardOptions o;
   o.consistency.mode = mode;
   o.consistency.num_workers = workers;
@@ -500,7 +500,7 @@ std::unique_ptr<Shard> MakeStatefulShard(OptimizerKind kind, ConsistencyMode mod
   return CreateShard(o);
 }
 std::unique_ptr<Shard> MakeAdamShard(ConsistencyMode mode, int workers, uint64_t incarnation = 1) {
-  return MakeStatefulShard(OptimizerKind::kAdam, mode, workers, incarnation);
+  return MakeOptimizerShard(OptimizerKind::kAdam, mode, workers, incarnation);
 }
 
 TEST(Incarnations, AReplacedWorkerProcessAndAStaleShardIncarnationGetAborted) {
@@ -543,13 +543,13 @@ TEST(ExactlyOnce, ARetriedPushIsAcknowledgedNotAppliedAndCounted) {
   EXPECT_EQ(shard->Values(), (std::vector<float>{0, 1, 2, 3}));
 }
 
-// A snapshot taken mid-round (one BSP gradient buffered, the optimizer's state non-zero: Adam's
-// moments, AdaGrad's sums of squares) and restored into a fresh shard continues exactly as the
-// original: same weights, bit for bit.
-class SnapshotOfEveryStatefulOptimizer : public ::testing::TestWithParam<OptimizerKind> {};
+// A snapshot taken mid-round (one BSP gradient buffered, the optimizer's state, if any, non-zero:
+// Adam's moments, AdaGrad's sums of squares) and restored into a fresh shard continues exactly as
+// the original, for every optimizer: same weights, bit for bit.
+class SnapshotOfEveryOptimizer : public ::testing::TestWithParam<OptimizerKind> {};
 
-TEST_P(SnapshotOfEveryStatefulOptimizer, RestoredShardContinuesBitForBit) {
-  auto original = MakeStatefulShard(GetParam(), ConsistencyMode::kBsp, 2, 1);
+TEST_P(SnapshotOfEveryOptimizer, RestoredShardContinuesBitForBit) {
+  auto original = MakeOptimizerShard(GetParam(), ConsistencyMode::kBsp, 2, 1);
   ASSERT_TRUE(original->Init(kFp, 4, KeyRange{0, 4}, {1, 2, 3, 4}).ok());
   ASSERT_TRUE(original->Register(0, kFp, 11).ok());
   ASSERT_TRUE(original->Register(1, kFp, 12).ok());
@@ -559,7 +559,7 @@ TEST_P(SnapshotOfEveryStatefulOptimizer, RestoredShardContinuesBitForBit) {
   const Shard::Snapshot snapshot = original->EncodeSnapshot();
   EXPECT_EQ(snapshot.version, 1);
 
-  auto restored = MakeStatefulShard(GetParam(), ConsistencyMode::kBsp, 2, /*incarnation=*/2);
+  auto restored = MakeOptimizerShard(GetParam(), ConsistencyMode::kBsp, 2, /*incarnation=*/2);
   ASSERT_TRUE(restored->RestoreSnapshot(snapshot.payload).ok());
   const ShardStatus st = restored->GetStatus();
   EXPECT_EQ(st.version, 1);
@@ -579,9 +579,7 @@ TEST_P(SnapshotOfEveryStatefulOptimizer, RestoredShardContinuesBitForBit) {
   EXPECT_EQ(restored->Values(), original->Values());
   EXPECT_EQ(restored->GetStatus().version, 2);
 }
-INSTANTIATE_TEST_SUITE_P(Kinds, SnapshotOfEveryStatefulOptimizer,
-                         ::testing::Values(OptimizerKind::kMomentum, OptimizerKind::kAdam,
-                                           OptimizerKind::kAdamW, OptimizerKind::kAdagrad),
+INSTANTIATE_TEST_SUITE_P(Kinds, SnapshotOfEveryOptimizer, ::testing::ValuesIn(AllOptimizerKinds()),
                          [](const auto& info) { return OptimizerKindName(info.param); });
 
 // Work conservation: the plan a worker declares, the BSP rounds applied without it, and both

@@ -209,8 +209,7 @@ TEST(TopKCompressor, WorksOnASubrangeWithRelativeIndices) {
 
 // The fused decode gives the same update as decoding first and applying float32.
 TEST(OptimizerFusedDecode, MatchesDecodeThenApplyForEveryRuleAndEncoding) {
-  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam,
-                             OptimizerKind::kAdamW, OptimizerKind::kAdagrad}) {
+  for (OptimizerKind kind : AllOptimizerKinds()) {
     for (TensorEncoding e : {TensorEncoding::kF32, TensorEncoding::kBf16, TensorEncoding::kF16}) {
       OptimizerOptions o;
       o.kind = kind;

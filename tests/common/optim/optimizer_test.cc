@@ -217,6 +217,10 @@ TEST(Optimizer, ValidationNamesTheField) {
   o.weight_decay = 0.0f;
   EXPECT_TRUE(ValidateOptimizerOptions(o).ok());
   EXPECT_EQ(ParseOptimizerKind("rmsprop").status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_EQ(AllOptimizerKinds().size(), 5u);
+  for (OptimizerKind kind : AllOptimizerKinds()) {
+    EXPECT_EQ(*ParseOptimizerKind(OptimizerKindName(kind)), kind) << OptimizerKindName(kind);
+  }
   EXPECT_EQ(*ParseOptimizerKind("adam"), OptimizerKind::kAdam);
 }
 
@@ -229,8 +233,7 @@ TEST(Optimizer, ThreadedUpdateIsBitIdenticalToOneThread) {
     g[i] = std::sin(0.001f * static_cast<float>(i));
     w0[i] = std::cos(0.002f * static_cast<float>(i));
   }
-  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam,
-                             OptimizerKind::kAdamW, OptimizerKind::kAdagrad}) {
+  for (OptimizerKind kind : AllOptimizerKinds()) {
     OptimizerOptions o;
     o.kind = kind;
     o.weight_decay = 0.01f;

@@ -1,7 +1,7 @@
-// Every dense update rule against PyTorch's (torch.optim's SGD, SGD with momentum, Adam, AdamW
-// and Adagrad, with weight decay, under StepLR), update by update: the weights agree to 1e-5
-// relative after each of eight updates. Skipped where /usr/bin/python3 has no torch (Debian's
-// python3-torch).
+// Every dense update rule (AllOptimizerKinds) against PyTorch's (torch.optim's SGD, SGD with
+// momentum, Adam, AdamW and Adagrad, with weight decay, under StepLR), update by update: the
+// weights agree to 1e-5 relative after each of eight updates. Skipped where /usr/bin/python3 has no
+// torch (Debian's python3-torch).
 
 #include <string>
 #include <vector>
@@ -28,12 +28,12 @@ TEST_F(OptimizerTorchParity, EveryRuleWithWeightDecayUnderAStepScheduleMatchesPy
   constexpr int kUpdates = 8;
   const std::vector<float> initial = RandomVector(kSize, 1, -1.0f, 1.0f);
   const std::vector<float> gradients = RandomVector(kSize * kUpdates, 2, -0.5f, 0.5f);
-  const std::vector<std::string> kinds = {"sgd", "momentum", "adam", "adamw", "adagrad"};
+  const std::vector<OptimizerKind>& kinds = AllOptimizerKinds();
   std::vector<OptimizerOptions> options;
   nlohmann::json configs = nlohmann::json::array();
-  for (const std::string& kind : kinds) {
+  for (OptimizerKind kind : kinds) {
     OptimizerOptions o;
-    o.kind = *ParseOptimizerKind(kind);
+    o.kind = kind;
     o.lr = 0.05f;
     o.momentum = 0.8f;
     o.beta1 = 0.85f;
@@ -46,7 +46,7 @@ TEST_F(OptimizerTorchParity, EveryRuleWithWeightDecayUnderAStepScheduleMatchesPy
     o.apply_threads = 1;
     ASSERT_TRUE(ValidateOptimizerOptions(o).ok());
     options.push_back(o);
-    configs.push_back({{"kind", kind},
+    configs.push_back({{"kind", OptimizerKindName(kind)},
                        {"lr", o.lr},
                        {"momentum", o.momentum},
                        {"beta1", o.beta1},
@@ -72,7 +72,8 @@ TEST_F(OptimizerTorchParity, EveryRuleWithWeightDecayUnderAStepScheduleMatchesPy
       optimizer.Apply(u, absl::MakeConstSpan(gradients).subspan(u * kSize, kSize),
                       absl::MakeSpan(w));
       const float* want = reference.data() + (k * kUpdates + u) * kSize;
-      ExpectClose(w.data(), want, kSize, kinds[k] + " after update " + std::to_string(u + 1), 1e-5);
+      ExpectClose(w.data(), want, kSize,
+                  OptimizerKindName(kinds[k]) + " after update " + std::to_string(u + 1), 1e-5);
     }
   }
 }
