@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
       "Runs a local parameter-server cluster on loopback and trains on Fashion-MNIST.\n"
       "  ps_launch --shards 2 --workers 2 --mode bsp --model mlp --epochs 5\n"
       "  ps_launch --workers 3 --mode ssp --staleness 2 --straggler 1:3\n"
-      "  ps_launch --workers 2 --optimizer sgd --lr 0.05 --python examples/train_mlp.py -- "
+      "  ps_launch --workers 2 --optimizer sgd --lr 0.05 --python examples/fashion_mnist_mlp.py -- "
       "--epochs 2");
   const absl::StatusOr<ps::ClusterSpec> spec = ps::ClusterSpecFromFlags(args);
   if (!spec.ok()) {
