@@ -10,13 +10,20 @@ the sweep's results (table.md, summaries.jsonl, PNG plots) to the output folder.
 
 The runner checks every SSP run against the staleness bound (W-1)(2s+1) and exits 1, loudly,
 when a run breaks it or fails.
+
+A config is checked whole before anything runs or is written: its keys, its modes, and every
+run's flags against ps_launch itself (`--only_check_args`); a bad one exits 2 with what is wrong.
+SIGTERM or Ctrl-C stops the run in progress (ps_launch stops its processes), starts no other,
+writes the results of the finished runs, names the runs not done and exits 1.
 """
 
 import argparse
 import itertools
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -30,13 +37,81 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_TIMEOUT_S = 900
 
 
+# Keys of a sweep config: required, and all that are allowed.
+REQUIRED_KEYS = ("name", "target_accuracy", "modes", "scenarios")
+ALLOWED_KEYS = REQUIRED_KEYS + ("description", "common", "update_rules", "seeds")
+# Flags the runner sets itself, per run: a config that set them would be overridden.
+RUNNER_FLAGS = ("mode", "staleness", "update_rule", "seed", "metrics_dir", "quiet")
+
+
+class ConfigError(Exception):
+    """What is wrong with a sweep config (the runner exits 2 and runs nothing)."""
+
+
 def parse_mode(mode):
     """'bsp' | 'asp' | 'ssp:S' -> (mode, staleness)."""
-    if mode.startswith("ssp:"):
+    if isinstance(mode, str) and re.fullmatch(r"ssp:[0-9]+", mode):
         return "ssp", int(mode.split(":", 1)[1])
     if mode in ("bsp", "asp"):
         return mode, 0
-    raise ValueError(f"unknown mode '{mode}' in the config (bsp, asp or ssp:S)")
+    raise ConfigError(f"unknown mode '{mode}' (bsp, asp or ssp:S with S >= 0)")
+
+
+def check_config(config):
+    """Raises ConfigError for a config the runner cannot carry out as written."""
+    if not isinstance(config, dict):
+        raise ConfigError("a sweep config is a JSON object")
+    missing = [k for k in REQUIRED_KEYS if k not in config]
+    if missing:
+        raise ConfigError(f"missing {', '.join(missing)}")
+    unknown = sorted(set(config) - set(ALLOWED_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown key(s) {', '.join(unknown)} (allowed: "
+                          f"{', '.join(ALLOWED_KEYS)})")
+    if not isinstance(config["name"], str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", config["name"]):
+        raise ConfigError(f"name {config['name']!r}: letters, digits, '_', '.' and '-' only "
+                          "(it names the output folders)")
+    if not isinstance(config["target_accuracy"], (int, float)):
+        raise ConfigError("target_accuracy is a number")
+    for key in ("modes", "update_rules", "seeds"):
+        if key in config and (not isinstance(config[key], list) or not config[key]):
+            raise ConfigError(f"{key} is a non-empty list")
+    for mode in config["modes"]:
+        parse_mode(mode)
+    if not isinstance(config["scenarios"], dict) or not config["scenarios"]:
+        raise ConfigError("scenarios is a non-empty object of NAME: {flag: value}")
+    for name, spec in list(config["scenarios"].items()) + [("common", config.get("common", {}))]:
+        if not isinstance(spec, dict):
+            raise ConfigError(f"scenario {name}: an object of flag: value")
+        taken = sorted(set(spec) & set(RUNNER_FLAGS))
+        if taken:
+            raise ConfigError(f"{name}: {', '.join(taken)} are set by the runner for each run "
+                              "(modes, update_rules, seeds)")
+        for mode in spec.get("only_modes", []):
+            if mode not in config["modes"]:
+                raise ConfigError(f"scenario {name}: only_modes names {mode}, not among modes")
+
+
+def check_flags(runs, bin_dir):
+    """Every run's flags as ps_launch parses them: names and value types."""
+    launch = os.path.join(bin_dir, "ps_launch")
+    if not os.access(launch, os.X_OK):
+        raise ConfigError(f"no ps_launch in {bin_dir} (build first: scripts/setup.sh)")
+    checked = set()
+    for run in runs:
+        args = launch_flags(run)
+        if tuple(args) in checked:
+            continue
+        checked.add(tuple(args))
+        result = subprocess.run([launch, "--only_check_args"] + args, capture_output=True,
+                                text=True)
+        if result.returncode != 0:
+            raise ConfigError(f"run {run['label']}: ps_launch refuses its flags: "
+                              f"{(result.stderr or result.stdout).strip()}")
+
+
+def launch_flags(run):
+    return [f"--{k}={v}" for k, v in run["flags"].items()]
 
 
 def expand(config):
@@ -73,18 +148,37 @@ def read_jsonl(path):
     return out
 
 
-def run_one(run, bin_dir, run_dir):
+class Stop:
+    """SIGTERM and SIGINT: the run in progress gets SIGTERM (ps_launch then stops its shards and
+    workers and exits), and no other run starts."""
+
+    def __init__(self):
+        self.signal = None
+        self.child = None
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, sig, _frame):
+        self.signal = sig
+        if self.child is not None and self.child.poll() is None:
+            self.child.send_signal(signal.SIGTERM)
+
+
+def run_one(run, bin_dir, run_dir, stop):
     shutil.rmtree(run_dir, ignore_errors=True)
     os.makedirs(run_dir)
     cmd = [os.path.join(bin_dir, "ps_launch"), f"--metrics_dir={run_dir}", "--quiet"]
-    cmd += [f"--{k}={v}" for k, v in run["flags"].items()]
+    cmd += launch_flags(run)
     start = time.time()
     with open(os.path.join(run_dir, "launch.log"), "w") as log:
+        stop.child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         try:
-            code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                  timeout=RUN_TIMEOUT_S).returncode
+            code = stop.child.wait(timeout=RUN_TIMEOUT_S)
         except subprocess.TimeoutExpired:
+            stop.child.terminate()  # ps_launch stops its processes on SIGTERM
+            stop.child.wait()
             code = -1
+        stop.child = None
     run["seconds"] = time.time() - start
     run["exit_code"] = code
     if code != 0:
@@ -120,7 +214,7 @@ def fmt(x, digits=3):
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-def write_table(runs, config, path):
+def write_table(runs, config, path, not_done=()):
     target = config["target_accuracy"]
     lines = [
         f"# Sweep `{config['name']}`",
@@ -147,6 +241,8 @@ def write_table(runs, config, path):
             f" {s['test_accuracy']:.4f} | {s['wait_share']:.3f} | {s['max_staleness']} |"
             f" {s['mean_staleness']:.2f} | {'-' if bound is None else bound} |"
             f" {s.get('late_pushes', 0)} | {s.get('dropped_gradients', 0)} |")
+    if not_done:
+        lines += ["", f"Not run (the sweep was stopped): {', '.join(not_done)}."]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -228,24 +324,40 @@ def main():
                         default=os.path.join(ROOT, "experiments", "configs", "quick.json"))
     parser.add_argument("--bin_dir", default=os.path.join(ROOT, "build", "bin"))
     parser.add_argument("--out", default=None, help="default: experiments/results/NAME")
+    parser.add_argument("--runs_dir", default=None,
+                        help="each run's files go to RUNS_DIR/LABEL (default: runs/sweeps/NAME)")
     parser.add_argument("--only", default=None, help="run only labels containing this text")
     args = parser.parse_args()
 
-    with open(args.config) as f:
-        config = json.load(f)
+    try:
+        with open(args.config) as f:
+            config = json.load(f)
+        check_config(config)
+        runs = expand(config)
+        if args.only:
+            runs = [r for r in runs if args.only in r["label"]]
+        if not runs:
+            raise ConfigError("no run left" + (f" with --only {args.only}" if args.only else ""))
+        check_flags(runs, args.bin_dir)
+    except (OSError, json.JSONDecodeError, ConfigError) as e:
+        print(f"run_sweep: {args.config}: {e}", file=sys.stderr)
+        return 2
     name = config["name"]
     out_dir = args.out or os.path.join(ROOT, "experiments", "results", name)
-    runs_dir = os.path.join(ROOT, "runs", "sweeps", name)
+    runs_dir = args.runs_dir or os.path.join(ROOT, "runs", "sweeps", name)
     os.makedirs(out_dir, exist_ok=True)
-    runs = expand(config)
-    if args.only:
-        runs = [r for r in runs if args.only in r["label"]]
     print(f"sweep {name}: {len(runs)} runs; results in {out_dir}", flush=True)
 
+    stop = Stop()
     problems = []
     sweep_start = time.time()
     for i, run in enumerate(runs, 1):
-        run_one(run, args.bin_dir, os.path.join(runs_dir, run["label"]))
+        if stop.signal is not None:
+            break
+        run_one(run, args.bin_dir, os.path.join(runs_dir, run["label"]), stop)
+        if stop.signal is not None and run["exit_code"] != 0:
+            run.pop("exit_code")  # stopped by the signal: not done, not failed
+            break
         if run["exit_code"] != 0:
             problems.append(f"{run['label']}: ps_launch exited {run['exit_code']}"
                             f" (log: {os.path.join(runs_dir, run['label'], 'launch.log')})")
@@ -261,15 +373,20 @@ def main():
               f"  max staleness {s['max_staleness']}"
               + ("" if bound is None else f" (bound {bound})"), flush=True)
 
+    done = [r for r in runs if "exit_code" in r]
+    not_done = [r["label"] for r in runs if "exit_code" not in r]
     with open(os.path.join(out_dir, "summaries.jsonl"), "w") as f:
-        for r in runs:
+        for r in done:
             f.write(json.dumps({k: r.get(k) for k in
                                 ("label", "scenario", "mode_name", "rule", "seed", "exit_code",
                                  "summary")}) + "\n")
-    write_table(runs, config, os.path.join(out_dir, "table.md"))
-    plot(runs, config, out_dir)
+    write_table(done, config, os.path.join(out_dir, "table.md"), not_done)
+    plot(done, config, out_dir)
     print(f"sweep {name} done in {time.time() - sweep_start:.0f}s: {out_dir}/table.md and plots",
           flush=True)
+    if not_done:
+        problems.append(f"stopped by signal {stop.signal}: {len(not_done)} of {len(runs)} runs "
+                        f"not done: {', '.join(not_done)}")
     if problems:
         print("\nSWEEP FAILED:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 1

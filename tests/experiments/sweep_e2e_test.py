@@ -1,0 +1,160 @@
+"""experiments/run_sweep.py, the staleness sweep the README promises in one command, for real.
+
+- a small sweep (3 modes x 2 scenarios of 2 workers and 1 shard) writes its table, summaries and
+  plots, with every SSP run within its staleness bound;
+- bad configs exit 2 before anything runs or is written, saying what is wrong;
+- SIGTERM stops the sweep: the run in progress ends with its processes, the finished runs are
+  written, the runs not done are named, and it exits 1.
+
+Needs the built binaries (PS_BIN_DIR) and Debian's python3-matplotlib
+(scripts/setup.sh with INSTALL_TEST_PACKAGES=1 installs it). Run by ctest as sweep_e2e_test.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.environ.get("PS_BIN_DIR", os.path.join(ROOT, "build", "bin"))
+SWEEP = os.path.join(ROOT, "experiments", "run_sweep.py")
+
+SMALL = {
+    "name": "small",
+    "description": "2 workers, 1 shard, 1 280 images for one epoch.",
+    "target_accuracy": 0.5,
+    "common": {"shards": 1, "workers": 2, "model": "mlp", "epochs": 1, "batch_size": 32,
+               "train_limit": 1280, "test_limit": 500, "eval_every": 5},
+    "modes": ["bsp", "ssp:1", "asp"],
+    "scenarios": {"none": {}, "straggler": {"straggler": "1:3"}},
+    "update_rules": ["plain"],
+    "seeds": [1],
+}
+LABELS = [f"{scenario}__{mode}__plain__seed1" for scenario in ("none", "straggler")
+          for mode in ("bsp", "ssp1", "asp")]
+
+
+def processes_naming(text):
+    """Pids of the processes whose command line contains `text`."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if text.encode() in f.read():
+                    pids.append(int(pid))
+        except OSError:
+            pass
+    return pids
+
+
+class SweepTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="sweep_e2e_")
+        self.out = os.path.join(self.dir, "results")
+        self.runs = os.path.join(self.dir, "runs")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def command(self, config):
+        path = os.path.join(self.dir, "config.json")
+        with open(path, "w") as f:
+            json.dump(config, f)
+        return [sys.executable, SWEEP, path, "--bin_dir", BIN, "--out", self.out,
+                "--runs_dir", self.runs]
+
+    def sweep(self, config):
+        return subprocess.run(self.command(config), capture_output=True, text=True, timeout=500)
+
+    def test_a_small_sweep_writes_its_table_summaries_and_plots(self):
+        result = self.sweep(SMALL)
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        with open(os.path.join(self.out, "summaries.jsonl")) as f:
+            runs = [json.loads(line) for line in f]
+        self.assertEqual([r["label"] for r in runs], LABELS)
+        for r in runs:
+            s = r["summary"]
+            self.assertEqual(r["exit_code"], 0, r["label"])
+            # 1 280 images, 2 workers of batch 32: 20 steps each, all applied on the one shard.
+            self.assertEqual(s["gradients_expected"], 40, r["label"])
+            self.assertEqual(s["gradients_applied"], 40, r["label"])
+            if r["mode_name"] == "bsp":
+                self.assertEqual(s["max_staleness"], 0, r["label"])
+            if r["mode_name"] == "ssp:1":  # (W-1)(2s+1) = 3
+                self.assertLessEqual(s["max_staleness"], 3, r["label"])
+        with open(os.path.join(self.out, "table.md")) as f:
+            table = f.read()
+        rows = [line for line in table.splitlines() if line.startswith("| none |") or
+                line.startswith("| straggler |")]
+        self.assertEqual(len(rows), 6, table)
+        self.assertEqual(sum(" | ssp:1 | plain | 1 |" in row for row in rows), 2, table)
+        self.assertNotIn("FAILED", table)
+        for png in ("accuracy_vs_time.png", "accuracy_vs_updates.png", "wait_share_vs_s.png",
+                    "staleness_histograms.png"):
+            with open(os.path.join(self.out, png), "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n", png)
+
+    def test_bad_configs_exit_2_before_anything_runs(self):
+        def changed(**edits):
+            config = json.loads(json.dumps(SMALL))
+            for key, value in edits.items():
+                if value is None:
+                    del config[key]
+                else:
+                    config[key] = value
+            return config
+
+        cases = [
+            (changed(common={**SMALL["common"], "eval_evry": 5}),
+             "ps_launch refuses its flags: ERROR: Unknown command line flag 'eval_evry'"),
+            (changed(common={**SMALL["common"], "epochs": "two"}),
+             "ERROR: Illegal value 'two' specified for flag 'epochs'"),
+            (changed(modes=["bsp", "ssp:x"]), "unknown mode 'ssp:x'"),
+            (changed(target_accuracy=None), "missing target_accuracy"),
+            (changed(seed=[1]), "unknown key(s) seed"),
+            (changed(scenarios={"none": {"mode": "asp"}}), "none: mode are set by the runner"),
+            (changed(name="../elsewhere"), "name '../elsewhere'"),
+            (changed(scenarios={"none": {"only_modes": ["ssp:4"]}}),
+             "only_modes names ssp:4, not among modes"),
+        ]
+        for config, message in cases:
+            with self.subTest(message=message):
+                result = self.sweep(config)
+                self.assertEqual(result.returncode, 2, result.stdout + result.stderr)
+                self.assertIn(message, result.stderr)
+                self.assertFalse(os.path.exists(self.out))
+                self.assertFalse(os.path.exists(self.runs))
+
+    def test_sigterm_stops_the_sweep_and_names_the_runs_not_done(self):
+        config = json.loads(json.dumps(SMALL))
+        config["common"].update(train_limit=60000, epochs=5)  # long enough to be stopped
+        config["modes"] = ["bsp", "asp"]
+        config["scenarios"] = {"none": {}}
+        sweep = subprocess.Popen(self.command(config), stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        first = os.path.join(self.runs, "none__bsp__plain__seed1", "worker-0.jsonl")
+        deadline = time.time() + 120
+        while not (os.path.exists(first) and os.path.getsize(first) > 0):
+            self.assertLess(time.time(), deadline, "the first run did not start training")
+            self.assertIsNone(sweep.poll(), "the sweep ended before it was stopped")
+            time.sleep(0.1)
+        self.assertNotEqual(processes_naming(self.runs), [])
+        sweep.send_signal(signal.SIGTERM)
+        stdout, stderr = sweep.communicate(timeout=120)
+        self.assertEqual(sweep.returncode, 1, stdout + stderr)
+        self.assertIn("stopped by signal 15: 2 of 2 runs not done: none__bsp__plain__seed1, "
+                      "none__asp__plain__seed1", stderr)
+        with open(os.path.join(self.out, "table.md")) as f:
+            self.assertIn("Not run (the sweep was stopped): none__bsp__plain__seed1, "
+                          "none__asp__plain__seed1.", f.read())
+        self.assertFalse(os.path.exists(os.path.join(self.runs, "none__asp__plain__seed1")))
+        # ps_launch stopped its shards and workers before the sweep exited.
+        self.assertEqual(processes_naming(self.runs), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
