@@ -3,9 +3,10 @@
 
 Checks, in README.md, docs/*.md, the scripts' and examples' comments and each binary's own
 --help usage lines:
-  - every flag given to ps_launch, ps_server, ps_worker, ps_ctl, ps_replay or ps_datagen (and to
-    scripts/run.sh, which hands its arguments to ps_launch) is a flag that binary accepts
-    (its --helpfull), so renamed or removed flags cannot linger in the documentation;
+  - every flag given to ps_launch, ps_server, ps_worker, ps_ctl, ps_replay, ps_datagen or a
+    benchmark (ps_bench_*), and to scripts/run.sh, which hands its arguments to ps_launch, is a
+    flag that binary accepts (its --helpfull), so renamed or removed flags cannot linger in the
+    documentation;
   - every path of the repository named there (examples/..., scripts/..., docs/..., ...) exists.
 Prints one line per problem and exits 1 when there is any, 0 otherwise; exit 2 on bad usage,
 1 when a binary's flags cannot be read.
@@ -22,6 +23,10 @@ import subprocess
 import sys
 
 BINARIES = ("ps_launch", "ps_server", "ps_worker", "ps_ctl", "ps_replay", "ps_datagen")
+# The benchmarks (built with PS_BUILD_BENCH, the default); in a build without them their commands
+# go unchecked, and the check says so.
+BENCHMARKS = ("ps_bench_transport", "ps_bench_train", "ps_bench_apply", "ps_bench_device",
+              "ps_bench_scale", "ps_bench_sparse")
 # Abseil's own flags, which --helpfull does not list among the program's.
 ABSEIL_FLAGS = {"help", "helpfull", "helpshort", "helppackage", "version", "only_check_args",
                 "flagfile", "fromenv", "tryfromenv", "undefok"}
@@ -32,7 +37,7 @@ DOCUMENTED = ("docs/*.md", "scripts/*.sh", "examples/*.py", "bench/*.sh", "exper
 CREATED = ("deploy/k8s/base/secrets",)
 # A command's name, then its arguments up to what ends the command in a shell line or in prose.
 COMMAND = re.compile(r"(?<![\w/.-])(?:build/bin/|\./)?(%s|scripts/run\.sh)\b([^`|;&)>\n]*)" %
-                     "|".join(BINARIES))
+                     "|".join(BINARIES + BENCHMARKS))
 FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9_]*)")
 # Folders of the repository whose files the documentation names.
 PATH = re.compile(r"(?<![\w/.-])((?:examples|scripts|bench|deploy|experiments|tests|docs|common|"
@@ -40,9 +45,17 @@ PATH = re.compile(r"(?<![\w/.-])((?:examples|scripts|bench|deploy|experiments|te
 
 
 def flags_of(bin_dir, binary):
-    """{flag: whether it is a boolean (its default is true or false)} from --helpfull."""
-    out = subprocess.run([os.path.join(bin_dir, binary), "--helpfull"], capture_output=True,
-                         text=True, timeout=60).stdout
+    """{flag: whether it is a boolean (its default is true or false)} from --helpfull, or for a
+    Google Benchmark binary (ps_bench_apply) from its usage, `[--name=<value>]`."""
+    path = os.path.join(bin_dir, binary)
+    out = subprocess.run([path, "--helpfull"], capture_output=True, text=True, timeout=60).stdout
+    if not out:  # Google Benchmark's own parser: no --helpfull, its usage on --help
+        out = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=60).stdout
+        flags = {name: value.startswith("{true|false}")
+                 for name, value in re.findall(r"\[--([a-z_]+)=([^\]]*)\]", out)}
+        if "benchmark_filter" not in flags:
+            sys.exit(f"check_commands: could not read the flags of {binary} (--help)")
+        return flags
     flags = {name: default in ("true", "false") for name, default in
              re.findall(r"^ {4}--([a-z0-9_]+) \(.*?\);\s+default: (.*?);$", out, re.M | re.S)}
     # Abseil indents a flag by 4 spaces and the wrapped lines of its help by 6.
@@ -72,6 +85,8 @@ def check_text(where, text, flags, root):
             continue
         for match in COMMAND.finditer(line):
             binary = "ps_launch" if match.group(1) == "scripts/run.sh" else match.group(1)
+            if binary not in flags:  # a benchmark this build does not have
+                continue
             # After ` -- ` the arguments belong to the Python script that --python runs.
             arguments = match.group(2).split(" -- ", 1)[0]
             for flag in FLAG.findall(arguments):
@@ -97,7 +112,9 @@ def check_fixtures(bin_dir, root, files, flags):
             text = f.read()
         where = os.path.relpath(path, root)
         found = [p.split(": ", 1)[1] for p in check_text(where, text, flags, root)]
-        expected = re.findall(r"^expect: (.*)$", text, re.M)
+        # What names a benchmark this build lacks is not checked here, so not expected either.
+        expected = [e for e in re.findall(r"^expect: (.*)$", text, re.M)
+                    if e.split(" ", 1)[0] in flags or not e.startswith("ps_bench_")]
         if found != expected:
             failures += 1
             print(f"{where}: expected {expected}, found {found}")
@@ -115,10 +132,14 @@ def main():
         return 2
     bin_dir, root = args[0], args[1]
     flags = {b: flags_of(bin_dir, b) for b in BINARIES}
+    missing = [b for b in BENCHMARKS if not os.path.exists(os.path.join(bin_dir, b))]
+    flags.update({b: flags_of(bin_dir, b) for b in BENCHMARKS if b not in missing})
+    if missing:
+        print(f"check_commands: not built, their commands unchecked: {', '.join(missing)}")
     if fixtures:
         return check_fixtures(bin_dir, root, args[2:], flags)
     problems = []
-    for binary in BINARIES:
+    for binary in flags:
         problems += check_text(f"{binary} --help", usage_of(bin_dir, binary), flags, root)
     files = args[2:] or [os.path.join(root, "README.md")] + sorted(
         f for pattern in DOCUMENTED for f in glob.glob(os.path.join(root, pattern)))
@@ -128,7 +149,7 @@ def main():
     for p in problems:
         print(p)
     print(f"check_commands: {len(problems)} problems in {len(files)} files and "
-          f"{len(BINARIES)} binaries' usage")
+          f"{len(flags)} binaries' usage")
     return 1 if problems else 0
 
 
