@@ -22,6 +22,12 @@ bool IsOurFlagFile(absl::string_view file) {
   return absl::EndsWith(file, "_main.cc") || absl::EndsWith(file, "_flags.cc");
 }
 
+// What --help lists: the binaries' flags and the benchmarks' own (bench/*_bench.cc), which take
+// no PS_<NAME> variables (they run by hand, not in containers).
+bool IsHelpFlagFile(absl::string_view file) {
+  return IsOurFlagFile(file) || absl::EndsWith(file, "_bench.cc");
+}
+
 // Sets every flag of ours that has a PS_<NAME> environment variable; exits 2 on a bad value.
 void FlagsFromEnvironment(const char* program) {
   for (const auto& [name, flag] : absl::GetAllFlags()) {
@@ -42,7 +48,7 @@ void FlagsFromEnvironment(const char* program) {
 
 std::vector<std::string> ParseCommandLine(int argc, char** argv, const char* usage) {
   absl::FlagsUsageConfig config;
-  config.contains_help_flags = IsOurFlagFile;
+  config.contains_help_flags = IsHelpFlagFile;
   config.contains_helpshort_flags = config.contains_help_flags;
   absl::SetFlagsUsageConfig(config);
   absl::SetProgramUsageMessage(usage);
