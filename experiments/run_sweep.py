@@ -172,6 +172,8 @@ def run_one(run, bin_dir, run_dir, stop):
     start = time.time()
     with open(os.path.join(run_dir, "launch.log"), "w") as log:
         stop.child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        if stop.signal is not None:  # it came after the loop's check, before the child was known
+            stop.child.send_signal(signal.SIGTERM)
         try:
             code = stop.child.wait(timeout=RUN_TIMEOUT_S)
         except subprocess.TimeoutExpired:
