@@ -207,12 +207,25 @@ int main(int argc, char** argv) {
   ps::ParseCommandLine(argc, argv, "Per-device forward+backward throughput of the MLP and CNN.");
   const double seconds = absl::GetFlag(FLAGS_seconds);
   std::map<std::string, double> cpu_rate;  // "model/batch" and "gemm" -> CPU figure
-  int failures = 0;
+  if (!(seconds > 0)) {
+    std::fprintf(stderr, "--seconds must be > 0\n");
+    return 2;
+  }
+  // Every device named is opened before any is measured: a misspelt one (INVALID_ARGUMENT) stops
+  // the bench with exit 2 at once; one this machine or build lacks is skipped, and said so.
+  std::vector<std::pair<std::string, absl::StatusOr<std::unique_ptr<ps::Device>>>> devices;
   for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_devices), ',')) {
-    auto dev = ps::CreateDevice(std::string(name));
+    devices.emplace_back(std::string(name), ps::CreateDevice(std::string(name)));
+    if (absl::IsInvalidArgument(devices.back().second.status())) {
+      std::fprintf(stderr, "--devices: '%s' is not cpu, cuda or cuda:N\n",
+                   devices.back().first.c_str());
+      return 2;
+    }
+  }
+  int failures = 0;
+  for (auto& [name, dev] : devices) {
     if (!dev.ok()) {
-      std::fprintf(stderr, "skipping %s: %s\n", std::string(name).c_str(),
-                   dev.status().ToString().c_str());
+      std::fprintf(stderr, "skipping %s: %s\n", name.c_str(), dev.status().ToString().c_str());
       continue;
     }
     const bool is_cpu = name == "cpu";

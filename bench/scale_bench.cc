@@ -22,6 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "bench/bench_cluster.h"
+#include "common/base/consistency_mode.h"
 #include "common/base/json_lines.h"
 #include "common/base/process_tuning.h"
 #include "common/cli/cli.h"
@@ -62,25 +63,42 @@ int main(int argc, char** argv) {
   const int shards = absl::GetFlag(FLAGS_shards);
   const double seconds = absl::GetFlag(FLAGS_seconds);
   const int steps = absl::GetFlag(FLAGS_steps);
-  if (shards < 1 || seconds <= 0 || steps < 0 ||
-      (absl::GetFlag(FLAGS_mode) != "asp" && steps == 0)) {
-    std::fprintf(stderr,
-                 "--shards must be >= 1, --seconds > 0, and --steps > 0 unless --mode asp\n");
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  // Every flag is checked before the first shard starts, each refusal naming its flag.
+  const auto refuse = [](const std::string& why) {
+    std::fprintf(stderr, "ps_bench_scale: %s\n", why.c_str());
     return 2;
+  };
+  if (!ps::ParseConsistencyMode(mode).ok()) {
+    return refuse("--mode: '" + mode + "' is not bsp, ssp or asp");
   }
-  for (const std::string& params_text : absl::GetFlag(FLAGS_params)) {
-    for (const std::string& workers_text : absl::GetFlag(FLAGS_workers)) {
-      int64_t n = 0;
-      int workers = 0;
-      if (!absl::SimpleAtoi(params_text, &n) || n < shards ||
-          !absl::SimpleAtoi(workers_text, &workers) || workers < 1) {
-        std::fprintf(stderr, "bad --params '%s' or --workers '%s'\n", params_text.c_str(),
-                     workers_text.c_str());
-        return 2;
-      }
+  if (shards < 1) return refuse("--shards must be >= 1");
+  if (!(seconds > 0)) return refuse("--seconds must be > 0");
+  if (steps < 0 || (mode != "asp" && steps == 0)) {
+    return refuse("--steps must be > 0 under --mode " + mode + " (>= 0 under asp)");
+  }
+  std::vector<int64_t> sizes;
+  for (const std::string& text : absl::GetFlag(FLAGS_params)) {
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(text, &n) || n < shards) {
+      return refuse("--params: '" + text + "' is not a count of at least --shards (" +
+                    std::to_string(shards) + ")");
+    }
+    sizes.push_back(n);
+  }
+  std::vector<int> worker_counts;
+  for (const std::string& text : absl::GetFlag(FLAGS_workers)) {
+    int workers = 0;
+    if (!absl::SimpleAtoi(text, &workers) || workers < 1) {
+      return refuse("--workers: '" + text + "' is not a count >= 1");
+    }
+    worker_counts.push_back(workers);
+  }
+  for (const int64_t n : sizes) {
+    for (const int workers : worker_counts) {
       ps::bench::ShardProcesses cluster(
-          shards, {absl::StrCat("--num_workers=", workers), "--mode=" + absl::GetFlag(FLAGS_mode),
-                   "--staleness=2", "--optimizer=sgd", "--lr=0.000001", "--lease_ms=600000"});
+          shards, {absl::StrCat("--num_workers=", workers), "--mode=" + mode, "--staleness=2",
+                   "--optimizer=sgd", "--lr=0.000001", "--lease_ms=600000"});
       const double idle_rss = cluster.RssMib();
       std::vector<std::unique_ptr<ps::GrpcParameterClient>> clients;
       for (int w = 0; w < workers; ++w) {
@@ -137,7 +155,7 @@ int main(int argc, char** argv) {
       const double rss = cluster.RssMib();
       std::printf("%s\n", ps::JsonObject()
                               .Add("bench", "scale")
-                              .Add("mode", absl::GetFlag(FLAGS_mode))
+                              .Add("mode", mode)
                               .Add("workers", workers)
                               .Add("shards", shards)
                               .Add("params", n)

@@ -255,9 +255,69 @@ absl::StatusOr<double> PytorchGptSamplesPerSec(const ps::ModelSpec& spec, int co
   return tokens_per_sec / context;
 }
 
+// A failure while measuring: exit 1.
 int Fail(const absl::Status& s) {
   std::fprintf(stderr, "ps_bench_train: %s\n", s.ToString().c_str());
   return 1;
+}
+
+// Bad flags: exit 2, before anything is measured.
+int Refuse(const absl::Status& s) {
+  std::fprintf(stderr, "ps_bench_train: %s\n", s.ToString().c_str());
+  return 2;
+}
+
+// What the list flags ask for, every item checked before the first measurement, so that a typo
+// late in a list does not cost the runs before it.
+struct Plan {
+  std::vector<std::string> models;
+  std::vector<std::pair<int, int>> configs;  // workers, shards
+  std::vector<std::pair<std::string, ps::TensorEncoding>> encodings;
+  std::vector<std::string> schedules;
+};
+
+absl::StatusOr<Plan> PlanFromFlags() {
+  if (const auto mode = ps::ParseConsistencyMode(absl::GetFlag(FLAGS_mode)); !mode.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--mode: ", mode.status().message()));
+  }
+  Plan plan;
+  for (const std::string& model : absl::GetFlag(FLAGS_models)) {
+    if (model != "mlp" && model != "cnn" && model != "gpt") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--models: '", model, "' is not mlp, cnn or gpt"));
+    }
+    plan.models.push_back(model);
+  }
+  for (const std::string& config : absl::GetFlag(FLAGS_configs)) {
+    std::vector<std::string> parts = absl::StrSplit(config, 'x');
+    int workers = 0, shards = 0;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &workers) ||
+        !absl::SimpleAtoi(parts[1], &shards) || workers < 1 || shards < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--configs: '", config, "' is not WORKERSxSHARDS"));
+    }
+    plan.configs.emplace_back(workers, shards);
+  }
+  for (const std::string& name : absl::GetFlag(FLAGS_encodings)) {
+    const absl::StatusOr<ps::TensorEncoding> encoding = ps::ParseTensorEncoding(name);
+    if (!encoding.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--encodings: ", encoding.status().message()));
+    }
+    plan.encodings.emplace_back(name, *encoding);
+  }
+  for (const std::string& schedule : absl::GetFlag(FLAGS_schedules)) {
+    if (schedule != "whole" && schedule != "priority") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--schedules: '", schedule, "' is neither whole nor priority"));
+    }
+    plan.schedules.push_back(schedule);
+  }
+  if (plan.models.empty() || plan.configs.empty() || plan.encodings.empty() ||
+      plan.schedules.empty()) {
+    return absl::InvalidArgumentError(
+        "--models, --configs, --encodings and --schedules each need at least one item");
+  }
+  return plan;
 }
 
 }  // namespace
@@ -292,11 +352,13 @@ int main(int argc, char** argv) {
                        "  ps_bench_train [--models mlp,cnn] [--configs 1x1,2x2] "
                        "[--encodings f32,bf16] [--vs_pytorch]");
   spdlog::set_level(spdlog::level::warn);
-  if (absl::Status refused = RefuseFlagsNotApplied(); !refused.ok()) return Fail(refused);
+  if (absl::Status refused = RefuseFlagsNotApplied(); !refused.ok()) return Refuse(refused);
   auto workload = ps::WorkloadFromFlags();
-  if (!workload.ok()) return Fail(workload.status());
+  if (!workload.ok()) return Refuse(workload.status());
+  const absl::StatusOr<Plan> plan = PlanFromFlags();
+  if (!plan.ok()) return Refuse(plan.status());
   if (workload->data.kind != "fashion-mnist") {
-    return Fail(absl::InvalidArgumentError(
+    return Refuse(absl::InvalidArgumentError(
         "the training bench measures Fashion-MNIST (mlp, cnn) and --text (gpt) only"));
   }
   const std::string data_dir =
@@ -305,13 +367,13 @@ int main(int argc, char** argv) {
   // The workload's --steps: the MLP's training steps per worker per measurement (0: 200).
   const int mlp_steps = workload->steps > 0 ? static_cast<int>(workload->steps) : 200;
   if (batch < 1 || absl::GetFlag(FLAGS_cnn_steps) < 1 || absl::GetFlag(FLAGS_gpt_steps) < 1) {
-    return Fail(
+    return Refuse(
         absl::InvalidArgumentError("--batch_size, --cnn_steps and --gpt_steps must be >= 1"));
   }
   // Each model's data, loaded once: images for the MLP and the CNN, the corpus for gpt.
   std::unique_ptr<ps::ImageDataset> images;
   std::unique_ptr<ps::TextDataset> text;
-  for (const std::string& model_name : absl::GetFlag(FLAGS_models)) {
+  for (const std::string& model_name : plan->models) {
     ps::ModelSpec spec = workload->model;
     spec.name = model_name;
     const bool gpt = model_name == "gpt";
@@ -344,30 +406,17 @@ int main(int argc, char** argv) {
     if (!model.ok()) return Fail(model.status());
     auto local = LocalSamplesPerSec(**model, train, batch, steps, oo);
     if (!local.ok()) return Fail(local.status());
-    for (const std::string& config : absl::GetFlag(FLAGS_configs)) {
-      std::vector<std::string> parts = absl::StrSplit(config, 'x');
-      int workers = 0, shards = 0;
-      if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &workers) ||
-          !absl::SimpleAtoi(parts[1], &shards) || workers < 1 || shards < 1) {
-        return Fail(absl::InvalidArgumentError(
-            absl::StrCat("--configs: '", config, "' is not WORKERSxSHARDS")));
-      }
+    for (const auto& [workers, shards] : plan->configs) {
       std::optional<double> theirs;  // PyTorch on this configuration, measured once
-      for (const std::string& encoding_name : absl::GetFlag(FLAGS_encodings)) {
-        auto encoding = ps::ParseTensorEncoding(encoding_name);
-        if (!encoding.ok()) return Fail(encoding.status());
+      for (const auto& [encoding_name, encoding] : plan->encodings) {
         std::optional<double> whole_rate;
-        for (const std::string& schedule : absl::GetFlag(FLAGS_schedules)) {
-          if (schedule != "whole" && schedule != "priority") {
-            return Fail(absl::InvalidArgumentError(
-                absl::StrCat("--schedules: '", schedule, "' is neither whole nor priority")));
-          }
+        for (const std::string& schedule : plan->schedules) {
           std::vector<bool> push_pulls = {absl::GetFlag(FLAGS_push_pull)};
           if (absl::GetFlag(FLAGS_compare_push_pull)) push_pulls = {false, true};
           std::optional<double> separate_rate;
           absl::StatusOr<RunResult> r;
           for (const bool push_pull : push_pulls) {
-            r = RunCluster(spec, train, workers, shards, steps, batch, oo, clip_norm, *encoding,
+            r = RunCluster(spec, train, workers, shards, steps, batch, oo, clip_norm, encoding,
                            schedule == "priority", push_pull);
             if (!r.ok()) return Fail(r.status());
             ps::JsonObject line;
@@ -408,7 +457,7 @@ int main(int argc, char** argv) {
             std::fflush(stdout);
           }
           if (absl::GetFlag(FLAGS_vs_pytorch) && model_name != "cnn" &&
-              *encoding == ps::TensorEncoding::kF32) {
+              encoding == ps::TensorEncoding::kF32) {
             if (!theirs.has_value()) {
               auto rate =
                   gpt ? PytorchGptSamplesPerSec(spec, workload->context, steps, batch * workers)

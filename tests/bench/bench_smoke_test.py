@@ -1,0 +1,186 @@
+"""The benchmarks run, print every figure they promise beside its same-run reference, and refuse
+bad flags with exit 2 before measuring anything.
+
+Each harness runs at the smallest size that still takes every path (a fraction of a second per
+figure): these tests check that the figures exist, are finite and positive, that each ratio is
+the quotient of the figures printed beside it, and that the lines are exactly the ones asked for;
+they do not judge the speeds (docs/performance.md holds the measured ones).
+
+Needs the built binaries (PS_BIN_DIR), Fashion-MNIST and the text corpus that scripts/setup.sh
+provides. Run by ctest as bench_smoke_test.
+"""
+import json
+import math
+import os
+import subprocess
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.environ.get("PS_BIN_DIR", os.path.join(ROOT, "build", "bin"))
+
+
+def run(binary, *args, timeout=300):
+    """(exit code, JSON lines, stderr) of one benchmark run from the repository root."""
+    done = subprocess.run([os.path.join(BIN, binary), *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return done.returncode, lines, done.stderr
+
+
+class BenchSmokeTest(unittest.TestCase):
+    def assert_positive(self, line, *keys):
+        for key in keys:
+            self.assertIn(key, line, line)
+            value = line[key]
+            self.assertTrue(isinstance(value, (int, float)) and math.isfinite(value) and value > 0,
+                            f"{key}={value!r} in {line}")
+
+    def assert_ratio(self, line, ratio, numerator, denominator):
+        self.assert_positive(line, ratio, numerator, denominator)
+        self.assertAlmostEqual(line[ratio], line[numerator] / line[denominator], delta=1e-6 *
+                               line[ratio], msg=f"{ratio} in {line}")
+
+    def assert_refused(self, binary, args, message):
+        code, lines, err = run(binary, *args, timeout=60)
+        self.assertEqual(code, 2, f"{binary} {args}: {err}")
+        self.assertIn(message, err)
+        self.assertEqual(lines, [], "nothing is measured before the refusal")
+
+    def test_transport_prints_every_cell_with_its_references(self):
+        transports = ["grpc", "shm", "shm_direct"]
+        code, lines, err = run("ps_bench_transport", "--configs", "1x1", "--mib", "1",
+                               "--seconds", "0.05", "--rounds", "1", "--transports",
+                               ",".join(transports), "--ops", "push,pull,push_pull", "--small")
+        self.assertEqual(code, 0, err)
+        cells = sorted((line["op"], line.get("transport", "")) for line in lines)
+        expected = [("page_fault", "")] + [(op, t) for op in (
+            "burst_1000", "pull", "pull_64k", "push", "push_64k", "push_pull") for t in transports]
+        self.assertEqual(cells, sorted(expected))
+        for line in lines:
+            op = line["op"]
+            if op == "page_fault":
+                self.assert_positive(line, "us")
+            elif op in ("push", "pull"):
+                self.assertEqual(line["mib"], 1)
+                self.assertGreaterEqual(line["faults_per_call"], 0)
+                self.assertGreaterEqual(line["grpc_faults_per_call"], 0)
+                self.assert_ratio(line, "ratio_vs_tcp", "gbps", "tcp_gbps")
+                self.assert_ratio(line, "ratio_vs_grpc", "gbps", "grpc_gbps")
+                self.assert_ratio(line, "ratio_vs_memcpy", "gbps", "memcpy_gbps")
+            elif op == "push_pull":
+                self.assertNotIn("tcp_gbps", line, "a one-way reference for a two-way call")
+                self.assert_ratio(line, "ratio_vs_grpc", "gbps", "grpc_gbps")
+            elif op == "burst_1000":
+                self.assert_ratio(line, "ratio_vs_grpc", "grpc_ms", "ms")
+                self.assertAlmostEqual(line["calls_per_sec"], 1000 / (line["ms"] / 1e3),
+                                       delta=1e-6 * line["calls_per_sec"])
+            else:
+                self.assert_ratio(line, "ratio_vs_grpc", "grpc_us", "us")
+
+    def test_transport_refuses_bad_flags(self):
+        self.assert_refused("ps_bench_transport", ["--mib", "1,0"], "--mib: '0' is not in [1, 128]")
+        self.assert_refused("ps_bench_transport", ["--ops", "push,jump"],
+                            "--ops: 'jump' is not push, pull or push_pull")
+        self.assert_refused("ps_bench_transport", ["--configs", "1x1,2x1", "--mode", "bsp"],
+                            "--mode bsp: one worker only")
+        self.assert_refused("ps_bench_transport", ["--transports", "grpc,rdma"],
+                            "--transports: 'rdma' is not grpc, shm or shm_direct")
+
+    def test_train_prints_each_model_against_local_training(self):
+        code, lines, err = run("ps_bench_train", "--models", "mlp,cnn,gpt", "--configs", "1x1",
+                               "--encodings", "f32", "--steps", "6", "--cnn_steps", "3",
+                               "--gpt_steps", "2", "--batch_size", "8")
+        self.assertEqual(code, 0, err)
+        self.assertEqual([(line["bench"], line["model"]) for line in lines],
+                         [("train", "mlp"), ("train", "cnn"), ("train", "gpt")])
+        for line, steps in zip(lines, (6, 3, 2)):
+            self.assertEqual((line["workers"], line["shards"], line["steps"],
+                              line["batch_size"]), (1, 1, steps, 8))
+            self.assert_ratio(line, "ratio_vs_local", "samples_per_sec", "local_samples_per_sec")
+            self.assert_positive(line, "step_ms", "push_bytes_per_step", "pull_bytes_per_step")
+            for share in ("comm_wait_share", "pull_share", "compute_share", "push_share"):
+                self.assertTrue(0 <= line[share] <= 1, f"{share} in {line}")
+        self.assertEqual(lines[0]["push_bytes_per_step"], 4 * lines[0]["params"])
+
+    def test_train_refuses_bad_list_items_before_measuring(self):
+        self.assert_refused("ps_bench_train", ["--models", "mlp,resnet"],
+                            "--models: 'resnet' is not mlp, cnn or gpt")
+        self.assert_refused("ps_bench_train", ["--configs", "1x1,2y2"],
+                            "--configs: '2y2' is not WORKERSxSHARDS")
+        self.assert_refused("ps_bench_train", ["--encodings", "f32,f77"],
+                            "--encodings: unknown encoding 'f77'")
+        self.assert_refused("ps_bench_train", ["--schedules", "whole,fast"],
+                            "--schedules: 'fast' is neither whole nor priority")
+        self.assert_refused("ps_bench_train", ["--mode", "bsq"], "--mode: unknown mode 'bsq'")
+        self.assert_refused("ps_bench_train", ["--chunk_mib", "2"],
+                            "--chunk_mib is a worker's or shard's flag this bench does not apply")
+
+    def test_scale_runs_its_clients_without_errors(self):
+        code, lines, err = run("ps_bench_scale", "--workers", "2,3", "--params", "4096",
+                               "--seconds", "0.2", "--shards", "2")
+        self.assertEqual(code, 0, err)
+        self.assertEqual([(line["workers"], line["shards"], line["params"]) for line in lines],
+                         [(2, 2, 4096), (3, 2, 4096)])
+        for line in lines:
+            self.assertEqual(line["errors"], 0)
+            self.assert_positive(line, "pushes_per_sec", "pull_p50_ms", "pull_p99_ms",
+                                 "server_rss_mib")
+            self.assertLessEqual(line["pull_p50_ms"], line["pull_p99_ms"])
+
+    def test_scale_refuses_bad_flags(self):
+        self.assert_refused("ps_bench_scale", ["--mode", "xyz"],
+                            "--mode: 'xyz' is not bsp, ssp or asp")
+        self.assert_refused("ps_bench_scale", ["--workers", "2,0"],
+                            "--workers: '0' is not a count >= 1")
+        self.assert_refused("ps_bench_scale", ["--params", "4096,abc"], "--params: 'abc'")
+        self.assert_refused("ps_bench_scale", ["--mode", "bsp"], "--steps must be > 0")
+
+    def test_sparse_prints_rows_against_gather_and_scatter(self):
+        code, lines, err = run("ps_bench_sparse", "--batches", "100", "--dims", "16",
+                               "--rows", "10000", "--seconds", "0.2", "--shards", "1",
+                               "--keys", "zipf,uniform")
+        self.assertEqual(code, 0, err)
+        self.assertEqual([(line["bench"], line.get("keys")) for line in lines],
+                         [("sparse_fill", None), ("sparse", "zipf"), ("sparse", "uniform")])
+        self.assertEqual(lines[0]["rows"], 10000)
+        self.assert_positive(lines[0], "fill_rows_per_sec", "table_bytes")
+        for line in lines[1:]:
+            self.assertEqual((line["dim"], line["batch"], line["rows"]), (16, 100, 10000))
+            self.assertTrue(0 < line["unique_rows"] <= 100, line)
+            self.assert_ratio(line, "ratio_vs_gather", "pull_rows_per_sec_per_shard",
+                              "gather_rows_per_sec")
+            self.assert_ratio(line, "ratio_vs_scatter", "push_rows_per_sec_per_shard",
+                              "scatter_rows_per_sec")
+        self.assert_refused("ps_bench_sparse", ["--keys", "gauss"],
+                            "--keys: 'gauss' is not zipf or uniform")
+
+    def test_device_measures_the_cpu_and_refuses_a_misspelt_device(self):
+        code, lines, err = run("ps_bench_device", "--devices", "cpu", "--seconds", "0.02")
+        self.assertEqual(code, 0, err)
+        benches = {line["bench"] for line in lines}
+        self.assertTrue({"train_step", "sgemm_conv2"} <= benches, benches)
+        for line in lines:
+            self.assertEqual(line["device"], "cpu")
+            if line["bench"] == "train_step":
+                self.assert_ratio(line, "speedup_overlapped", "step_ms_serial",
+                                  "step_ms_overlapped")
+        self.assert_refused("ps_bench_device", ["--devices", "cpu,tpu"],
+                            "--devices: 'tpu' is not cpu, cuda or cuda:N")
+
+    def test_apply_rates_every_rule_against_the_triad(self):
+        done = subprocess.run(
+            [os.path.join(BIN, "ps_bench_apply"), "--benchmark_filter=/1048576/",
+             "--benchmark_min_time=0.01", "--benchmark_format=json"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        results = {b["name"].split("/1048576/")[0]: b for b in json.loads(done.stdout)["benchmarks"]}
+        rules = ["sgd", "momentum", "adam", "adamw", "adagrad"]
+        self.assertEqual(sorted(results), sorted(
+            ["stream_triad"] + [f"{rule}/threads:{t}" for rule in rules for t in (0, 1)]))
+        self.assertEqual(results["stream_triad"]["ratio_vs_stream"], 1.0)
+        for result in results.values():
+            self.assert_positive(result, "params_per_sec", "gbps", "ratio_vs_stream")
+
+
+if __name__ == "__main__":
+    unittest.main()
