@@ -4,6 +4,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <iterator>
+#include <optional>
+#include <string>
 
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/parse.h"
@@ -46,6 +49,56 @@ void FlagsFromEnvironment(const char* program) {
 
 }  // namespace
 
+void RefuseBadCommandLineFlags(int argc, char** argv) {
+  constexpr absl::string_view kUsageFlags[] = {"help",        "helpfull", "helpshort",
+                                               "helppackage", "version",  "only_check_args",
+                                               "helpon",      "helpmatch"};
+  constexpr absl::string_view kParserFlags[] = {"flagfile", "fromenv", "tryfromenv", "undefok"};
+  const auto in = [](const auto& names, absl::string_view name) {
+    return std::find(std::begin(names), std::end(names), name) != std::end(names);
+  };
+  const auto name_of = [](absl::string_view arg) {
+    arg.remove_prefix(absl::StartsWith(arg, "--") ? 2 : 1);
+    return arg.substr(0, arg.find('='));
+  };
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg(argv[i]);
+    if (arg == "--") break;
+    if (arg.size() >= 2 && arg[0] == '-' && in(kParserFlags, name_of(arg))) return;
+  }
+  const auto refuse = [](const std::string& message) {
+    std::fprintf(stderr, "ERROR: %s\n", message.c_str());
+    std::exit(2);
+  };
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg(argv[i]);
+    if (arg == "--") return;
+    if (arg.size() < 2 || arg[0] != '-') continue;  // a positional argument
+    const std::string name(name_of(arg));
+    if (in(kUsageFlags, name)) continue;
+    const size_t equals = arg.find('=');
+    std::optional<std::string> value;
+    if (equals != absl::string_view::npos) value = std::string(arg.substr(equals + 1));
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr && absl::StartsWith(name, "no")) {
+      absl::CommandLineFlag* negated = absl::FindCommandLineFlag(name.substr(2));
+      if (negated != nullptr && negated->IsOfType<bool>() && !value.has_value()) {
+        std::string unused;
+        negated->ParseFrom("false", &unused);
+        continue;
+      }
+    }
+    if (flag == nullptr) refuse("Unknown command line flag '" + name + "'");
+    if (!value.has_value() && flag->IsOfType<bool>()) value = "true";
+    if (!value.has_value()) {  // "--name value"
+      if (i + 1 == argc) refuse("Missing the value for the flag '" + name + "'");
+      value = argv[++i];
+    }
+    std::string error;
+    if (!flag->ParseFrom(*value, &error)) refuse(error);
+  }
+}
+
 std::vector<std::string> ParseCommandLine(int argc, char** argv, const char* usage) {
   absl::FlagsUsageConfig config;
   config.contains_help_flags = IsHelpFlagFile;
@@ -53,6 +106,7 @@ std::vector<std::string> ParseCommandLine(int argc, char** argv, const char* usa
   absl::SetFlagsUsageConfig(config);
   absl::SetProgramUsageMessage(usage);
   FlagsFromEnvironment(argc > 0 ? argv[0] : "ps");
+  RefuseBadCommandLineFlags(argc, argv);
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   return std::vector<std::string>(rest.begin() + 1, rest.end());
 }

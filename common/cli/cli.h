@@ -15,8 +15,18 @@ namespace ps {
 // Every such flag can also come from the environment: PS_<NAME IN CAPITALS>, e.g. PS_NUM_SHARDS=2
 // for --num_shards (what containers and Kubernetes manifests use). The command line wins over the
 // environment. A value that does not parse exits with code 2 and a message naming the variable.
-// Returns the positional arguments after the program name.
+// So does an unknown flag or a bad value on the command line (Abseil's message; Abseil alone
+// would exit 1). Returns the positional arguments after the program name.
 std::vector<std::string> ParseCommandLine(int argc, char** argv, const char* usage);
+
+// Checks every flag on the command line, names and values, and exits 2 with Abseil's own message
+// on an unknown flag, a bad value or a missing one; sets the values it checks. Abseil exits 1 on
+// those, and this project's binaries exit 2 on bad input, so that supervisors tell a
+// configuration error (never restarted: ps_launch's --restart_workers, the Kubernetes Job's
+// podFailurePolicy) from a crash. Arguments after "--" are left alone; Abseil's usage flags
+// (--help, --only_check_args, ...) are Abseil's to handle; with --flagfile, --fromenv, --tryfromenv
+// or --undefok, Abseil's parser decides alone. ParseCommandLine calls it first.
+void RefuseBadCommandLineFlags(int argc, char** argv);
 
 // ParseCommandLine for a binary that takes flags only: a positional argument exits with code 2
 // and a message naming it.

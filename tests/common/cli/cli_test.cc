@@ -1,11 +1,25 @@
 #include "common/cli/cli.h"
 
 #include <cstdlib>
+#include <string>
+#include <vector>
 
+#include "absl/flags/flag.h"
 #include "gtest/gtest.h"
+
+ABSL_FLAG(int, cli_test_steps, 0, "A number flag of this test.");
+ABSL_FLAG(bool, cli_test_switch, true, "A boolean flag of this test.");
 
 namespace ps {
 namespace {
+
+// RefuseBadCommandLineFlags over `args` (after the program's name).
+void Check(std::vector<std::string> args) {
+  args.insert(args.begin(), "cli_test");
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  RefuseBadCommandLineFlags(static_cast<int>(argv.size()), argv.data());
+}
 
 TEST(OrdinalOfName, TakesTheDigitsAfterTheLastDash) {
   EXPECT_EQ(OrdinalOfName("ps-3"), 3);
@@ -33,6 +47,30 @@ TEST(IndexFromEnvironmentDeathTest, ABadValueExitsWithCode2) {
   ::setenv("PS_TEST_BAD", "ps", 1);
   EXPECT_EXIT(IndexFromEnvironment("PS_TEST_BAD", true), testing::ExitedWithCode(2),
               "expected NAME-N");
+}
+
+TEST(RefuseBadCommandLineFlags, TakesFlagsInEveryFormAndLeavesWhatFollowsDoubleDash) {
+  Check({"--cli_test_steps", "5", "one", "--nocli_test_switch", "--help", "--", "--not_ours"});
+  EXPECT_EQ(absl::GetFlag(FLAGS_cli_test_steps), 5);
+  EXPECT_FALSE(absl::GetFlag(FLAGS_cli_test_switch));
+  Check({"-cli_test_steps=7", "--cli_test_switch"});
+  EXPECT_EQ(absl::GetFlag(FLAGS_cli_test_steps), 7);
+  EXPECT_TRUE(absl::GetFlag(FLAGS_cli_test_switch));
+}
+
+// Abseil alone exits 1; bad input exits 2 in this project, so that supervisors do not restart a
+// process whose command line can never work.
+TEST(RefuseBadCommandLineFlagsDeathTest, AnUnknownFlagOrABadValueExitsWithCode2) {
+  EXPECT_EXIT(Check({"--cli_test_stepz=5"}), testing::ExitedWithCode(2),
+              "ERROR: Unknown command line flag 'cli_test_stepz'");
+  EXPECT_EXIT(Check({"--cli_test_steps", "two"}), testing::ExitedWithCode(2),
+              "ERROR: Illegal value 'two' specified for flag 'cli_test_steps'");
+  EXPECT_EXIT(Check({"--cli_test_steps"}), testing::ExitedWithCode(2),
+              "ERROR: Missing the value for the flag 'cli_test_steps'");
+  EXPECT_EXIT(Check({"--nocli_test_steps"}), testing::ExitedWithCode(2),
+              "ERROR: Unknown command line flag 'nocli_test_steps'");
+  EXPECT_EXIT(Check({"--cli_test_switch=maybe"}), testing::ExitedWithCode(2),
+              "ERROR: Illegal value 'maybe' specified for flag 'cli_test_switch'");
 }
 
 }  // namespace
