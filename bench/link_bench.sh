@@ -35,22 +35,48 @@ TRANSPORT_ARGS="--configs 1x1 --mib 1,16,64 --small --rounds 3"
 WORKER_ARGS=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --rate_mbit) RATE="$2"; shift 2 ;;
-    --models) MODELS="$2"; shift 2 ;;
-    --mode) MODE="$2"; shift 2 ;;
-    --steps) STEPS="$2"; shift 2 ;;
-    --cnn_steps) CNN_STEPS="$2"; shift 2 ;;
-    --batch_size) BATCH="$2"; shift 2 ;;
-    --schedules) SCHEDULES="$2"; shift 2 ;;
-    --transport) TRANSPORT=true; shift ;;
-    --transport_args) TRANSPORT_ARGS="$2"; shift 2 ;;
-    --worker_args) WORKER_ARGS="$2"; shift 2 ;;
-    --bin_dir) BIN="$2"; shift 2 ;;
-    --data_dir) DATA="$2"; shift 2 ;;
+    --transport) TRANSPORT=true; shift; continue ;;
+    --rate_mbit | --models | --mode | --steps | --cnn_steps | --batch_size | --schedules | \
+      --transport_args | --worker_args | --bin_dir | --data_dir)
+      [[ $# -ge 2 ]] || { echo "link_bench: $1 needs a value" >&2; exit 2; } ;;
     *) echo "link_bench: unknown argument '$1'" >&2; exit 2 ;;
   esac
+  case "$1" in
+    --rate_mbit) RATE="$2" ;;
+    --models) MODELS="$2" ;;
+    --mode) MODE="$2" ;;
+    --steps) STEPS="$2" ;;
+    --cnn_steps) CNN_STEPS="$2" ;;
+    --batch_size) BATCH="$2" ;;
+    --schedules) SCHEDULES="$2" ;;
+    --transport_args) TRANSPORT_ARGS="$2" ;;
+    --worker_args) WORKER_ARGS="$2" ;;
+    --bin_dir) BIN="$2" ;;
+    --data_dir) DATA="$2" ;;
+  esac
+  shift 2
 done
 [[ "$RATE" =~ ^[0-9]+$ ]] || { echo "--rate_mbit must be a whole number (0: unshaped)" >&2; exit 2; }
+# The first 5 steps of a run warm up and are not timed: at least one more must be.
+for pair in "steps $STEPS" "cnn_steps $CNN_STEPS"; do
+  read -r name value <<<"$pair"
+  if ! [[ "$value" =~ ^[0-9]+$ ]] || ((value < 6)); then
+    echo "--$name must be a whole number of at least 6 (5 untimed warm-up steps)" >&2
+    exit 2
+  fi
+done
+[[ "$BATCH" =~ ^[1-9][0-9]*$ ]] || { echo "--batch_size must be a whole number >= 1" >&2; exit 2; }
+case "$MODE" in
+  bsp | ssp | asp) ;;
+  *) echo "--mode: '$MODE' is not bsp, ssp or asp" >&2; exit 2 ;;
+esac
+IFS=, read -r -a models <<<"$MODELS"
+for model in "${models[@]}"; do
+  case "$model" in
+    mlp | cnn | gpt | dlrm) ;;
+    *) echo "--models: '$model' is not mlp, cnn, gpt or dlrm" >&2; exit 2 ;;
+  esac
+done
 IFS=, read -r -a schedules <<<"$SCHEDULES"
 for schedule in "${schedules[@]}"; do
   case "$schedule" in
@@ -148,7 +174,6 @@ print(json.dumps(out))
 EOF
 }
 
-IFS=, read -r -a models <<<"$MODELS"
 for model in "${models[@]}"; do
   steps="$STEPS"
   [[ "$model" == cnn ]] && steps="$CNN_STEPS"

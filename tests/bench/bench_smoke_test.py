@@ -1,5 +1,6 @@
 """The benchmarks run, print every figure they promise beside its same-run reference, and refuse
-bad flags with exit 2 before measuring anything.
+bad flags with exit 2 before measuring anything. bench/link_bench.sh too, across two network
+namespaces (as root; its argument checks run everywhere).
 
 Each harness runs at the smallest size that still takes every path (a fraction of a second per
 figure): these tests check that the figures exist, are finite and positive, that each ratio is
@@ -25,6 +26,19 @@ def run(binary, *args, timeout=300):
                           text=True, timeout=timeout)
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     return done.returncode, lines, done.stderr
+
+
+def run_script(*args):
+    """(exit code, JSON lines, stderr) of bench/link_bench.sh."""
+    done = subprocess.run(["bash", os.path.join(ROOT, "bench", "link_bench.sh"), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return done.returncode, lines, done.stderr
+
+
+def namespaces():
+    done = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    return sorted(done.stdout.split("\n"))
 
 
 class BenchSmokeTest(unittest.TestCase):
@@ -166,6 +180,43 @@ class BenchSmokeTest(unittest.TestCase):
                                   "step_ms_overlapped")
         self.assert_refused("ps_bench_device", ["--devices", "cpu,tpu"],
                             "--devices: 'tpu' is not cpu, cuda or cuda:N")
+
+    def test_link_bench_trains_and_transfers_across_a_veth_pair(self):
+        code, _, err = run_script("--bogus")
+        self.assertEqual(code, 2, err)
+        self.assertIn("link_bench: unknown argument '--bogus'", err)
+        for args, message in ((["--steps", "5"], "--steps must be a whole number of at least 6"),
+                              (["--models", "mlp,resnet"], "--models: 'resnet' is not"),
+                              (["--schedules", "fast"], "--schedules: 'fast' is not"),
+                              (["--mode", "bsq"], "--mode: 'bsq' is not bsp, ssp or asp")):
+            code, lines, err = run_script(*args)
+            self.assertEqual((code, lines), (2, []), err)
+            self.assertIn(message, err)
+        if os.geteuid() != 0:
+            self.skipTest("network namespaces need root")
+        namespaces_before = namespaces()
+        code, lines, err = run_script(
+            "--rate_mbit", "0", "--models", "mlp", "--steps", "12",
+            "--schedules", "whole,priority,pipeline", "--bin_dir", BIN, "--transport",
+            "--transport_args", "--configs 1x1 --mib 1 --seconds 0.05 --rounds 1")
+        if code == 77:
+            self.skipTest(err or "no network namespaces here")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(namespaces(), namespaces_before, "link_bench leaves no namespace")
+        transport = [line for line in lines if line["bench"] == "transport"]
+        self.assertEqual(sorted(line["op"] for line in transport), ["page_fault", "pull", "push"])
+        for line in transport:
+            if line["op"] != "page_fault":
+                self.assertEqual(line["path"], "netns")
+                self.assert_ratio(line, "ratio_vs_tcp", "gbps", "tcp_gbps")
+        link = [line for line in lines if line["bench"] == "link"]
+        self.assertEqual([(line["schedule"], line["mode"], line["steps"]) for line in link],
+                         [("whole", "bsp", 7), ("priority", "bsp", 7), ("pipeline", "asp", 7)])
+        for line in link:
+            self.assert_positive(line, "samples_per_sec", "step_ms", "push_bytes_per_step")
+        for line in link[1:]:
+            self.assertAlmostEqual(line["ratio_vs_whole"],
+                                   line["samples_per_sec"] / link[0]["samples_per_sec"])
 
     def test_apply_rates_every_rule_against_the_triad(self):
         done = subprocess.run(
