@@ -10,13 +10,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 data=data/criteo
 rounds=2
+usage() { echo "usage: bench/dlrm_bench.sh [--data DIR] [--rounds N]" >&2; exit 2; }
 while (($#)); do
+  (($# >= 2)) || usage
   case "$1" in
-    --data) data="$2"; shift 2 ;;
-    --rounds) rounds="$2"; shift 2 ;;
-    *) echo "usage: bench/dlrm_bench.sh [--data DIR] [--rounds N]" >&2; exit 2 ;;
+    --data) data="$2" ;;
+    --rounds) rounds="$2" ;;
+    *) usage ;;
   esac
+  shift 2
 done
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "--rounds must be a whole number >= 1" >&2; exit 2; }
 if [[ ! -f "$data/truth.json" && ! -f "$data/train.tsv" ]]; then
   build/bin/ps_datagen ctr --out "$data" --train 1000000 --test 100000 --seed 1 >&2
 fi

@@ -12,14 +12,22 @@ cd "$(dirname "$0")/.."
 data=data/text/kjv.txt
 steps=300
 rounds=2
+usage() { echo "usage: bench/gpt_bench.sh [--data FILE] [--steps N] [--rounds N]" >&2; exit 2; }
 while (($#)); do
+  (($# >= 2)) || usage
   case "$1" in
-    --data) data="$2"; shift 2 ;;
-    --steps) steps="$2"; shift 2 ;;
-    --rounds) rounds="$2"; shift 2 ;;
-    *) echo "usage: bench/gpt_bench.sh [--data FILE] [--steps N] [--rounds N]" >&2; exit 2 ;;
+    --data) data="$2" ;;
+    --steps) steps="$2" ;;
+    --rounds) rounds="$2" ;;
+    *) usage ;;
   esac
+  shift 2
 done
+for pair in "steps $steps" "rounds $rounds"; do
+  read -r name value <<<"$pair"
+  [[ "$value" =~ ^[1-9][0-9]*$ ]] || { echo "--$name must be a whole number >= 1" >&2; exit 2; }
+done
+[[ -f "$data" ]] || { echo "--data: no file $data (scripts/setup.sh writes the default)" >&2; exit 2; }
 shape=(--layers 4 --heads 4 --dim 128 --context 64)
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import subprocess
+import tempfile
 import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -28,10 +29,10 @@ def run(binary, *args, timeout=300):
     return done.returncode, lines, done.stderr
 
 
-def run_script(*args):
-    """(exit code, JSON lines, stderr) of bench/link_bench.sh."""
-    done = subprocess.run(["bash", os.path.join(ROOT, "bench", "link_bench.sh"), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+def run_script(*args, script="link_bench.sh", env=None):
+    """(exit code, JSON lines, stderr) of a script of bench/ (bench/link_bench.sh by default)."""
+    done = subprocess.run(["bash", os.path.join(ROOT, "bench", script), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, env=env)
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     return done.returncode, lines, done.stderr
 
@@ -217,6 +218,64 @@ class BenchSmokeTest(unittest.TestCase):
         for line in link[1:]:
             self.assertAlmostEqual(line["ratio_vs_whole"],
                                    line["samples_per_sec"] / link[0]["samples_per_sec"])
+
+    def assert_against_peer(self, lines, bench, rate):
+        """The peer's line, then one line per configuration (1 x 1, 2 x 2) rated against it."""
+        self.assertEqual([(line["bench"], line.get("workers")) for line in lines],
+                         [("peer", None), (bench, 1), (bench, 2)])
+        self.assertEqual(lines[0]["framework"], "pytorch")
+        for line in lines[1:]:
+            self.assertEqual(line["shards"], line["workers"])
+            self.assertAlmostEqual(line["ratio_vs_pytorch"], line[rate] / lines[0][rate])
+            self.assert_positive(line, rate, "ratio_vs_pytorch")
+
+    def test_gpt_bench_rates_training_against_pytorch(self):
+        with tempfile.TemporaryDirectory() as work:
+            corpus = os.path.join(work, "text.txt")
+            with open(os.path.join(ROOT, "data", "text", "kjv.txt"), "rb") as full:
+                with open(corpus, "wb") as part:
+                    part.write(full.read(200_000))
+            code, lines, err = run_script("--data", corpus, "--steps", "8", "--rounds", "1",
+                                          script="gpt_bench.sh")
+        self.assertEqual(code, 0, err)
+        self.assert_against_peer(lines, "gpt", "tokens_per_sec")
+        for line in lines[1:]:
+            self.assert_positive(line, "val_loss")
+        for args, message in ((["--steps", "0"], "--steps must be a whole number >= 1"),
+                              (["--data", "/nonexistent"], "--data: no file /nonexistent")):
+            code, lines, err = run_script(*args, script="gpt_bench.sh")
+            self.assertEqual((code, lines), (2, []), err)
+            self.assertIn(message, err)
+
+    def test_dlrm_bench_rates_training_against_pytorch(self):
+        with tempfile.TemporaryDirectory() as data:
+            made = subprocess.run([os.path.join(BIN, "ps_datagen"), "ctr", "--out", data,
+                                   "--train", "4000", "--test", "1000", "--seed", "1"],
+                                  capture_output=True, text=True, timeout=120)
+            self.assertEqual(made.returncode, 0, made.stderr)
+            code, lines, err = run_script("--data", data, "--rounds", "1", script="dlrm_bench.sh")
+        self.assertEqual(code, 0, err)
+        self.assert_against_peer(lines, "dlrm", "samples_per_sec")
+        for line in lines:
+            self.assertTrue(0 < line["test_auc"] < 1, line)
+        code, lines, err = run_script("--rounds", "x", script="dlrm_bench.sh")
+        self.assertEqual((code, lines), (2, []), err)
+        self.assertIn("--rounds must be a whole number >= 1", err)
+
+    def test_python_step_bench_rates_server_steps_against_local_ones(self):
+        package = os.path.join(os.path.dirname(BIN), "python")
+        if not os.path.isdir(package):
+            self.skipTest("the Python package is not built (worker/python)")
+        env = dict(os.environ, PYTHONPATH=package, PS_BIN_DIR=BIN)
+        done = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench",
+                                                                "python_step_bench.py"),
+                               "--seconds", "0.2", "--rounds", "1", "--batch", "32"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        self.assertEqual([(line["bench"], line["batch"], line["mode"]) for line in lines],
+                         [("python_step", 32, "bsp")])
+        self.assert_positive(lines[0], "local_steps_per_s", "shard_steps_per_s", "ratio_vs_local")
 
     def test_apply_rates_every_rule_against_the_triad(self):
         done = subprocess.run(
