@@ -10,19 +10,23 @@ cd "$(dirname "$0")/.."
 INSTALL_BENCH_PACKAGES=1 scripts/setup.sh >/dev/null
 out="${1:-bench-results/$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$out"
+# A benchmark that fails is named at the end and makes the script exit 1; the others still run.
+failed=()
 run() {
   local name="$1"
   shift
   echo "== $name: $*"
-  "$@" | tee "$out/$name.jsonl"
+  if ! "$@" | tee "$out/$name.jsonl"; then
+    echo "== $name failed" >&2
+    failed+=("$name")
+  fi
 }
 run transport build/bin/ps_bench_transport --seconds 1 --rounds 3 --small
 # The pulls, pushes and PushPulls that a lone shard under BSP splits over two connections.
 run transport_bsp build/bin/ps_bench_transport --seconds 1 --rounds 3 --configs 1x1 \
   --transports grpc --mode bsp --ops push,pull,push_pull
-# Google Benchmark: the table on the console, the counters as JSON in apply.json.
-echo "== apply"
-build/bin/ps_bench_apply --benchmark_min_time=1 --benchmark_out="$out/apply.json" \
+# Google Benchmark: the table on the console (and apply.jsonl), the counters as JSON in apply.json.
+run apply build/bin/ps_bench_apply --benchmark_min_time=1 --benchmark_out="$out/apply.json" \
   --benchmark_out_format=json
 run train build/bin/ps_bench_train --vs_pytorch --encodings f32,bf16,topk
 # The same MLP runs with payloads in the gRPC messages (workers on other hosts than their shards).
@@ -64,3 +68,7 @@ if [[ "${PS_BENCH_SPARSE_SCALE:-1}" == 1 ]]; then
     --fill_batch 200000
 fi
 echo "results in $out"
+if ((${#failed[@]})); then
+  echo "failed: ${failed[*]} (their output so far is in $out)" >&2
+  exit 1
+fi
