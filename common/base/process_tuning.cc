@@ -16,10 +16,9 @@ void TuneMallocForLargeMessages() {
   // 32 MiB is glibc's largest mmap threshold on 64-bit; anything below it comes from the heap.
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  // One arena: the thresholds above govern only the main arena's heap. The other arenas' heaps
-  // (64 MiB mappings, one set per busy thread) are unmapped as soon as they empty, whatever the
-  // trim threshold, and gRPC's receive buffers, filled on one thread and freed on another, empty
-  // them on every large message.
+  // One arena: a thread's own arena grows in heaps of 64 MiB mappings and unmaps a whole heap as
+  // soon as it empties, whatever the trim threshold; gRPC's receive buffers, filled on one thread
+  // and freed on another, emptied one on every large message. The main arena has no such heaps.
   mallopt(M_ARENA_MAX, 1);
 #endif
 }
