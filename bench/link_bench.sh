@@ -90,18 +90,39 @@ TAG="lb$$"
 NS_SERVER="${TAG}srv"
 NS_WORKER="${TAG}wrk"
 NET=10.213.9
-WORK="$(mktemp -d)"
-PIDS=()
+WORK="$(mktemp -d -t link_bench.XXXXXX)"
+# Every process running is listed in $WORK/pids: run_one runs in a background subshell, whose
+# variables the cleanup below would never see. A namespace's deletion does not stop the processes
+# in it.
+touch "$WORK/pids"
+# Whether a process is still running (a zombie, awaiting its parent, is not).
+alive() { [[ -r "/proc/$1/stat" && "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]]; }
 cleanup() {
   set +e
-  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null; done
+  while read -r pid; do kill -TERM "$pid" 2>/dev/null; done <"$WORK/pids"
+  while read -r pid; do
+    for _ in $(seq 50); do alive "$pid" || break; sleep 0.1; done
+    alive "$pid" && kill -KILL "$pid" 2>/dev/null
+  done <"$WORK/pids"
   ip netns del "$NS_SERVER" 2>/dev/null
   ip netns del "$NS_WORKER" 2>/dev/null
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+
+# Runs a command in the background and waits for it, listed in $WORK/pids meanwhile. Bash runs a
+# trap only between foreground commands, but it interrupts `wait`: so SIGTERM or Ctrl-C stops this
+# script at once, and the cleanup stops the command.
+run_waited() {
+  "$@" &
+  local pid=$!
+  echo "$pid" >>"$WORK/pids"
+  local status=0
+  wait "$pid" || status=$?
+  sed -i "/^$pid\$/d" "$WORK/pids"
+  return "$status"
+}
 
 if [[ $(id -u) -ne 0 ]] || ! ip netns add "$NS_SERVER" 2>/dev/null; then
   echo "SKIP: network namespaces cannot be made here (needs root and iproute2)"
@@ -123,9 +144,16 @@ done
 if [[ "$TRANSPORT" == true ]]; then
   [[ -x "$BIN/ps_bench_transport" ]] || { echo "no ps_bench_transport in $BIN: build first" >&2; exit 1; }
   # shellcheck disable=SC2086  # the arguments are meant to split
-  ip netns exec "$NS_WORKER" "$BIN/ps_bench_transport" --server_netns "$NS_SERVER" --host "$NET.1" \
-    --transports grpc $TRANSPORT_ARGS
+  run_waited ip netns exec "$NS_WORKER" "$BIN/ps_bench_transport" --server_netns "$NS_SERVER" \
+    --host "$NET.1" --transports grpc $TRANSPORT_ARGS
 fi
+
+# Stops a process this script started, reaps it and takes it off the list (its pid may be reused).
+stop() {
+  kill -TERM "$1" 2>/dev/null
+  wait "$1" 2>/dev/null || true
+  sed -i "/^$1\$/d" "$WORK/pids"
+}
 
 # Trains `steps` steps of `model` with `schedule`; prints the JSON line.
 run_one() {
@@ -139,9 +167,9 @@ run_one() {
     --host 0.0.0.0 --port 0 --port_file "$dir/port" --mode "$mode" --optimizer sgd --lr 0.01 \
     >"$dir/server.log" 2>&1 &
   local server=$!
-  PIDS+=("$server")
+  echo "$server" >>"$WORK/pids"
   for _ in $(seq 100); do [[ -s "$dir/port" ]] && break; sleep 0.1; done
-  [[ -s "$dir/port" ]] || { cat "$dir/server.log" >&2; return 1; }
+  [[ -s "$dir/port" ]] || { cat "$dir/server.log" >&2; stop "$server"; return 1; }
   # One kernel under both namespaces: without --shared_memory=false the payloads would skip the link.
   # shellcheck disable=SC2086  # --worker_args is meant to split
   ip netns exec "$NS_WORKER" "$BIN/ps_worker" --rank 0 --num_workers 1 \
@@ -149,10 +177,17 @@ run_one() {
     --train_limit $((steps * BATCH)) --test_limit 100 --data "fashion-mnist:$DATA" \
     --metrics_file "$dir/worker.jsonl" --priority="$priority" \
     --overlap="$pipeline" --async_push="$pipeline" \
-    --shared_memory=false $WORKER_ARGS >"$dir/worker.log" 2>&1 ||
-    { cat "$dir/worker.log" >&2; return 1; }
-  kill -TERM "$server"
-  wait "$server" || true
+    --shared_memory=false $WORKER_ARGS >"$dir/worker.log" 2>&1 &
+  local worker=$!
+  echo "$worker" >>"$WORK/pids"
+  if ! wait "$worker"; then
+    cat "$dir/worker.log" >&2
+    sed -i "/^$worker\$/d" "$WORK/pids"
+    stop "$server"
+    return 1
+  fi
+  sed -i "/^$worker\$/d" "$WORK/pids"
+  stop "$server"
   python3 - "$dir/worker.jsonl" "$model" "$schedule" "$RATE" "$mode" "$BATCH" <<'EOF'
 import json, sys
 path, model, schedule, rate, mode, batch = sys.argv[1:]
@@ -179,7 +214,8 @@ for model in "${models[@]}"; do
   [[ "$model" == cnn ]] && steps="$CNN_STEPS"
   whole=""
   for schedule in "${schedules[@]}"; do
-    line="$(run_one "$model" "$steps" "$schedule")"
+    run_waited run_one "$model" "$steps" "$schedule" >"$WORK/line"
+    line="$(cat "$WORK/line")"
     if [[ "$schedule" == whole ]]; then
       whole="$line"
       echo "$line"

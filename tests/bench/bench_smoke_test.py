@@ -13,8 +13,10 @@ provides. Run by ctest as bench_smoke_test.
 import json
 import math
 import os
+import signal
 import subprocess
 import tempfile
+import time
 import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -35,6 +37,24 @@ def run_script(*args, script="link_bench.sh", env=None):
                           capture_output=True, text=True, timeout=300, env=env)
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     return done.returncode, lines, done.stderr
+
+
+def link_bench_processes():
+    """Command lines of the running processes that name link_bench's folder (its ps_server and
+    ps_worker), zombies aside."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError):
+            continue
+        if "/link_bench." in cmdline:
+            found.append(cmdline)
+    return found
 
 
 def namespaces():
@@ -210,6 +230,7 @@ class BenchSmokeTest(unittest.TestCase):
             if line["op"] != "page_fault":
                 self.assertEqual(line["path"], "netns")
                 self.assert_ratio(line, "ratio_vs_tcp", "gbps", "tcp_gbps")
+        self.assertEqual(link_bench_processes(), [])
         link = [line for line in lines if line["bench"] == "link"]
         self.assertEqual([(line["schedule"], line["mode"], line["steps"]) for line in link],
                          [("whole", "bsp", 7), ("priority", "bsp", 7), ("pipeline", "asp", 7)])
@@ -218,6 +239,35 @@ class BenchSmokeTest(unittest.TestCase):
         for line in link[1:]:
             self.assertAlmostEqual(line["ratio_vs_whole"],
                                    line["samples_per_sec"] / link[0]["samples_per_sec"])
+
+    def test_link_bench_leaves_nothing_behind_on_a_failure_or_sigterm(self):
+        if os.geteuid() != 0:
+            self.skipTest("network namespaces need root")
+        namespaces_before = namespaces()
+        code, lines, err = run_script("--rate_mbit", "0", "--models", "mlp", "--steps", "6",
+                                      "--schedules", "whole", "--bin_dir", BIN,
+                                      "--worker_args", "--no_such_flag")
+        if code == 77:
+            self.skipTest(err or "no network namespaces here")
+        self.assertEqual((code, lines), (1, []), err)
+        self.assertIn("Unknown command line flag 'no_such_flag'", err)
+        self.assertEqual(link_bench_processes(), [])
+        self.assertEqual(namespaces(), namespaces_before)
+        # Shaped to 1 Gbit/s, 2 000 steps take half a minute: SIGTERM arrives mid-run.
+        script = subprocess.Popen(
+            ["bash", os.path.join(ROOT, "bench", "link_bench.sh"), "--rate_mbit", "1000",
+             "--models", "mlp", "--steps", "2000", "--schedules", "whole", "--bin_dir", BIN],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not any("ps_worker" in line for line in link_bench_processes()):
+            self.assertIsNone(script.poll(), "link_bench ended before its worker started")
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.1)
+        script.send_signal(signal.SIGTERM)
+        out, _ = script.communicate(timeout=30)
+        self.assertEqual((script.returncode, out), (130, ""))
+        self.assertEqual(link_bench_processes(), [])
+        self.assertEqual(namespaces(), namespaces_before)
 
     def assert_against_peer(self, lines, bench, rate):
         """The peer's line, then one line per configuration (1 x 1, 2 x 2) rated against it."""
