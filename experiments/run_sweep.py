@@ -12,7 +12,8 @@ The runner checks every SSP run against the staleness bound (W-1)(2s+1) and exit
 when a run breaks it or fails.
 
 A config is checked whole before anything runs or is written: its keys, its modes, and every
-run's flags against ps_launch itself (`--only_check_args`); a bad one exits 2 with what is wrong.
+run's flags against ps_launch itself (`--dry_run`: names, types and the values the launcher and
+the shards check); a bad one exits 2 with what is wrong.
 SIGTERM or Ctrl-C stops the run in progress (ps_launch stops its processes), starts no other,
 writes the results of the finished runs, names the runs not done and exits 1.
 """
@@ -93,7 +94,8 @@ def check_config(config):
 
 
 def check_flags(runs, bin_dir):
-    """Every run's flags as ps_launch parses them: names and value types."""
+    """Every run's flags as ps_launch checks them before it starts anything (--dry_run): names,
+    value types, and the values the launcher and the shards check."""
     launch = os.path.join(bin_dir, "ps_launch")
     if not os.access(launch, os.X_OK):
         raise ConfigError(f"no ps_launch in {bin_dir} (build first: scripts/setup.sh)")
@@ -103,11 +105,11 @@ def check_flags(runs, bin_dir):
         if tuple(args) in checked:
             continue
         checked.add(tuple(args))
-        result = subprocess.run([launch, "--only_check_args"] + args, capture_output=True,
+        result = subprocess.run([launch, "--dry_run"] + args, capture_output=True,
                                 text=True)
         if result.returncode != 0:
-            raise ConfigError(f"run {run['label']}: ps_launch refuses its flags: "
-                              f"{(result.stderr or result.stdout).strip()}")
+            why = (result.stderr or result.stdout).strip().removeprefix("ps_launch: ")
+            raise ConfigError(f"run {run['label']}: ps_launch refuses its flags: {why}")
 
 
 def launch_flags(run):

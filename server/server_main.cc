@@ -18,6 +18,7 @@
 #include "common/cli/security_flags.h"
 #include "common/metrics/prometheus.h"
 #include "server/server_flags.h"
+#include "server/shard_flags.h"
 #include "server/shard_metrics.h"
 #include "server/shard_server.h"
 #include "spdlog/spdlog.h"
@@ -77,41 +78,12 @@ absl::StatusOr<ps::ShardServerOptions> OptionsFromFlags() {
   if (o.drop_push_reply_every < 0) {
     return absl::InvalidArgumentError("--fault_drop_push_reply_every must be >= 0");
   }
-  ps::ShardOptions& s = o.shard;
-  s.shard_id = ShardId();
-  s.num_shards = absl::GetFlag(FLAGS_num_shards);
-  s.consistency.num_workers = absl::GetFlag(FLAGS_num_workers);
-  if (s.consistency.num_workers < 1) {
+  const int num_workers = absl::GetFlag(FLAGS_num_workers);
+  if (num_workers < 1) {
     return absl::InvalidArgumentError("--num_workers (the workers in the job) must be >= 1");
   }
-  auto mode = ps::ParseConsistencyMode(absl::GetFlag(FLAGS_mode));
-  if (!mode.ok()) return mode.status();
-  s.consistency.mode = *mode;
-  s.consistency.staleness = absl::GetFlag(FLAGS_staleness);
-  s.consistency.backup_workers = absl::GetFlag(FLAGS_backup_workers);
-  auto rule = ps::ParseUpdateRule(absl::GetFlag(FLAGS_update_rule));
-  if (!rule.ok()) return rule.status();
-  s.update_rule.rule = *rule;
-  s.update_rule.dc_lambda = static_cast<float>(absl::GetFlag(FLAGS_dc_lambda));
-  s.update_rule.drop_above = absl::GetFlag(FLAGS_drop_above);
-  auto optimizer = ps::OptimizerOptionsFromFlags();
-  if (!optimizer.ok()) return optimizer.status();
-  s.optimizer = *optimizer;
-  auto sparse_kind = ps::ParseSparseOptimizerKind(absl::GetFlag(FLAGS_sparse_optimizer));
-  if (!sparse_kind.ok()) return sparse_kind.status();
-  s.sparse_optimizer.kind = *sparse_kind;
-  s.sparse_optimizer.lr = static_cast<float>(absl::GetFlag(FLAGS_sparse_lr));
-  RETURN_IF_ERROR(ps::ValidateSparseOptimizerOptions(s.sparse_optimizer));
-  ASSIGN_OR_RETURN(s.sparse_memory.eviction,
-                   ps::ParseEvictionPolicy(absl::GetFlag(FLAGS_eviction)));
-  s.sparse_memory.capacity = absl::GetFlag(FLAGS_table_capacity);
-  s.sparse_memory.admit_after = absl::GetFlag(FLAGS_admit_after);
-  RETURN_IF_ERROR(ps::ValidateSparseMemoryOptions(s.sparse_memory));
-  s.full_snapshot_every = absl::GetFlag(FLAGS_full_checkpoint_every);
-  if (s.full_snapshot_every < 1) {
-    return absl::InvalidArgumentError("--full_checkpoint_every must be >= 1");
-  }
-  s.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
+  ASSIGN_OR_RETURN(
+      o.shard, ps::ShardOptionsFromFlags(ShardId(), absl::GetFlag(FLAGS_num_shards), num_workers));
   return o;
 }
 

@@ -31,7 +31,7 @@ bool AllFinite(absl::Span<const float> values) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& options) {
+absl::Status ValidateShardOptions(const ShardOptions& options) {
   if (options.num_shards < 1 || options.shard_id < 0 || options.shard_id >= options.num_shards) {
     return absl::InvalidArgumentError(
         absl::StrCat("shard_id ", options.shard_id, " is not in [0, ", options.num_shards, ")"));
@@ -52,7 +52,11 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& options
                      options.full_snapshot_every));
   }
   RETURN_IF_ERROR(ValidateSparseOptimizerOptions(options.sparse_optimizer));
-  RETURN_IF_ERROR(ValidateSparseMemoryOptions(options.sparse_memory));
+  return ValidateSparseMemoryOptions(options.sparse_memory);
+}
+
+absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& options) {
+  RETURN_IF_ERROR(ValidateShardOptions(options));
   return std::unique_ptr<Shard>(new Shard(options));
 }
 

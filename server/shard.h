@@ -86,6 +86,10 @@ struct ShardOptions {
   std::function<void(const AppliedUpdate&)> on_apply;
 };
 
+// INVALID_ARGUMENT naming the first option out of range: the shard id, the consistency, optimizer,
+// update-rule and sparse tables' options, the lease, the incarnation and the snapshot cadence.
+absl::Status ValidateShardOptions(const ShardOptions& options);
+
 // The work a worker declares it will do (with Register and Heartbeat): the shard accounts what
 // it applied against it, and ends an automatic cosine schedule at the run's last update.
 struct WorkPlan {

@@ -69,6 +69,10 @@ ABSL_FLAG(int32_t, pull_timeout_s, 600, "Deadline of a pull (it may wait for slo
 ABSL_FLAG(int32_t, retry_s, 0,
           "Keep retrying UNAVAILABLE answers (a shard restarting) this many seconds; 0: until "
           "the shard is back (the launcher or orchestrator ends a job whose shard is gone).");
+ABSL_FLAG(bool, check_only, false,
+          "Check the flags and the data (open the data set, build the model, read every option) "
+          "and exit: 0, or 2 when one is wrong; connects to nothing (ps_launch --dry_run runs "
+          "it).");
 ABSL_FLAG(bool, overlap_copies, true,
           "--device cuda: copy each layer's weights to the GPU and its gradient back on a second "
           "stream while other layers compute. Same results; false: one copy each way per step.");
@@ -307,6 +311,20 @@ int Train(ps::Model& model, ps::Device& device, ps::GrpcParameterClient& client,
   return Fail(trainer.Run(stop));
 }
 
+// --check_only, once the model and the client's options are built: what a training run reads
+// before it connects, too.
+int CheckOnly(const ps::Workload& workload, int rank, bool evaluate) {
+  if (!evaluate) {
+    auto train = ps::OpenWorkloadData(workload, ps::Split::kTrain);
+    if (!train.ok()) return FailInput(train.status());
+    if (auto options = TrainerOptionsFromFlags(rank, workload); !options.ok()) {
+      return Fail(options.status());
+    }
+  }
+  spdlog::info("flags and data checked");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -342,6 +360,7 @@ int main(int argc, char** argv) {
   if (!model.ok()) return Fail(model.status());
   auto client_options = ClientOptionsFromFlags(**model, **test, rank);
   if (!client_options.ok()) return Fail(client_options.status());
+  if (absl::GetFlag(FLAGS_check_only)) return CheckOnly(*workload, rank, evaluate);
   auto client = ps::GrpcParameterClient::Create(*client_options);
   if (!client.ok()) return Fail(client.status());
 

@@ -10,6 +10,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/base/status_macros.h"
@@ -21,6 +23,7 @@
 #include "common/cli/token_flags.h"
 #include "deploy/local/launch_flags.h"
 #include "server/server_flags.h"
+#include "server/shard_flags.h"
 #include "worker/worker_flags.h"
 
 ABSL_DECLARE_FLAG(int64_t, effective_batch);
@@ -64,17 +67,12 @@ absl::Status ParseWorkerFaults(ClusterSpec* spec) {
   return absl::OkStatus();
 }
 
-absl::Status MakeRunDir(ClusterSpec* spec) {
+// The run folder's name (created by CreateRunDir) and the binaries, which must be there.
+absl::Status ChooseFolders(ClusterSpec* spec) {
   spec->run_dir = absl::GetFlag(FLAGS_metrics_dir);
   if (spec->run_dir.empty()) {
     spec->run_dir = absl::StrCat(
         "runs/", absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone()));
-  }
-  std::error_code ec;
-  std::filesystem::create_directories(spec->run_dir, ec);
-  if (ec) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot create --metrics_dir ", spec->run_dir, ": ", ec.message()));
   }
   spec->bin_dir = absl::GetFlag(FLAGS_bin_dir).empty() ? SelfDir() : absl::GetFlag(FLAGS_bin_dir);
   for (const char* binary : {"ps_server", "ps_worker"}) {
@@ -159,7 +157,7 @@ absl::StatusOr<ClusterSpec> ClusterSpecFromFlags(const std::vector<std::string>&
         "ps_launch takes the number of workers as --workers (it sets their --num_workers)");
   }
   RETURN_IF_ERROR(ParseWorkerFaults(&spec));
-  RETURN_IF_ERROR(MakeRunDir(&spec));
+  RETURN_IF_ERROR(ChooseFolders(&spec));
   RETURN_IF_ERROR(ReadPythonWorker(args, &spec));
   spec.record_updates = absl::GetFlag(FLAGS_replayable);
   ASSIGN_OR_RETURN(spec.workload, WorkloadFromFlags());
@@ -167,7 +165,10 @@ absl::StatusOr<ClusterSpec> ClusterSpecFromFlags(const std::vector<std::string>&
   // otherwise. The linear scaling rule scales the learning rate by it. A cosine schedule's end
   // (--decay_updates 0) is the shards' to find: the run's last update, from the work the workers
   // declare.
-  spec.bsp = absl::GetFlag(FLAGS_mode) == "bsp";
+  // The shards' flags, read and checked as every shard will: a bad value exits 2 with nothing
+  // started, and ps_launch --only_check_config finds it too.
+  ASSIGN_OR_RETURN(const ShardOptions shard, ShardOptionsFromFlags(0, spec.shards, spec.workers));
+  spec.bsp = shard.consistency.mode == ConsistencyMode::kBsp;
   spec.per_push = int64_t{spec.workload.batch_size} * spec.workload.accumulate;
   spec.update_batch = spec.bsp ? spec.per_push * spec.workers : spec.per_push;
   if (absl::GetFlag(FLAGS_effective_batch) == 0) {
@@ -184,6 +185,27 @@ absl::StatusOr<ClusterSpec> ClusterSpecFromFlags(const std::vector<std::string>&
   spec.shard_flags = ForwardedFlagsOf("server/server_flags.cc");
   spec.worker_flags = ForwardedFlagsOf("worker/worker_flags.cc");
   return spec;
+}
+
+std::string ShellLine(const std::vector<std::string>& command) {
+  std::vector<std::string> words;
+  for (const std::string& arg : command) {
+    const bool plain = !arg.empty() && arg.find_first_not_of(
+                                           "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                           "0123456789_-+=/.,:@%") == std::string::npos;
+    words.push_back(plain ? arg : "'" + absl::StrReplaceAll(arg, {{"'", "'\\''"}}) + "'");
+  }
+  return absl::StrJoin(words, " ");
+}
+
+absl::Status CreateRunDir(const ClusterSpec& spec) {
+  std::error_code ec;
+  std::filesystem::create_directories(spec.run_dir, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot create --metrics_dir ", spec.run_dir, ": ", ec.message()));
+  }
+  return absl::OkStatus();
 }
 
 std::vector<std::string> ShardCommand(const ClusterSpec& spec, int shard,

@@ -27,7 +27,7 @@ struct ClusterSpec {
   bool require_all_work = true;
   std::vector<double> slowdown;    // per rank (--straggler)
   std::vector<std::string> pause;  // per rank, STEP:SECONDS or empty (--pause_worker)
-  std::string run_dir;             // --metrics_dir, or runs/<time>; created
+  std::string run_dir;             // --metrics_dir, or runs/<time> (see CreateRunDir)
   std::string bin_dir;             // where ps_server and ps_worker are
   bool record_updates = false;     // shards record their update order (--replayable)
   // --python: each worker runs this script with these arguments instead of ps_worker.
@@ -40,9 +40,17 @@ struct ClusterSpec {
   std::string RunFile(const std::string& name) const { return run_dir + "/" + name; }
 };
 
-// The launcher's flags, checked: INVALID_ARGUMENT naming the flag (the launcher exits 2).
-// `args`: the positional arguments, which only --python takes (the script's).
+// The launcher's flags, checked, and the shards' as every shard will read them: INVALID_ARGUMENT
+// naming what is wrong (the launcher exits 2). Writes nothing. `args`: the positional arguments,
+// which only --python takes (the script's).
 absl::StatusOr<ClusterSpec> ClusterSpecFromFlags(const std::vector<std::string>& args = {});
+
+// `command` as one line a POSIX shell reads back word for word: each argument bare when it holds
+// nothing the shell treats specially, else in single quotes.
+std::string ShellLine(const std::vector<std::string>& command);
+
+// Creates spec.run_dir (and its parents); INVALID_ARGUMENT when it cannot.
+absl::Status CreateRunDir(const ClusterSpec& spec);
 
 // Shard `shard`'s command line; it writes its port to `port_file`.
 std::vector<std::string> ShardCommand(const ClusterSpec& spec, int shard,

@@ -35,6 +35,11 @@ ABSL_FLAG(double, hold_s, 0,
           "Keep the shards up this many seconds after the final evaluation (summary.json is "
           "written first), e.g. for a last scrape of their /metrics; Ctrl-C ends it early.");
 ABSL_FLAG(bool, quiet, false, "Show only progress lines, warnings and errors of the children.");
+ABSL_FLAG(bool, dry_run, false,
+          "Check the flags (the launcher's, the workload's, the optimizer's and the shards', as "
+          "every shard reads them), print the command line of every process the run would "
+          "start, and exit 0, or 2 on a bad flag; starts nothing and writes nothing. The "
+          "workers' own flags are checked by each worker as it starts.");
 
 namespace {
 
@@ -43,7 +48,8 @@ using ps::Supervisor;
 // ps_worker --evaluate's exit code when it wrote the result but required work was skipped.
 constexpr int kExitWorkSkipped = 3;
 
-// Ends the run: every child stopped; 128 + the signal after one, 1 after a failure.
+// Ends the run: every child stopped; 128 + the signal after one, 2 after a child's configuration
+// error (INVALID_ARGUMENT, see ps::RefusedConfiguration), 1 after any other failure.
 int Stop(Supervisor& supervisor, const absl::Status& why) {
   if (absl::IsCancelled(why)) {
     const int signo = supervisor.TakeSignal();
@@ -54,7 +60,7 @@ int Stop(Supervisor& supervisor, const absl::Status& why) {
   std::fprintf(stderr, "ps_launch: %s; stopping every process\n",
                std::string(why.message()).c_str());
   supervisor.StopAll();
-  return 1;
+  return absl::IsInvalidArgument(why) ? ps::kExitConfigurationError : 1;
 }
 
 // Starts the shards, one after another; their ports come back through --port_file, and a
@@ -70,7 +76,12 @@ absl::Status StartShards(const ps::ClusterSpec& spec, Supervisor& supervisor,
     if (absl::Status started = supervisor.Start(m); !started.ok()) return started;
     absl::StatusOr<int> port = supervisor.WaitForPort(m, port_file);
     if (!port.ok()) return port.status();
-    if (*port == 0) return absl::UnavailableError(absl::StrCat("ps-", s, " did not start"));
+    if (*port == 0) {
+      if (supervisor.exit_code(m) == ps::kExitConfigurationError) {
+        return ps::RefusedConfiguration(m.name);
+      }
+      return absl::UnavailableError(absl::StrCat("ps-", s, " did not start"));
+    }
     each.push_back(absl::StrCat("127.0.0.1:", *port));
     for (std::string& a : m.command) {
       if (a == "--port=0") a = absl::StrCat("--port=", *port);
@@ -134,6 +145,40 @@ int FinishPythonRun(const ps::ClusterSpec& spec, const ps::RunOutcome& outcome,
   return 0;
 }
 
+// --dry_run: the processes a run would start, one command line each, in start order, on stdout.
+// The shards' ports are only known once they run, so the workers' --servers name them <ps-N>.
+// Worker 0 then checks its flags and data (ps_worker --check_only; the workers differ only in
+// rank and injected delays, which the launcher checked), its lines on stderr. Exit code 0, 2 when
+// the worker refused, 128 + the signal that stopped it.
+int DryRun(const ps::ClusterSpec& spec) {
+  std::vector<std::string> addresses;
+  for (int s = 0; s < spec.shards; ++s) addresses.push_back(absl::StrCat("<ps-", s, ">"));
+  const std::string servers = absl::StrJoin(addresses, ",");
+  std::vector<std::vector<std::string>> commands;
+  for (int s = 0; s < spec.shards; ++s) {
+    commands.push_back(ps::ShardCommand(spec, s, spec.RunFile(absl::StrCat("ps-", s, ".port"))));
+  }
+  for (int r = 0; r < spec.workers; ++r) commands.push_back(ps::WorkerCommand(spec, r, servers));
+  if (spec.python_script.empty()) {
+    commands.push_back(ps::EvaluationCommand(spec, servers, spec.RunFile("eval.json")));
+  }
+  for (const std::vector<std::string>& command : commands) {
+    std::printf("%s\n", ps::ShellLine(command).c_str());
+  }
+  std::fflush(stdout);
+  if (!spec.python_script.empty()) return 0;
+  std::vector<std::string> check = ps::WorkerCommand(spec, 0, servers);
+  check.push_back("--check_only");
+  Supervisor supervisor(ps::SupervisorOptions{.run_dir = spec.run_dir, .output = stderr});
+  absl::StatusOr<int> code = supervisor.RunToEnd("worker-0", check);
+  if (!code.ok()) return Stop(supervisor, code.status());
+  if (*code == 0) return 0;
+  return Stop(supervisor, *code == ps::kExitConfigurationError
+                              ? ps::RefusedConfiguration("worker-0")
+                              : absl::InternalError(absl::StrCat(
+                                    "worker-0 --check_only exited with code ", *code)));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -147,7 +192,12 @@ int main(int argc, char** argv) {
   const absl::StatusOr<ps::ClusterSpec> spec = ps::ClusterSpecFromFlags(args);
   if (!spec.ok()) {
     std::fprintf(stderr, "ps_launch: %s\n", std::string(spec.status().message()).c_str());
-    return 2;
+    return ps::kExitConfigurationError;
+  }
+  if (absl::GetFlag(FLAGS_dry_run)) return DryRun(*spec);
+  if (absl::Status s = ps::CreateRunDir(*spec); !s.ok()) {
+    std::fprintf(stderr, "ps_launch: %s\n", std::string(s.message()).c_str());
+    return ps::kExitConfigurationError;
   }
   Supervisor supervisor(ps::SupervisorOptions{spec->run_dir, absl::GetFlag(FLAGS_quiet),
                                               absl::Seconds(absl::GetFlag(FLAGS_restart_delay_s)),
@@ -177,6 +227,9 @@ int main(int argc, char** argv) {
   absl::StatusOr<int> eval_code =
       supervisor.RunToEnd("eval", ps::EvaluationCommand(*spec, addresses, eval_path));
   if (!eval_code.ok()) return Stop(supervisor, eval_code.status());
+  if (*eval_code == ps::kExitConfigurationError) {
+    return Stop(supervisor, ps::RefusedConfiguration("eval"));
+  }
   if (*eval_code != 0 && *eval_code != kExitWorkSkipped) {
     return Stop(supervisor, absl::InternalError("the final evaluation failed"));
   }

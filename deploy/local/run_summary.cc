@@ -151,11 +151,15 @@ absl::Status WriteReplayCommand(const ClusterSpec& spec, int64_t decay_updates) 
   for (int s = 0; s < spec.shards; ++s) {
     records.push_back(spec.RunFile(absl::StrCat("ps-", s, ".updates")));
   }
+  std::vector<std::string> command = {spec.bin_dir + "/ps_replay",
+                                      "--records=" + absl::StrJoin(records, ","),
+                                      absl::StrCat("--num_workers=", spec.workers)};
+  command.insert(command.end(), spec.workload_flags.begin(), spec.workload_flags.end());
+  command.insert(command.end(), spec.optimizer_flags.begin(), spec.optimizer_flags.end());
+  command.push_back(absl::StrCat("--decay_updates=", decay_updates));
+  command.push_back("--weights_out=" + spec.RunFile("replayed.f32"));
   std::ofstream cmd(spec.RunFile("replay.cmd"));
-  cmd << spec.bin_dir << "/ps_replay --records=" << absl::StrJoin(records, ",")
-      << " --num_workers=" << spec.workers << " " << absl::StrJoin(spec.workload_flags, " ") << " "
-      << absl::StrJoin(spec.optimizer_flags, " ") << " --decay_updates=" << decay_updates
-      << " --weights_out=" << spec.RunFile("replayed.f32") << "\n";
+  cmd << ShellLine(command) << "\n";
   cmd.close();
   if (!cmd) return absl::DataLossError("cannot write " + spec.RunFile("replay.cmd"));
   return absl::OkStatus();

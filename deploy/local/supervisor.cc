@@ -12,26 +12,33 @@ namespace ps {
 namespace {
 
 // Rank 0's progress lines are for the user and shown plain; the rest with the child's name.
-void ShowLine(bool quiet, const std::string& name, const std::string& line) {
+void ShowLine(std::FILE* out, bool quiet, const std::string& name, const std::string& line) {
   if (name == "worker-0" && absl::StartsWith(line, "epoch ")) {
-    std::printf("%s\n", line.c_str());
+    std::fprintf(out, "%s\n", line.c_str());
   } else if (!quiet || absl::StrContains(line, " E ") || absl::StrContains(line, " W ") ||
              absl::StartsWith(line, "test_accuracy")) {
     const std::string prefix = "[" + name + "]";
-    std::printf("%s\n",
-                absl::StartsWith(line, prefix) ? line.c_str() : (prefix + " " + line).c_str());
+    std::fprintf(out, "%s\n",
+                 absl::StartsWith(line, prefix) ? line.c_str() : (prefix + " " + line).c_str());
   }
-  std::fflush(stdout);
+  std::fflush(out);
 }
 
 absl::Status Interrupted() { return absl::CancelledError("interrupted by a signal"); }
 
 }  // namespace
 
+absl::Status RefusedConfiguration(const std::string& name) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      name, " exited with code ", kExitConfigurationError,
+      ", a configuration error (its message is above): fix the flags or the data and run again"));
+}
+
 Supervisor::Supervisor(SupervisorOptions options)
     : options_(std::move(options)),
-      children_([quiet = options_.quiet](const std::string& name, const std::string& line) {
-        ShowLine(quiet, name, line);
+      children_([out = options_.output, quiet = options_.quiet](const std::string& name,
+                                                                const std::string& line) {
+        ShowLine(out, quiet, name, line);
       }) {}
 
 absl::Status Supervisor::Start(Member& m) {
@@ -58,9 +65,10 @@ absl::StatusOr<int> Supervisor::WaitForPort(const Member& m, const std::string& 
 absl::Status Supervisor::Supervise(Member& m, bool restartable, bool finished_ok) {
   if (children_.running(m.id) || finished_ok) return absl::OkStatus();
   const int code = children_.exit_code(m.id);
-  if (!restartable || code == 2 || m.restarts >= options_.max_restarts) {
-    return absl::AbortedError(absl::StrCat(m.name, " exited with code ", code,
-                                           restartable && code != 2 ? " (restarts used up)" : ""));
+  if (code == kExitConfigurationError) return RefusedConfiguration(m.name);
+  if (!restartable || m.restarts >= options_.max_restarts) {
+    return absl::AbortedError(
+        absl::StrCat(m.name, " exited with code ", code, restartable ? " (restarts used up)" : ""));
   }
   if (m.restart_at == absl::InfiniteFuture()) {
     m.restart_at = absl::Now() + options_.restart_delay;

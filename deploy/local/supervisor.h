@@ -6,6 +6,7 @@
 // <run_dir>/<name>.pid where tests and users find it. SIGINT and SIGTERM reach the supervisor
 // through a descriptor polled with the children's output: every wait ends early on one.
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -16,11 +17,19 @@
 
 namespace ps {
 
+// The exit code of every binary of the project for a configuration error (a bad flag, missing
+// data): restarting the process cannot fix it, so the launcher does not, and passes it on.
+inline constexpr int kExitConfigurationError = 2;
+
+// INVALID_ARGUMENT naming child `name`, which exited with kExitConfigurationError.
+absl::Status RefusedConfiguration(const std::string& name);
+
 struct SupervisorOptions {
   std::string run_dir;
   bool quiet = false;  // show only progress lines, warnings and errors of the children
   absl::Duration restart_delay = absl::Seconds(2);
-  int max_restarts = 5;  // per member
+  int max_restarts = 5;        // per member
+  std::FILE* output = stdout;  // where the children's lines are shown
 };
 
 class Supervisor {
@@ -43,8 +52,9 @@ class Supervisor {
   // signal.
   absl::StatusOr<int> WaitForPort(const Member& m, const std::string& port_file);
   // Runs until every worker has exited 0. A member that dies is restarted when its group is
-  // restartable (not after exit code 2, a configuration error a restart cannot fix, and not
-  // beyond max_restarts); any other death is an error naming it. CANCELLED on a signal.
+  // restartable (not beyond max_restarts); any other death is ABORTED naming it, and one with
+  // kExitConfigurationError, which no restart can fix, is RefusedConfiguration at once.
+  // CANCELLED on a signal.
   absl::Status RunUntilWorkersFinish(std::vector<Member>& shards, bool restart_shards,
                                      std::vector<Member>& workers, bool restart_workers);
   // Runs one command to its end and returns its exit code. CANCELLED on a signal.

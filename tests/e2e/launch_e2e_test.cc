@@ -6,16 +6,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/e2e_util.h"
@@ -199,15 +202,105 @@ TEST_F(LaunchE2e, ReplayOfAnAspRunReproducesTheWeightsBitForBit) {
   EXPECT_NE(std::memcmp(run.data(), other.data(), run.size() * sizeof(float)), 0);
 }
 
-TEST_F(LaunchE2e, AChildFailureStopsEveryProcessAndFailsTheRun) {
+// A worker that finds no data exits 2, a configuration error: the launcher stops every process
+// and exits 2 too, so that whoever runs it (a sweep, a Job) does not retry it.
+TEST_F(LaunchE2e, AChildsConfigurationErrorStopsEveryProcessAndExits2) {
   const std::string dir = RunDir("failure");
   const int code =
       WaitExit(StartLaunch(dir, {"--data=fashion-mnist:/nonexistent-data", "--lr_schedule=constant",
                                  "--workers=2", "--shards=2", "--epochs=1"}));
-  EXPECT_EQ(code, 1) << ReadAll(dir + "/launch.log");
-  EXPECT_TRUE(absl::StrContains(ReadAll(dir + "/launch.log"), "/nonexistent-data"));
+  const std::string log = ReadAll(dir + "/launch.log");
+  EXPECT_EQ(code, 2) << log;
+  EXPECT_TRUE(absl::StrContains(log, "/nonexistent-data")) << log;
+  EXPECT_TRUE(absl::StrContains(log, "exited with code 2, a configuration error")) << log;
   EXPECT_TRUE(ProcessesMentioning(dir).empty());
   EXPECT_FALSE(std::filesystem::exists(dir + "/summary.json"));
+}
+
+// The shards' flags are read and checked by the launcher as every shard will read them: a bad
+// value exits 2 before any process starts or the run folder is made.
+TEST(LaunchFlags, ABadShardFlagExits2BeforeAnythingStarts) {
+  const std::string dir = RunDir("bad_shard_flags");
+  const std::string run = dir + "/run";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--mode=nope"}, "unknown mode 'nope' (bsp|ssp|asp)"},
+      {{"--mode=ssp", "--staleness=-1"}, "staleness must be >= 0, got -1"},
+      {{"--mode=asp", "--update_rule=dc-asgd"}, "unknown update rule 'dc-asgd'"},
+      {{"--mode=asp", "--backup_workers=1"}, "backup_workers applies to BSP only"},
+      {{"--eviction=fifo"}, "fifo"},
+      {{"--lease_ms=0"}, "--lease_ms must be >= 1"},
+      {{"--full_checkpoint_every=0"}, "--full_checkpoint_every must be >= 1"},
+  };
+  for (const auto& [flags, message] : cases) {
+    SCOPED_TRACE(flags.back());
+    const std::string log = dir + "/launch.log";
+    std::vector<std::string> args = {BinDir() + "/ps_launch", "--metrics_dir=" + run};
+    args.insert(args.end(), flags.begin(), flags.end());
+    EXPECT_EQ(RunTool(args, log), 2) << ReadAll(log);
+    EXPECT_TRUE(absl::StrContains(ReadAll(log), message)) << ReadAll(log);
+    EXPECT_FALSE(std::filesystem::exists(run));
+  }
+}
+
+// --dry_run prints the command line of every process the run would start, in a form a shell
+// reads back word for word, has worker 0 check its flags and data, and writes nothing.
+TEST_F(LaunchE2e, DryRunPrintsEveryCommandAndChecksTheWorkersFlagsAndData) {
+  const std::string dir = RunDir("dry_run");
+  const std::string run = dir + "/run 'one'";
+  const std::string out = dir + "/commands.txt";
+  ASSERT_EQ(
+      RunTool({BinDir() + "/ps_launch", "--dry_run", "--shards=2", "--workers=3", "--mode=ssp",
+               "--staleness=2", "--data=fashion-mnist:" + DataDir(), "--metrics_dir=" + run},
+              out),
+      0)
+      << ReadAll(out);
+  EXPECT_FALSE(std::filesystem::exists(run));
+  // The commands, without worker 0's lines (on stderr, in the same file here).
+  std::vector<std::string> lines;
+  for (absl::string_view line : absl::StrSplit(ReadAll(out), '\n', absl::SkipEmpty())) {
+    if (!absl::StartsWith(line, "[worker-0]")) lines.emplace_back(line);
+  }
+  ASSERT_EQ(lines.size(), 6u) << ReadAll(out);  // 2 shards, 3 workers, the final evaluation
+  EXPECT_TRUE(absl::StrContains(ReadAll(out), "[worker-0] ")) << ReadAll(out);
+  EXPECT_TRUE(absl::StrContains(ReadAll(out), " flags and data checked")) << ReadAll(out);
+  EXPECT_TRUE(
+      absl::StrContains(lines[0], "/ps_server --shard_id=0 --num_shards=2 --num_workers=3 "))
+      << lines[0];
+  EXPECT_TRUE(absl::StrContains(lines[1], "/ps_server --shard_id=1 ")) << lines[1];
+  for (const std::string& shard : {lines[0], lines[1]}) {
+    EXPECT_TRUE(absl::StrContains(shard, " --mode=ssp ")) << shard;
+    EXPECT_TRUE(absl::StrContains(shard, " --staleness=2 ")) << shard;
+  }
+  EXPECT_TRUE(absl::StrContains(lines[4], "/ps_worker --rank=2 --num_workers=3 ")) << lines[4];
+  EXPECT_TRUE(absl::StrContains(lines[5], "/ps_worker --evaluate ")) << lines[5];
+  // A shell splits worker 0's line back into its arguments: the quoted ones come back whole.
+  const std::string words = dir + "/words.txt";
+  ASSERT_EQ(
+      RunTool({"/bin/sh", "-c", "eval \"set -- $0\"; printf '%s\\n' \"$@\"", lines[2]}, words), 0)
+      << ReadAll(words);
+  const std::vector<std::string> args = absl::StrSplit(ReadAll(words), '\n', absl::SkipEmpty());
+  EXPECT_EQ(args.size(), static_cast<size_t>(std::count(lines[2].begin(), lines[2].end(), ' ') -
+                                             std::count(run.begin(), run.end(), ' ') + 1))
+      << ReadAll(words);
+  EXPECT_NE(std::find(args.begin(), args.end(), "--metrics_file=" + run + "/worker-0.jsonl"),
+            args.end())
+      << ReadAll(words);
+  EXPECT_NE(std::find(args.begin(), args.end(), "--servers=<ps-0>,<ps-1>"), args.end())
+      << ReadAll(words);
+  // What only a worker judges: its encodings, its schedule, its data.
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"--push_encoding=bf17", "unknown encoding 'bf17'"},
+      {"--jitter=0.1x4", "--jitter '0.1x4' must be PROBABILITY:FACTOR"},
+      {"--data=fashion-mnist:" + dir + "/no-such-folder", dir + "/no-such-folder"}};
+  for (const auto& [flag, message] : refused) {
+    SCOPED_TRACE(flag);
+    EXPECT_EQ(RunTool({BinDir() + "/ps_launch", "--dry_run", flag, "--metrics_dir=" + run}, out),
+              2);
+    EXPECT_TRUE(absl::StrContains(ReadAll(out), message)) << ReadAll(out);
+    EXPECT_TRUE(absl::StrContains(ReadAll(out), "worker-0 exited with code 2")) << ReadAll(out);
+    EXPECT_FALSE(std::filesystem::exists(run));
+  }
+  EXPECT_TRUE(ProcessesMentioning(dir).empty());
 }
 
 TEST_F(LaunchE2e, SigtermStopsEveryProcess) {

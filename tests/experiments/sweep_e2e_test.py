@@ -113,6 +113,13 @@ class SweepTest(unittest.TestCase):
              "ps_launch refuses its flags: ERROR: Unknown command line flag 'eval_evry'"),
             (changed(common={**SMALL["common"], "epochs": "two"}),
              "ERROR: Illegal value 'two' specified for flag 'epochs'"),
+            # Values only the launcher and the shards judge: ps_launch --dry_run checks them.
+            (changed(update_rules=["plain", "dc-asgd"]),
+             "ps_launch refuses its flags: unknown update rule 'dc-asgd'"),
+            (changed(scenarios={"none": {}, "straggler": {"straggler": "2:3"}}),
+             "--straggler '2:3' must be RANK:FACTOR with 0 <= RANK < 2"),
+            (changed(common={**SMALL["common"], "backup_workers": 2}),
+             "backup_workers must be in [0, num_workers), got 2"),
             (changed(modes=["bsp", "ssp:x"]), "unknown mode 'ssp:x'"),
             (changed(target_accuracy=None), "missing target_accuracy"),
             (changed(seed=[1]), "unknown key(s) seed"),
