@@ -91,38 +91,19 @@ NS_SERVER="${TAG}srv"
 NS_WORKER="${TAG}wrk"
 NET=10.213.9
 WORK="$(mktemp -d -t link_bench.XXXXXX)"
-# Every process running is listed in $WORK/pids: run_one runs in a background subshell, whose
-# variables the cleanup below would never see. A namespace's deletion does not stop the processes
-# in it.
-touch "$WORK/pids"
-# Whether a process is still running (a zombie, awaiting its parent, is not).
-alive() { [[ -r "/proc/$1/stat" && "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]]; }
+# Every process running is listed in $WORK/pids (bench/processes.sh): run_one runs in a
+# background subshell, whose variables the cleanup below would never see. A namespace's deletion
+# does not stop the processes in it.
+source "$ROOT/bench/processes.sh"
 cleanup() {
   set +e
-  while read -r pid; do kill -TERM "$pid" 2>/dev/null; done <"$WORK/pids"
-  while read -r pid; do
-    for _ in $(seq 50); do alive "$pid" || break; sleep 0.1; done
-    alive "$pid" && kill -KILL "$pid" 2>/dev/null
-  done <"$WORK/pids"
+  stop_listed
   ip netns del "$NS_SERVER" 2>/dev/null
   ip netns del "$NS_WORKER" 2>/dev/null
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-
-# Runs a command in the background and waits for it, listed in $WORK/pids meanwhile. Bash runs a
-# trap only between foreground commands, but it interrupts `wait`: so SIGTERM or Ctrl-C stops this
-# script at once, and the cleanup stops the command.
-run_waited() {
-  "$@" &
-  local pid=$!
-  echo "$pid" >>"$WORK/pids"
-  local status=0
-  wait "$pid" || status=$?
-  sed -i "/^$pid\$/d" "$WORK/pids"
-  return "$status"
-}
 
 if [[ $(id -u) -ne 0 ]] || ! ip netns add "$NS_SERVER" 2>/dev/null; then
   echo "SKIP: network namespaces cannot be made here (needs root and iproute2)"

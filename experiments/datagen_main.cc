@@ -2,7 +2,9 @@
 //   ps_datagen ctr --out DIR --train N --test N --seed S
 // writes DIR/train.tsv and DIR/test.tsv in the Criteo format from a planted click model
 // (common/data/ctr_generator.h) and DIR/truth.json with, per split, the lines, the click rate and
-// the Bayes-optimal AUC and log-loss of the true probabilities.
+// the Bayes-optimal AUC and log-loss of the true probabilities. Each file appears only once whole
+// (written as FILE.partial, then renamed), truth.json last: a run stopped or failed midway leaves
+// no file cut short that a later reader would take for data.
 
 #include <cstdio>
 #include <filesystem>
@@ -64,6 +66,13 @@ int main(int argc, char** argv) {
                 static_cast<long long>(written->lines), written->click_rate, written->bayes_auc,
                 written->bayes_logloss);
   }
-  std::ofstream(dir + "/truth.json") << truth.dump(2) << "\n";
+  // Written last and whole (renamed into place): its presence says both splits are complete.
+  const std::string truth_path = dir + "/truth.json";
+  std::ofstream out(truth_path + ".partial");
+  out << truth.dump(2) << "\n";
+  out.close();
+  std::error_code renamed;
+  if (out) std::filesystem::rename(truth_path + ".partial", truth_path, renamed);
+  if (!out || renamed) return Fail("cannot write " + truth_path, 1);
   return 0;
 }

@@ -101,8 +101,10 @@ absl::StatusOr<CtrSplitTruth> WriteCtrSplit(const PlantedCtrModel& model, uint64
                                             uint64_t stream, int64_t lines,
                                             const std::string& path) {
   if (lines < 1) return absl::InvalidArgumentError("a split needs at least one line");
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> out(std::fopen(path.c_str(), "wb"), &std::fclose);
-  if (out == nullptr) return absl::PermissionDeniedError(absl::StrCat("cannot write ", path));
+  const std::string partial = path + ".partial";
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> out(std::fopen(partial.c_str(), "wb"),
+                                                      &std::fclose);
+  if (out == nullptr) return absl::PermissionDeniedError(absl::StrCat("cannot write ", partial));
   Rng rng = Rng::FromKeys({seed, 0x64726177, stream});  // "draw"
   std::vector<float> probabilities(lines);
   std::vector<int32_t> labels(lines);
@@ -117,7 +119,10 @@ absl::StatusOr<CtrSplitTruth> WriteCtrSplit(const PlantedCtrModel& model, uint64
     }
   }
   if (std::fclose(out.release()) != 0) {
-    return absl::DataLossError(absl::StrCat("cannot finish ", path));
+    return absl::DataLossError(absl::StrCat("cannot finish ", partial));
+  }
+  if (std::rename(partial.c_str(), path.c_str()) != 0) {
+    return absl::DataLossError(absl::StrCat("cannot rename ", partial, " to ", path));
   }
   CtrSplitTruth truth;
   truth.lines = lines;

@@ -63,7 +63,9 @@ struct CtrSplitTruth {
 };
 
 // Writes `lines` samples of the planted model of `seed` to `path` (plain text), drawn from the
-// stream of (seed, stream): train and test use different streams of the same model.
+// stream of (seed, stream): train and test use different streams of the same model. The lines go
+// to `path`.partial, renamed to `path` once all are written: `path` is whole or absent, never cut
+// short by a failed or stopped write (a later one replaces the partial file).
 absl::StatusOr<CtrSplitTruth> WriteCtrSplit(const PlantedCtrModel& model, uint64_t seed,
                                             uint64_t stream, int64_t lines,
                                             const std::string& path);

@@ -1,6 +1,7 @@
 """The benchmarks run, print every figure they promise beside its same-run reference, and refuse
 bad flags with exit 2 before measuring anything. bench/link_bench.sh too, across two network
-namespaces (as root; its argument checks run everywhere).
+namespaces (as root; its argument checks run everywhere). The scripts that start processes stop
+them all at once on SIGTERM and leave nothing behind.
 
 Each harness runs at the smallest size that still takes every path (a fraction of a second per
 figure): these tests check that the figures exist, are finite and positive, that each ratio is
@@ -10,6 +11,7 @@ they do not judge the speeds (docs/performance.md holds the measured ones).
 Needs the built binaries (PS_BIN_DIR), Fashion-MNIST and the text corpus that scripts/setup.sh
 provides. Run by ctest as bench_smoke_test.
 """
+import glob
 import json
 import math
 import os
@@ -39,9 +41,9 @@ def run_script(*args, script="link_bench.sh", env=None):
     return done.returncode, lines, done.stderr
 
 
-def link_bench_processes():
-    """Command lines of the running processes that name link_bench's folder (its ps_server and
-    ps_worker), zombies aside."""
+def bench_processes(folder="/link_bench."):
+    """Command lines of the running processes that name a bench script's folder (link_bench's by
+    default: its ps_server and ps_worker), zombies aside."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -52,7 +54,7 @@ def link_bench_processes():
                 cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
         except (OSError, IndexError):
             continue
-        if "/link_bench." in cmdline:
+        if folder in cmdline:
             found.append(cmdline)
     return found
 
@@ -230,7 +232,7 @@ class BenchSmokeTest(unittest.TestCase):
             if line["op"] != "page_fault":
                 self.assertEqual(line["path"], "netns")
                 self.assert_ratio(line, "ratio_vs_tcp", "gbps", "tcp_gbps")
-        self.assertEqual(link_bench_processes(), [])
+        self.assertEqual(bench_processes(), [])
         link = [line for line in lines if line["bench"] == "link"]
         self.assertEqual([(line["schedule"], line["mode"], line["steps"]) for line in link],
                          [("whole", "bsp", 7), ("priority", "bsp", 7), ("pipeline", "asp", 7)])
@@ -251,7 +253,7 @@ class BenchSmokeTest(unittest.TestCase):
             self.skipTest(err or "no network namespaces here")
         self.assertEqual((code, lines), (1, []), err)
         self.assertIn("Unknown command line flag 'no_such_flag'", err)
-        self.assertEqual(link_bench_processes(), [])
+        self.assertEqual(bench_processes(), [])
         self.assertEqual(namespaces(), namespaces_before)
         # Shaped to 1 Gbit/s, 2 000 steps take half a minute: SIGTERM arrives mid-run.
         script = subprocess.Popen(
@@ -259,14 +261,14 @@ class BenchSmokeTest(unittest.TestCase):
              "--models", "mlp", "--steps", "2000", "--schedules", "whole", "--bin_dir", BIN],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60
-        while not any("ps_worker" in line for line in link_bench_processes()):
+        while not any("ps_worker" in line for line in bench_processes()):
             self.assertIsNone(script.poll(), "link_bench ended before its worker started")
             self.assertLess(time.monotonic(), deadline)
             time.sleep(0.1)
         script.send_signal(signal.SIGTERM)
         out, _ = script.communicate(timeout=30)
         self.assertEqual((script.returncode, out), (130, ""))
-        self.assertEqual(link_bench_processes(), [])
+        self.assertEqual(bench_processes(), [])
         self.assertEqual(namespaces(), namespaces_before)
 
     def assert_against_peer(self, lines, bench, rate):
@@ -296,6 +298,31 @@ class BenchSmokeTest(unittest.TestCase):
             code, lines, err = run_script(*args, script="gpt_bench.sh")
             self.assertEqual((code, lines), (2, []), err)
             self.assertIn(message, err)
+
+    def test_gpt_bench_stops_its_run_at_once_on_sigterm(self):
+        folders = os.path.join(tempfile.gettempdir(), "gpt_bench.*")  # the script's mktemp -t
+        folders_before = set(glob.glob(folders))
+        with tempfile.TemporaryDirectory() as work:
+            corpus = os.path.join(work, "text.txt")
+            with open(os.path.join(ROOT, "data", "text", "kjv.txt"), "rb") as full:
+                with open(corpus, "wb") as part:
+                    part.write(full.read(200_000))
+            script = subprocess.Popen(
+                ["bash", os.path.join(ROOT, "bench", "gpt_bench.sh"), "--data", corpus,
+                 "--steps", "400", "--rounds", "1"],
+                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            # After the peer's run, ps_launch trains: SIGTERM arrives while its workers do.
+            deadline = time.monotonic() + 120
+            while not any("ps_worker" in line for line in bench_processes("/gpt_bench.")):
+                self.assertIsNone(script.poll(), "gpt_bench ended before its workers started")
+                self.assertLess(time.monotonic(), deadline)
+                time.sleep(0.1)
+            script.send_signal(signal.SIGTERM)
+            out, err = script.communicate(timeout=30)
+        self.assertEqual(script.returncode, 130, err)
+        self.assertEqual([json.loads(line)["bench"] for line in out.splitlines()], ["peer"])
+        self.assertEqual(bench_processes("/gpt_bench."), [])
+        self.assertEqual(set(glob.glob(folders)), folders_before)
 
     def test_dlrm_bench_rates_training_against_pytorch(self):
         with tempfile.TemporaryDirectory() as data:

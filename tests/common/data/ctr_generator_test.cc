@@ -1,8 +1,14 @@
-// The planted click model: its files parse as Criteo data, are fixed by the seed, and its truth
-// matches the labels written.
+// The planted click model: its files parse as Criteo data, are fixed by the seed, its truth
+// matches the labels written, and a file is whole or absent.
 
 #include "common/data/ctr_generator.h"
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -61,6 +67,32 @@ TEST_F(CtrGenerator, TheSeedFixesTheFilesAndStreamsDiffer) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(WriteCtrSplit(model, 5, 0, 10, dir_ + "/no/such/dir/f.tsv").status().code(),
             absl::StatusCode::kPermissionDenied);
+}
+
+// A write that fails midway (here: a file size limit of 4 KiB, in a child process) leaves no
+// file at the path that a reader would take for the whole split; the next write replaces what it
+// left.
+TEST_F(CtrGenerator, AWriteCutShortLeavesNoFileAtThePath) {
+  const std::string path = dir_ + "/cut.tsv";
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);  // a write past the limit then fails with EFBIG
+    const rlimit limit = {4096, 4096};
+    setrlimit(RLIMIT_FSIZE, &limit);
+    absl::StatusOr<CtrSplitTruth> cut = WriteCtrSplit(PlantedCtrModel(5), 5, 0, 1000, path);
+    _exit(cut.status().code() == absl::StatusCode::kDataLoss ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the write did not fail";
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_TRUE(std::filesystem::exists(path + ".partial"));
+  ASSERT_TRUE(WriteCtrSplit(PlantedCtrModel(5), 5, 0, 1000, path).ok());
+  EXPECT_FALSE(std::filesystem::exists(path + ".partial"));
+  absl::StatusOr<CtrDataset> data = LoadCtrFile(path, {});
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(data->size(), 1000);
 }
 
 TEST_F(CtrGenerator, VocabulariesGrowFromFieldToField) {
