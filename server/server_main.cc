@@ -114,9 +114,13 @@ int main(int argc, char** argv) {
   auto server = ps::ShardServer::Start(*options);
   if (!server.ok()) {
     spdlog::error("cannot start: {}", server.status().ToString());
+    // Exit 2, a configuration error no restart fixes: a bad option, or a file or folder the flags
+    // name that is missing or cannot be made (TLS files, the token, the checkpoint folder).
     const absl::StatusCode code = server.status().code();
-    return code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kNotFound ? 2
-                                                                                             : 1;
+    return code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kNotFound ||
+                   code == absl::StatusCode::kPermissionDenied
+               ? 2
+               : 1;
   }
   const ps::ShardOptions& s = options->shard;
   spdlog::info(

@@ -242,6 +242,25 @@ TEST(LaunchFlags, ABadShardFlagExits2BeforeAnythingStarts) {
   }
 }
 
+// A checkpoint folder that cannot be made is the flags' fault: the shard exits 2, and so does the
+// launcher, at once (no restart can fix it).
+TEST(LaunchFlags, AShardThatCannotMakeItsCheckpointFolderExits2) {
+  const std::string dir = RunDir("checkpoint_folder");
+  std::ofstream(dir + "/a-file") << "not a folder\n";
+  const std::string log = dir + "/launch.log";
+  EXPECT_EQ(RunTool({BinDir() + "/ps_launch", "--checkpoint_root=" + dir + "/a-file",
+                     "--checkpoint_every=50", "--restart_shards", "--metrics_dir=" + dir + "/run"},
+                    log),
+            2)
+      << ReadAll(log);
+  EXPECT_TRUE(
+      absl::StrContains(ReadAll(log), "cannot create checkpoint folder " + dir + "/a-file/ps-0"))
+      << ReadAll(log);
+  EXPECT_TRUE(absl::StrContains(ReadAll(log), "ps-0 exited with code 2, a configuration error"))
+      << ReadAll(log);
+  EXPECT_TRUE(ProcessesMentioning(dir).empty());
+}
+
 // --dry_run prints the command line of every process the run would start, in a form a shell
 // reads back word for word, has worker 0 check its flags and data, and writes nothing.
 TEST_F(LaunchE2e, DryRunPrintsEveryCommandAndChecksTheWorkersFlagsAndData) {
