@@ -1,6 +1,7 @@
 #include "deploy/local/supervisor.h"
 
 #include <cstdio>
+#include <deque>
 #include <fstream>
 
 #include "absl/strings/match.h"
@@ -11,17 +12,12 @@ namespace ps {
 
 namespace {
 
-// Rank 0's progress lines are for the user and shown plain; the rest with the child's name.
-void ShowLine(std::FILE* out, bool quiet, const std::string& name, const std::string& line) {
-  if (name == "worker-0" && absl::StartsWith(line, "epoch ")) {
-    std::fprintf(out, "%s\n", line.c_str());
-  } else if (!quiet || absl::StrContains(line, " E ") || absl::StrContains(line, " W ") ||
-             absl::StartsWith(line, "test_accuracy")) {
-    const std::string prefix = "[" + name + "]";
-    std::fprintf(out, "%s\n",
-                 absl::StartsWith(line, prefix) ? line.c_str() : (prefix + " " + line).c_str());
-  }
-  std::fflush(out);
+// The lines --quiet hides that are kept per child, the last ones, to be shown when it fails.
+constexpr size_t kHiddenTail = 20;
+
+std::string Prefixed(const std::string& name, const std::string& line) {
+  const std::string prefix = "[" + name + "]";
+  return absl::StartsWith(line, prefix) ? line : prefix + " " + line;
 }
 
 absl::Status Interrupted() { return absl::CancelledError("interrupted by a signal"); }
@@ -36,10 +32,35 @@ absl::Status RefusedConfiguration(const std::string& name) {
 
 Supervisor::Supervisor(SupervisorOptions options)
     : options_(std::move(options)),
-      children_([out = options_.output, quiet = options_.quiet](const std::string& name,
-                                                                const std::string& line) {
-        ShowLine(out, quiet, name, line);
-      }) {}
+      children_([this](const std::string& name, const std::string& line) { Show(name, line); }) {}
+
+// Rank 0's progress lines are for the user and shown plain; the rest with the child's name.
+void Supervisor::Show(const std::string& name, const std::string& line) {
+  std::FILE* out = options_.output;
+  if (name == "worker-0" && absl::StartsWith(line, "epoch ")) {
+    std::fprintf(out, "%s\n", line.c_str());
+  } else if (!options_.quiet || absl::StrContains(line, " E ") || absl::StrContains(line, " W ") ||
+             absl::StartsWith(line, "test_accuracy")) {
+    std::fprintf(out, "%s\n", Prefixed(name, line).c_str());
+  } else {
+    std::deque<std::string>& hidden = hidden_[name];
+    hidden.push_back(line);
+    if (hidden.size() > kHiddenTail) hidden.pop_front();
+  }
+  std::fflush(out);
+}
+
+void Supervisor::ShowHiddenTail(const std::string& name) {
+  auto it = hidden_.find(name);
+  if (it == hidden_.end() || it->second.empty()) return;
+  std::fprintf(options_.output, "ps_launch: the last %zu lines of %s, which --quiet hid:\n",
+               it->second.size(), name.c_str());
+  for (const std::string& line : it->second) {
+    std::fprintf(options_.output, "%s\n", Prefixed(name, line).c_str());
+  }
+  std::fflush(options_.output);
+  it->second.clear();
+}
 
 absl::Status Supervisor::Start(Member& m) {
   absl::StatusOr<int> id = children_.Start(m.name, m.command);
@@ -56,7 +77,10 @@ absl::StatusOr<int> Supervisor::WaitForPort(const Member& m, const std::string& 
     std::ifstream in(port_file);
     int port = 0;
     if (in >> port && port > 0) return port;
-    if (!children_.running(m.id)) return 0;
+    if (!children_.running(m.id)) {
+      ShowHiddenTail(m.name);
+      return 0;
+    }
     if (children_.Poll(absl::Milliseconds(20), signals_.fd())) return Interrupted();
   }
   return 0;
@@ -65,6 +89,7 @@ absl::StatusOr<int> Supervisor::WaitForPort(const Member& m, const std::string& 
 absl::Status Supervisor::Supervise(Member& m, bool restartable, bool finished_ok) {
   if (children_.running(m.id) || finished_ok) return absl::OkStatus();
   const int code = children_.exit_code(m.id);
+  ShowHiddenTail(m.name);
   if (code == kExitConfigurationError) return RefusedConfiguration(m.name);
   if (!restartable || m.restarts >= options_.max_restarts) {
     return absl::AbortedError(
@@ -106,6 +131,7 @@ absl::StatusOr<int> Supervisor::RunToEnd(const std::string& name,
   while (children_.running(*id)) {
     if (children_.Poll(absl::Milliseconds(200), signals_.fd())) return Interrupted();
   }
+  if (children_.exit_code(*id) != 0) ShowHiddenTail(name);
   return children_.exit_code(*id);
 }
 

@@ -7,9 +7,11 @@
 // through a descriptor polled with the children's output: every wait ends early on one.
 
 #include <cstdio>
+#include <deque>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/base/shutdown_signal.h"
@@ -26,7 +28,9 @@ absl::Status RefusedConfiguration(const std::string& name);
 
 struct SupervisorOptions {
   std::string run_dir;
-  bool quiet = false;  // show only progress lines, warnings and errors of the children
+  // Show only progress lines, warnings and errors of the children; a child that fails has the
+  // last lines it hid shown too.
+  bool quiet = false;
   absl::Duration restart_delay = absl::Seconds(2);
   int max_restarts = 5;        // per member
   std::FILE* output = stdout;  // where the children's lines are shown
@@ -71,7 +75,13 @@ class Supervisor {
   // An error when `m` failed for good; otherwise schedules or performs its restart.
   absl::Status Supervise(Member& m, bool restartable, bool finished_ok);
 
+  // Shows a child's line (or, under quiet, keeps it among the last hidden ones).
+  void Show(const std::string& name, const std::string& line);
+  // Shows the lines quiet hid of child `name`, the last kHiddenTail, once.
+  void ShowHiddenTail(const std::string& name);
+
   SupervisorOptions options_;
+  absl::flat_hash_map<std::string, std::deque<std::string>> hidden_;
   SignalPipe signals_;
   ChildProcesses children_;
 };

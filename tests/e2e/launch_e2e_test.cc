@@ -217,6 +217,33 @@ TEST_F(LaunchE2e, AChildsConfigurationErrorStopsEveryProcessAndExits2) {
   EXPECT_FALSE(std::filesystem::exists(dir + "/summary.json"));
 }
 
+// --quiet hides a child's ordinary lines, but not those that say why it failed: the last 20 it
+// hid are shown when it exits non-zero. A Python worker here, whose lines are not the binaries'
+// log lines.
+TEST_F(LaunchE2e, QuietShowsTheLastLinesOfAChildThatFails) {
+  if (!std::filesystem::exists(BinDir() + "/../python/ps_train/__init__.py")) {
+    GTEST_SKIP() << "the ps_train package is not built beside " << BinDir();
+  }
+  const std::string dir = RunDir("quiet_failure");
+  std::ofstream(dir + "/fail.py") << "import sys\n"
+                                     "for i in range(30):\n"
+                                     "    print(f'line {i}')\n"
+                                     "print('the reason it failed', file=sys.stderr)\n"
+                                     "sys.exit(1)\n";
+  EXPECT_EQ(
+      WaitExit(StartLaunch(dir, {"--shards=1", "--workers=1", "--python=" + dir + "/fail.py"})), 1);
+  const std::string log = ReadAll(dir + "/launch.log");
+  EXPECT_TRUE(absl::StrContains(log,
+                                "ps_launch: the last 20 lines of worker-0, which --quiet hid:\n"
+                                "[worker-0] line 11\n"))
+      << log;
+  EXPECT_TRUE(absl::StrContains(log, "[worker-0] line 29\n[worker-0] the reason it failed\n"))
+      << log;
+  EXPECT_FALSE(absl::StrContains(log, "[worker-0] line 10\n")) << log;
+  EXPECT_TRUE(absl::StrContains(log, "worker-0 exited with code 1")) << log;
+  EXPECT_TRUE(ProcessesMentioning(dir).empty());
+}
+
 // The shards' flags are read and checked by the launcher as every shard will read them: a bad
 // value exits 2 before any process starts or the run folder is made.
 TEST(LaunchFlags, ABadShardFlagExits2BeforeAnythingStarts) {
