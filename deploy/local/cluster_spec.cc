@@ -165,16 +165,18 @@ absl::StatusOr<ClusterSpec> ClusterSpecFromFlags(const std::vector<std::string>&
   // otherwise. The linear scaling rule scales the learning rate by it. A cosine schedule's end
   // (--decay_updates 0) is the shards' to find: the run's last update, from the work the workers
   // declare.
-  // The shards' flags, read and checked as every shard will: a bad value exits 2 with nothing
-  // started, and ps_launch --only_check_config finds it too.
-  ASSIGN_OR_RETURN(const ShardOptions shard, ShardOptionsFromFlags(0, spec.shards, spec.workers));
-  spec.bsp = shard.consistency.mode == ConsistencyMode::kBsp;
+  ASSIGN_OR_RETURN(const ConsistencyMode mode, ParseConsistencyMode(absl::GetFlag(FLAGS_mode)));
+  spec.bsp = mode == ConsistencyMode::kBsp;
   spec.per_push = int64_t{spec.workload.batch_size} * spec.workload.accumulate;
   spec.update_batch = spec.bsp ? spec.per_push * spec.workers : spec.per_push;
   if (absl::GetFlag(FLAGS_effective_batch) == 0) {
     absl::SetFlag(&FLAGS_effective_batch, spec.update_batch);
   }
-  ASSIGN_OR_RETURN(spec.optimizer, OptimizerOptionsFromFlags());
+  // The shards' flags (the optimizer's among them, with the effective batch just set), read and
+  // checked as every shard will read them: a bad value exits 2 before anything starts, and
+  // --dry_run finds it.
+  ASSIGN_OR_RETURN(const ShardOptions shard, ShardOptionsFromFlags(0, spec.shards, spec.workers));
+  spec.optimizer = shard.optimizer;
   // Work the job must do: a run cut short on purpose (--max_seconds), or with backup workers
   // (whose late pushes are left out by design), skips some by design.
   ASSIGN_OR_RETURN(spec.require_all_work,

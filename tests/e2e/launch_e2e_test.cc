@@ -294,11 +294,11 @@ TEST_F(LaunchE2e, DryRunPrintsEveryCommandAndChecksTheWorkersFlagsAndData) {
   const std::string dir = RunDir("dry_run");
   const std::string run = dir + "/run 'one'";
   const std::string out = dir + "/commands.txt";
-  ASSERT_EQ(
-      RunTool({BinDir() + "/ps_launch", "--dry_run", "--shards=2", "--workers=3", "--mode=ssp",
-               "--staleness=2", "--data=fashion-mnist:" + DataDir(), "--metrics_dir=" + run},
-              out),
-      0)
+  ASSERT_EQ(RunTool({BinDir() + "/ps_launch", "--dry_run", "--shards=2", "--workers=3",
+                     "--mode=ssp", "--staleness=2", "--base_batch=64",
+                     "--data=fashion-mnist:" + DataDir(), "--metrics_dir=" + run},
+                    out),
+            0)
       << ReadAll(out);
   EXPECT_FALSE(std::filesystem::exists(run));
   // The commands, without worker 0's lines (on stderr, in the same file here).
@@ -316,6 +316,9 @@ TEST_F(LaunchE2e, DryRunPrintsEveryCommandAndChecksTheWorkersFlagsAndData) {
   for (const std::string& shard : {lines[0], lines[1]}) {
     EXPECT_TRUE(absl::StrContains(shard, " --mode=ssp ")) << shard;
     EXPECT_TRUE(absl::StrContains(shard, " --staleness=2 ")) << shard;
+    // Linear scaling: under SSP one update is one worker's batch of 32.
+    EXPECT_TRUE(absl::StrContains(shard, " --base_batch=64 ")) << shard;
+    EXPECT_TRUE(absl::StrContains(shard, " --effective_batch=32 ")) << shard;
   }
   EXPECT_TRUE(absl::StrContains(lines[4], "/ps_worker --rank=2 --num_workers=3 ")) << lines[4];
   EXPECT_TRUE(absl::StrContains(lines[5], "/ps_worker --evaluate ")) << lines[5];
