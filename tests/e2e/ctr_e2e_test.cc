@@ -149,7 +149,7 @@ TEST(CtrE2e, AMalformedLineFailsTheRunNamingItOrIsSkippedAndCounted) {
     }
   }
   const std::string strict = RunDir("ctr_strict");
-  EXPECT_NE(WaitExit(StartLaunch(strict, With(Dlrm(data), {"--workers=1"}))), 0);
+  EXPECT_EQ(WaitExit(StartLaunch(strict, With(Dlrm(data), {"--workers=1"}))), 2);
   const std::string log = ReadAll(strict + "/launch.log");
   EXPECT_TRUE(absl::StrContains(log, data + "/train.tsv:3: I1: 'not-a-count' is not an integer"))
       << log;

@@ -112,8 +112,8 @@ TEST(GptE2e, PsWorkerGenerateContinuesAPromptFromTheTrainedShards) {
 
 TEST(GptE2e, ACorpusThatCannotBeReadFailsTheRunNamingIt) {
   const std::string dir = RunDir("gpt_missing");
-  // The workers exit 2 (an input error: not restarted), the launcher 1.
-  EXPECT_EQ(WaitExit(StartLaunch(dir, Gpt("/nonexistent/corpus.txt"))), 1);
+  // The workers exit 2 (an input error: not restarted), and so does the launcher.
+  EXPECT_EQ(WaitExit(StartLaunch(dir, Gpt("/nonexistent/corpus.txt"))), 2);
   EXPECT_TRUE(absl::StrContains(ReadAll(dir + "/launch.log"), "/nonexistent/corpus.txt"))
       << ReadAll(dir + "/launch.log");
   EXPECT_TRUE(ProcessesMentioning(dir).empty());
