@@ -86,6 +86,25 @@ absl::Status ChooseFolders(ClusterSpec* spec) {
   return absl::OkStatus();
 }
 
+// The files --tls_dir and --token_file name, which every shard and worker reads at start: each
+// must be readable.
+absl::Status CheckSecurityFiles() {
+  if (const std::string dir = absl::GetFlag(FLAGS_tls_dir); !dir.empty()) {
+    for (const char* name : {"ca.pem", "server.pem", "server.key", "client.pem", "client.key"}) {
+      const std::string file = absl::StrCat(dir, "/", name);
+      if (access(file.c_str(), R_OK) != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--tls_dir: cannot read ", file, " (scripts/make_test_certs.sh DIR makes the folder)"));
+      }
+    }
+  }
+  const std::string token = absl::GetFlag(FLAGS_token_file);
+  if (!token.empty() && access(token.c_str(), R_OK) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--token_file: cannot read ", token));
+  }
+  return absl::OkStatus();
+}
+
 // The TLS and token flags for a server (is_server) or a client.
 std::vector<std::string> SecurityArgs(bool is_server) {
   std::vector<std::string> args;
@@ -159,6 +178,7 @@ absl::StatusOr<ClusterSpec> ClusterSpecFromFlags(const std::vector<std::string>&
   RETURN_IF_ERROR(ParseWorkerFaults(&spec));
   RETURN_IF_ERROR(ChooseFolders(&spec));
   RETURN_IF_ERROR(ReadPythonWorker(args, &spec));
+  RETURN_IF_ERROR(CheckSecurityFiles());
   spec.record_updates = absl::GetFlag(FLAGS_replayable);
   ASSIGN_OR_RETURN(spec.workload, WorkloadFromFlags());
   // Samples behind one update of a shard: the whole global batch under BSP, one worker's push
