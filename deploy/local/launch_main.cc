@@ -38,8 +38,8 @@ ABSL_FLAG(bool, quiet, false, "Show only progress lines, warnings and errors of 
 ABSL_FLAG(bool, dry_run, false,
           "Check the flags (the launcher's, the workload's, the optimizer's and the shards', as "
           "every shard reads them), print the command line of every process the run would "
-          "start, and exit 0, or 2 on a bad flag; starts nothing and writes nothing. The "
-          "workers' own flags are checked by each worker as it starts.");
+          "start, have worker 0 check its flags and data (ps_worker --check_only), and exit 0, "
+          "or 2 on a bad flag; starts no shard or worker and writes nothing.");
 
 namespace {
 
@@ -169,7 +169,10 @@ int DryRun(const ps::ClusterSpec& spec) {
   if (!spec.python_script.empty()) return 0;
   std::vector<std::string> check = ps::WorkerCommand(spec, 0, servers);
   check.push_back("--check_only");
-  Supervisor supervisor(ps::SupervisorOptions{.run_dir = spec.run_dir, .output = stderr});
+  ps::SupervisorOptions options;
+  options.run_dir = spec.run_dir;
+  options.output = stderr;  // stdout holds the commands only
+  Supervisor supervisor(options);
   absl::StatusOr<int> code = supervisor.RunToEnd("worker-0", check);
   if (!code.ok()) return Stop(supervisor, code.status());
   if (*code == 0) return 0;
