@@ -8,6 +8,7 @@
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -86,25 +87,6 @@ absl::Status ChooseFolders(ClusterSpec* spec) {
   return absl::OkStatus();
 }
 
-// The files --tls_dir and --token_file name, which every shard and worker reads at start: each
-// must be readable.
-absl::Status CheckSecurityFiles() {
-  if (const std::string dir = absl::GetFlag(FLAGS_tls_dir); !dir.empty()) {
-    for (const char* name : {"ca.pem", "server.pem", "server.key", "client.pem", "client.key"}) {
-      const std::string file = absl::StrCat(dir, "/", name);
-      if (access(file.c_str(), R_OK) != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--tls_dir: cannot read ", file, " (scripts/make_test_certs.sh DIR makes the folder)"));
-      }
-    }
-  }
-  const std::string token = absl::GetFlag(FLAGS_token_file);
-  if (!token.empty() && access(token.c_str(), R_OK) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--token_file: cannot read ", token));
-  }
-  return absl::OkStatus();
-}
-
 // The TLS and token flags for a server (is_server) or a client.
 std::vector<std::string> SecurityArgs(bool is_server) {
   std::vector<std::string> args;
@@ -120,6 +102,23 @@ std::vector<std::string> SecurityArgs(bool is_server) {
   }
   if (absl::GetFlag(FLAGS_allow_plaintext_token)) args.push_back("--allow_plaintext_token");
   return args;
+}
+
+// The files of the security flags every shard and worker gets (SecurityArgs), which each reads
+// at start: each must be readable.
+absl::Status CheckSecurityFiles() {
+  for (const bool is_server : {true, false}) {
+    for (const std::string& arg : SecurityArgs(is_server)) {
+      const std::vector<std::string> flag_file = absl::StrSplit(arg, absl::MaxSplits('=', 1));
+      if (flag_file.size() != 2 || access(flag_file[1].c_str(), R_OK) == 0) continue;
+      return absl::InvalidArgumentError(
+          absl::StartsWith(flag_file[0], "--tls_")
+              ? absl::StrCat("--tls_dir: cannot read ", flag_file[1],
+                             " (scripts/make_test_certs.sh DIR makes the folder)")
+              : absl::StrCat(flag_file[0], ": cannot read ", flag_file[1]));
+    }
+  }
+  return absl::OkStatus();
 }
 
 // The /metrics flags of child `name` when --serve_metrics is on.
