@@ -153,21 +153,16 @@ run_one() {
   [[ -s "$dir/port" ]] || { cat "$dir/server.log" >&2; stop "$server"; return 1; }
   # One kernel under both namespaces: without --shared_memory=false the payloads would skip the link.
   # shellcheck disable=SC2086  # --worker_args is meant to split
-  ip netns exec "$NS_WORKER" "$BIN/ps_worker" --rank 0 --num_workers 1 \
+  if ! run_waited ip netns exec "$NS_WORKER" "$BIN/ps_worker" --rank 0 --num_workers 1 \
     --servers "$NET.1:$(cat "$dir/port")" --model "$model" --batch_size "$BATCH" --epochs 1 \
     --train_limit $((steps * BATCH)) --test_limit 100 --data "fashion-mnist:$DATA" \
     --metrics_file "$dir/worker.jsonl" --priority="$priority" \
     --overlap="$pipeline" --async_push="$pipeline" \
-    --shared_memory=false $WORKER_ARGS >"$dir/worker.log" 2>&1 &
-  local worker=$!
-  echo "$worker" >>"$WORK/pids"
-  if ! wait "$worker"; then
+    --shared_memory=false $WORKER_ARGS >"$dir/worker.log" 2>&1; then
     cat "$dir/worker.log" >&2
-    sed -i "/^$worker\$/d" "$WORK/pids"
     stop "$server"
     return 1
   fi
-  sed -i "/^$worker\$/d" "$WORK/pids"
   stop "$server"
   python3 - "$dir/worker.jsonl" "$model" "$schedule" "$RATE" "$mode" "$BATCH" <<'EOF'
 import json, sys

@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<ps::ShardServerOptions> options = OptionsFromFlags();
   if (!options.ok()) {
     spdlog::error("bad flags: {}", options.status().ToString());
-    return 2;
+    return ps::kExitConfigurationError;
   }
   auto server = ps::ShardServer::Start(*options);
   if (!server.ok()) {
@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
     const absl::StatusCode code = server.status().code();
     return code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kNotFound ||
                    code == absl::StatusCode::kPermissionDenied
-               ? 2
+               ? ps::kExitConfigurationError
                : 1;
   }
   const ps::ShardOptions& s = options->shard;

@@ -118,7 +118,7 @@ int Fail(const absl::Status& s) {
   if (s.ok()) return 0;
   spdlog::error("{}", s.ToString());
   if (s.code() == absl::StatusCode::kCancelled) return 143;
-  if (s.code() == absl::StatusCode::kInvalidArgument) return 2;
+  if (s.code() == absl::StatusCode::kInvalidArgument) return ps::kExitConfigurationError;
   return 1;
 }
 
@@ -126,7 +126,7 @@ int Fail(const absl::Status& s) {
 // configuration error (a launcher does not restart the worker to read it again).
 int FailInput(const absl::Status& s) {
   spdlog::error("{}", s.ToString());
-  return 2;
+  return ps::kExitConfigurationError;
 }
 
 // The fingerprint the shards check: the model's parameters, and what the data's ids mean (a

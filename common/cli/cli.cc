@@ -42,7 +42,7 @@ void FlagsFromEnvironment(const char* program) {
     if (!flag->ParseFrom(value, &error)) {
       std::fprintf(stderr, "%s: environment variable %s='%s': %s\n", program, variable.c_str(),
                    value, error.c_str());
-      std::exit(2);
+      std::exit(kExitConfigurationError);
     }
   }
 }
@@ -68,7 +68,7 @@ void RefuseBadCommandLineFlags(int argc, char** argv) {
   }
   const auto refuse = [](const std::string& message) {
     std::fprintf(stderr, "ERROR: %s\n", message.c_str());
-    std::exit(2);
+    std::exit(kExitConfigurationError);
   };
   for (int i = 1; i < argc; ++i) {
     absl::string_view arg(argv[i]);
@@ -117,7 +117,7 @@ void ParseFlags(int argc, char** argv, const char* usage) {
   const std::string program = std::filesystem::path(argc > 0 ? argv[0] : "ps").filename();
   std::fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", program.c_str(),
                rest[0].c_str());
-  std::exit(2);
+  std::exit(kExitConfigurationError);
 }
 
 std::vector<std::string> ForwardedFlags(const std::vector<std::string>& names) {
@@ -172,7 +172,7 @@ std::optional<int> IndexFromEnvironment(const char* name, bool ordinal_of_name) 
   if (!index.has_value()) {
     std::fprintf(stderr, "environment variable %s='%s' does not give an index%s\n", name, value,
                  ordinal_of_name ? " (expected NAME-N, e.g. ps-3)" : "");
-    std::exit(2);
+    std::exit(kExitConfigurationError);
   }
   return index;
 }

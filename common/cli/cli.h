@@ -9,6 +9,12 @@
 
 namespace ps {
 
+// Every binary's exit code for a configuration error: a bad flag or variable, data or a file the
+// flags name that cannot be read. Supervisors never restart a process that exits with it
+// (ps_launch's --restart_workers, the Kubernetes Job's podFailurePolicy), and ps_launch passes a
+// child's on as its own: a restart cannot fix it.
+inline constexpr int kExitConfigurationError = 2;
+
 // Sets the usage text, makes --help list the flags defined in *_main.cc and *_flags.cc files,
 // and parses argv.
 //

@@ -15,13 +15,10 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/base/shutdown_signal.h"
+#include "common/cli/cli.h"
 #include "deploy/local/child_processes.h"
 
 namespace ps {
-
-// The exit code of every binary of the project for a configuration error (a bad flag, missing
-// data): restarting the process cannot fix it, so the launcher does not, and passes it on.
-inline constexpr int kExitConfigurationError = 2;
 
 // INVALID_ARGUMENT naming child `name`, which exited with kExitConfigurationError.
 absl::Status RefusedConfiguration(const std::string& name);
