@@ -3,9 +3,12 @@
 // writes DIR/train.tsv and DIR/test.tsv in the Criteo format from a planted click model
 // (common/data/ctr_generator.h) and DIR/truth.json with, per split, the lines, the click rate and
 // the Bayes-optimal AUC and log-loss of the true probabilities. Each file appears only once whole
-// (written as FILE.partial, then renamed), truth.json last: a run stopped or failed midway leaves
-// no file cut short that a later reader would take for data.
+// (written as FILE.partial, then renamed), truth.json last: a run that fails or is stopped by
+// SIGINT or SIGTERM midway removes the file it was writing and leaves no file cut short that a
+// later reader would take for data; stopped, it exits 128 + the signal's number.
 
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +17,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/shutdown_signal.h"
 #include "common/cli/cli.h"
 #include "common/data/ctr_generator.h"
 #include "nlohmann/json.hpp"
@@ -53,13 +57,26 @@ int main(int argc, char** argv) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error) return Fail(absl::StrCat("cannot create ", dir, ": ", error.message()), 1);
+  std::atomic<bool> stop{false};
+  std::atomic<int> stop_signal{0};
+  ps::ShutdownSignalWatcher signals([&](int signo) {
+    stop_signal = signo;
+    stop = true;
+  });
   const uint64_t seed = absl::GetFlag(FLAGS_seed);
   const ps::PlantedCtrModel model(seed);
   nlohmann::json truth = {{"seed", seed}, {"format", "criteo"}};
   for (const auto& [split, stream, lines] : {std::tuple{"train", 0, absl::GetFlag(FLAGS_train)},
                                              std::tuple{"test", 1, absl::GetFlag(FLAGS_test)}}) {
     const std::string path = absl::StrCat(dir, "/", split, ".tsv");
-    absl::StatusOr<ps::CtrSplitTruth> written = ps::WriteCtrSplit(model, seed, stream, lines, path);
+    absl::StatusOr<ps::CtrSplitTruth> written =
+        ps::WriteCtrSplit(model, seed, stream, lines, path, &stop);
+    if (absl::IsCancelled(written.status())) {
+      const int signo = stop_signal.load();
+      return Fail(absl::StrCat(path, " not written: ", written.status().message(), " by ",
+                               signo == SIGINT ? "SIGINT" : "SIGTERM"),
+                  128 + signo);
+    }
     if (!written.ok()) return Fail(written.status().ToString(), 1);
     truth[split] = ToJson(*written);
     std::printf("%s: %lld lines, click rate %.4f, Bayes-optimal AUC %.4f, log-loss %.4f\n", split,
@@ -73,6 +90,9 @@ int main(int argc, char** argv) {
   out.close();
   std::error_code renamed;
   if (out) std::filesystem::rename(truth_path + ".partial", truth_path, renamed);
-  if (!out || renamed) return Fail("cannot write " + truth_path, 1);
+  if (!out || renamed) {
+    std::filesystem::remove(truth_path + ".partial", renamed);
+    return Fail("cannot write " + truth_path, 1);
+  }
   return 0;
 }

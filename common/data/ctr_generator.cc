@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <memory>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -98,32 +98,44 @@ double PlantedCtrModel::Draw(Rng& rng, std::string* line, int32_t* label) const 
 }
 
 absl::StatusOr<CtrSplitTruth> WriteCtrSplit(const PlantedCtrModel& model, uint64_t seed,
-                                            uint64_t stream, int64_t lines,
-                                            const std::string& path) {
+                                            uint64_t stream, int64_t lines, const std::string& path,
+                                            const std::atomic<bool>* stop) {
   if (lines < 1) return absl::InvalidArgumentError("a split needs at least one line");
   const std::string partial = path + ".partial";
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> out(std::fopen(partial.c_str(), "wb"),
-                                                      &std::fclose);
+  std::FILE* out = std::fopen(partial.c_str(), "wb");
   if (out == nullptr) return absl::PermissionDeniedError(absl::StrCat("cannot write ", partial));
   Rng rng = Rng::FromKeys({seed, 0x64726177, stream});  // "draw"
   std::vector<float> probabilities(lines);
   std::vector<int32_t> labels(lines);
-  std::string line;
-  int64_t clicks = 0;
-  for (int64_t i = 0; i < lines; ++i) {
-    probabilities[i] = static_cast<float>(model.Draw(rng, &line, &labels[i]));
-    clicks += labels[i];
-    line += '\n';
-    if (std::fwrite(line.data(), 1, line.size(), out.get()) != line.size()) {
-      return absl::DataLossError(absl::StrCat("short write to ", path));
+  // Every line, then the close and the rename; whatever fails or stops takes the partial file
+  // with it.
+  const absl::Status written = [&]() -> absl::Status {
+    constexpr int64_t kLinesPerStopCheck = 4096;
+    std::string line;
+    for (int64_t i = 0; i < lines; ++i) {
+      if (stop != nullptr && i % kLinesPerStopCheck == 0 && stop->load()) {
+        return absl::CancelledError(absl::StrCat("stopped after ", i, " of ", lines, " lines"));
+      }
+      probabilities[i] = static_cast<float>(model.Draw(rng, &line, &labels[i]));
+      line += '\n';
+      if (std::fwrite(line.data(), 1, line.size(), out) != line.size()) {
+        return absl::DataLossError(absl::StrCat("short write to ", partial));
+      }
     }
+    const int closed = std::fclose(std::exchange(out, nullptr));
+    if (closed != 0) return absl::DataLossError(absl::StrCat("cannot finish ", partial));
+    if (std::rename(partial.c_str(), path.c_str()) != 0) {
+      return absl::DataLossError(absl::StrCat("cannot rename ", partial, " to ", path));
+    }
+    return absl::OkStatus();
+  }();
+  if (!written.ok()) {
+    if (out != nullptr) std::fclose(out);
+    std::remove(partial.c_str());
+    return written;
   }
-  if (std::fclose(out.release()) != 0) {
-    return absl::DataLossError(absl::StrCat("cannot finish ", partial));
-  }
-  if (std::rename(partial.c_str(), path.c_str()) != 0) {
-    return absl::DataLossError(absl::StrCat("cannot rename ", partial, " to ", path));
-  }
+  int64_t clicks = 0;
+  for (int32_t label : labels) clicks += label;
   CtrSplitTruth truth;
   truth.lines = lines;
   truth.click_rate = static_cast<double>(clicks) / static_cast<double>(lines);

@@ -18,6 +18,7 @@
 //   close to what is reported for Criteo's logs.
 // The label is a Bernoulli draw of sigmoid(logit).
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -65,10 +66,12 @@ struct CtrSplitTruth {
 // Writes `lines` samples of the planted model of `seed` to `path` (plain text), drawn from the
 // stream of (seed, stream): train and test use different streams of the same model. The lines go
 // to `path`.partial, renamed to `path` once all are written: `path` is whole or absent, never cut
-// short by a failed or stopped write (a later one replaces the partial file).
+// short. A write that fails (DATA_LOSS) or is stopped (CANCELLED: `stop`, when given, became true;
+// it is read every few thousand lines) removes the partial file. A process killed outright leaves
+// it behind; the next write replaces it.
 absl::StatusOr<CtrSplitTruth> WriteCtrSplit(const PlantedCtrModel& model, uint64_t seed,
-                                            uint64_t stream, int64_t lines,
-                                            const std::string& path);
+                                            uint64_t stream, int64_t lines, const std::string& path,
+                                            const std::atomic<bool>* stop = nullptr);
 
 }  // namespace ps
 

@@ -3,6 +3,7 @@
 // the line (or skipped and counted on request).
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -159,6 +160,24 @@ TEST(CtrE2e, AMalformedLineFailsTheRunNamingItOrIsSkippedAndCounted) {
   ASSERT_EQ(RunLaunch(lenient, With(Dlrm(data), {"--workers=1", "--skip_bad_lines"}), false), 0);
   EXPECT_TRUE(absl::StrContains(ReadAll(lenient + "/launch.log"), "1 malformed lines skipped"))
       << ReadAll(lenient + "/launch.log");
+}
+
+// SIGTERM while ps_datagen writes: it stops at once, exits 143 (128 + SIGTERM) naming the split,
+// and leaves no file of it, whole or partial.
+TEST(CtrE2e, DatagenStoppedBySigtermLeavesNoFileAndExits143) {
+  const std::string dir = RunDir("ctr_datagen_stopped");
+  const std::string out = dir + "/data";
+  const pid_t datagen =
+      Spawn({BinDir() + "/ps_datagen", "ctr", "--out=" + out, "--train=5000000", "--test=1000"},
+            dir + "/datagen.log");
+  const std::string partial = out + "/train.tsv.partial";
+  for (int i = 0; i < 300 && !std::filesystem::exists(partial); ++i) usleep(20000);
+  ASSERT_TRUE(std::filesystem::exists(partial)) << ReadAll(dir + "/datagen.log");
+  ASSERT_EQ(Signal(datagen, SIGTERM), 0);
+  EXPECT_EQ(WaitExit(datagen), 128 + SIGTERM);
+  const std::string log = ReadAll(dir + "/datagen.log");
+  EXPECT_TRUE(absl::StrContains(log, out + "/train.tsv not written: stopped after ")) << log;
+  EXPECT_TRUE(std::filesystem::is_empty(out)) << "left in " << out;
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -70,8 +71,7 @@ TEST_F(CtrGenerator, TheSeedFixesTheFilesAndStreamsDiffer) {
 }
 
 // A write that fails midway (here: a file size limit of 4 KiB, in a child process) leaves no
-// file at the path that a reader would take for the whole split; the next write replaces what it
-// left.
+// file at the path that a reader would take for the whole split, and removes its partial file.
 TEST_F(CtrGenerator, AWriteCutShortLeavesNoFileAtThePath) {
   const std::string path = dir_ + "/cut.tsv";
   const pid_t child = fork();
@@ -87,8 +87,22 @@ TEST_F(CtrGenerator, AWriteCutShortLeavesNoFileAtThePath) {
   ASSERT_EQ(waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the write did not fail";
   EXPECT_FALSE(std::filesystem::exists(path));
-  EXPECT_TRUE(std::filesystem::exists(path + ".partial"));
-  ASSERT_TRUE(WriteCtrSplit(PlantedCtrModel(5), 5, 0, 1000, path).ok());
+  EXPECT_FALSE(std::filesystem::exists(path + ".partial"));
+}
+
+// A stopped write (the flag ps_datagen sets on SIGINT and SIGTERM) is CANCELLED and leaves
+// nothing; one that a killed process left behind is replaced by the next write.
+TEST_F(CtrGenerator, AStoppedWriteLeavesNothingAndALeftPartialFileIsReplaced) {
+  const std::string path = dir_ + "/stopped.tsv";
+  const std::atomic<bool> stop{true};
+  EXPECT_EQ(WriteCtrSplit(PlantedCtrModel(5), 5, 0, 1000, path, &stop).status().code(),
+            absl::StatusCode::kCancelled);
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_FALSE(std::filesystem::exists(path + ".partial"));
+
+  std::ofstream(path + ".partial") << "0\t1\n";  // what a SIGKILL midway leaves
+  const std::atomic<bool> go_on{false};
+  ASSERT_TRUE(WriteCtrSplit(PlantedCtrModel(5), 5, 0, 1000, path, &go_on).ok());
   EXPECT_FALSE(std::filesystem::exists(path + ".partial"));
   absl::StatusOr<CtrDataset> data = LoadCtrFile(path, {});
   ASSERT_TRUE(data.ok()) << data.status();
