@@ -6,14 +6,25 @@
 
 #include <sys/types.h>
 
+#include <future>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include "common/base/shutdown_signal.h"
 
 namespace ps::bench {
 
 // Starts `shards` ps_server processes with `flags` (each also gets its --shard_id, --num_shards,
-// a free port and --log_level=warn) and waits for their ports; exits the process when one does
-// not start. SIGTERMs and reaps them on destruction.
+// a free port and --log_level=warn) and waits for their ports; exits the process with code 1,
+// leaving nothing, when one does not start. The benchmark leaves no process or file behind:
+// - destruction stops the servers (SIGTERM, then SIGKILL after a grace period) and removes their
+//   port files;
+// - while the set is alive, SIGINT or SIGTERM does the same and ends the benchmark with 128 +
+//   the signal's number, naming the signal;
+// - a benchmark killed outright takes its servers with it (PR_SET_PDEATHSIG).
+// Their output goes to stderr, each line prefixed with the shard's name. At most one set at a
+// time (it owns the process's SignalPipe).
 class ShardProcesses {
  public:
   ShardProcesses(int shards, const std::vector<std::string>& flags);
@@ -26,9 +37,18 @@ class ShardProcesses {
   double RssMib() const;
 
  private:
+  // The thread that owns the processes: starts them, streams their output until Wake() or a
+  // signal, then stops them.
+  void Supervise(const std::vector<std::vector<std::string>>& commands,
+                 std::promise<std::vector<pid_t>> started);
+  // Ends the supervising thread (its processes stopped) and removes the port files.
+  void Shutdown();
+
   std::string dir_;
   std::vector<pid_t> pids_;
   std::vector<std::string> addresses_;
+  SignalPipe signals_;
+  std::thread supervisor_;
 };
 
 // A process's resident memory ("VmRSS") or its peak ("VmHWM"), MiB; 0 when unreadable.

@@ -1,7 +1,7 @@
 """The benchmarks run, print every figure they promise beside its same-run reference, and refuse
 bad flags with exit 2 before measuring anything. bench/link_bench.sh too, across two network
-namespaces (as root; its argument checks run everywhere). The scripts that start processes stop
-them all at once on SIGTERM and leave nothing behind.
+namespaces (as root; its argument checks run everywhere). The scripts and benchmarks that start
+processes stop them all at once on SIGTERM and leave nothing behind.
 
 Each harness runs at the smallest size that still takes every path (a fraction of a second per
 figure): these tests check that the figures exist, are finite and positive, that each ratio is
@@ -171,6 +171,27 @@ class BenchSmokeTest(unittest.TestCase):
                             "--workers: '0' is not a count >= 1")
         self.assert_refused("ps_bench_scale", ["--params", "4096,abc"], "--params: 'abc'")
         self.assert_refused("ps_bench_scale", ["--mode", "bsp"], "--steps must be > 0")
+
+    def test_scale_stops_its_shard_processes_on_sigterm(self):
+        bench = subprocess.Popen(
+            [os.path.join(BIN, "ps_bench_scale"), "--workers", "2", "--params", "4096",
+             "--seconds", "60", "--shards", "2"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        shards = f"/ps_bench_shards.{bench.pid}/"  # in each ps_server's --port_file
+        folder = os.path.join(tempfile.gettempdir(), shards.strip("/"))
+        deadline = time.monotonic() + 60
+        while len(bench_processes(shards)) < 2:
+            self.assertIsNone(bench.poll(), "ps_bench_scale ended before its shards started")
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.1)
+        self.assertTrue(os.path.isdir(folder))
+        bench.send_signal(signal.SIGTERM)
+        out, err = bench.communicate(timeout=30)
+        self.assertEqual(bench.returncode, 128 + signal.SIGTERM, err)
+        self.assertIn("stopped by SIGTERM: the shard processes are stopped", err)
+        self.assertEqual(out, "", "nothing is measured")
+        self.assertEqual(bench_processes(shards), [])
+        self.assertFalse(os.path.exists(folder))
 
     def test_sparse_prints_rows_against_gather_and_scatter(self):
         code, lines, err = run("ps_bench_sparse", "--batches", "100", "--dims", "16",
