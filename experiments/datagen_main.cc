@@ -11,13 +11,13 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/shutdown_signal.h"
+#include "common/base/whole_file.h"
 #include "common/cli/cli.h"
 #include "common/data/ctr_generator.h"
 #include "nlohmann/json.hpp"
@@ -84,15 +84,7 @@ int main(int argc, char** argv) {
                 written->bayes_logloss);
   }
   // Written last and whole (renamed into place): its presence says both splits are complete.
-  const std::string truth_path = dir + "/truth.json";
-  std::ofstream out(truth_path + ".partial");
-  out << truth.dump(2) << "\n";
-  out.close();
-  std::error_code renamed;
-  if (out) std::filesystem::rename(truth_path + ".partial", truth_path, renamed);
-  if (!out || renamed) {
-    std::filesystem::remove(truth_path + ".partial", renamed);
-    return Fail("cannot write " + truth_path, 1);
-  }
+  const absl::Status written = ps::WriteWholeFile(dir + "/truth.json", truth.dump(2) + "\n");
+  if (!written.ok()) return Fail(written.ToString(), 1);
   return 0;
 }

@@ -10,6 +10,7 @@
 #include "common/base/process_tuning.h"
 #include "common/base/shutdown_signal.h"
 #include "common/base/status_macros.h"
+#include "common/base/whole_file.h"
 #include "common/cli/cli.h"
 #include "common/cli/cluster_flags.h"
 #include "common/cli/endpoint_flags.h"
@@ -87,13 +88,16 @@ absl::StatusOr<ps::ShardServerOptions> OptionsFromFlags() {
   return o;
 }
 
-// Writes via a temporary file and rename, so a reader never sees a partial number.
-bool WritePortFile(const std::string& path, int port) {
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  if (f == nullptr) return false;
-  const bool ok = std::fprintf(f, "%d\n", port) > 0;
-  return std::fclose(f) == 0 && ok && std::rename(tmp.c_str(), path.c_str()) == 0;
+// Logs why the shard cannot start and gives the exit code: 2, a configuration error no restart
+// fixes, for a bad option or a file or folder the flags name that is missing or cannot be made
+// (TLS files, the token, the checkpoint folder, the port files); 1 otherwise.
+int CannotStart(const absl::Status& why) {
+  spdlog::error("cannot start: {}", why.ToString());
+  const absl::StatusCode code = why.code();
+  return code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kNotFound ||
+                 code == absl::StatusCode::kPermissionDenied
+             ? ps::kExitConfigurationError
+             : 1;
 }
 
 }  // namespace
@@ -112,16 +116,7 @@ int main(int argc, char** argv) {
     return ps::kExitConfigurationError;
   }
   auto server = ps::ShardServer::Start(*options);
-  if (!server.ok()) {
-    spdlog::error("cannot start: {}", server.status().ToString());
-    // Exit 2, a configuration error no restart fixes: a bad option, or a file or folder the flags
-    // name that is missing or cannot be made (TLS files, the token, the checkpoint folder).
-    const absl::StatusCode code = server.status().code();
-    return code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kNotFound ||
-                   code == absl::StatusCode::kPermissionDenied
-               ? ps::kExitConfigurationError
-               : 1;
-  }
+  if (!server.ok()) return CannotStart(server.status());
   const ps::ShardOptions& s = options->shard;
   spdlog::info(
       "shard {}/{} serving on {}:{} mode={} staleness={} workers={} optimizer={} lr={} "
@@ -131,11 +126,9 @@ int main(int argc, char** argv) {
       s.consistency.num_workers, ps::OptimizerKindName(s.optimizer.kind), s.optimizer.lr,
       (*server)->shard().GetStatus().version,
       (*server)->restored().has_value() ? " (restored)" : "");
-  const std::string port_file = absl::GetFlag(FLAGS_port_file);
-  if (!port_file.empty() && !WritePortFile(port_file, (*server)->port())) {
-    spdlog::error("cannot write --port_file {}", port_file);
-    return 1;
-  }
+  const absl::Status port_written =
+      ps::WritePortFile("--port_file", absl::GetFlag(FLAGS_port_file), (*server)->port());
+  if (!port_written.ok()) return CannotStart(port_written);
   ps::ShardServer* raw = server->get();
   std::unique_ptr<ps::MetricsHttpServer> metrics;
   if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
@@ -147,11 +140,9 @@ int main(int argc, char** argv) {
       return 1;
     }
     metrics = std::move(*served);
-    const std::string metrics_port_file = absl::GetFlag(FLAGS_metrics_port_file);
-    if (!metrics_port_file.empty() && !WritePortFile(metrics_port_file, metrics->port())) {
-      spdlog::error("cannot write --metrics_port_file {}", metrics_port_file);
-      return 1;
-    }
+    const absl::Status metrics_port_written = ps::WritePortFile(
+        "--metrics_port_file", absl::GetFlag(FLAGS_metrics_port_file), metrics->port());
+    if (!metrics_port_written.ok()) return CannotStart(metrics_port_written);
     spdlog::info("metrics on port {}", metrics->port());
   }
   ps::ShutdownSignalWatcher watcher([raw](int signo) {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/json_lines.h"
 #include "common/base/status_macros.h"
+#include "common/base/whole_file.h"
 #include "spdlog/spdlog.h"
 #include "worker/trainer.h"
 #include "worker/work_account.h"
@@ -17,14 +18,6 @@ namespace {
 
 // How long new workers get to register when the job is found finished at once.
 constexpr absl::Duration kRerunGrace = absl::Seconds(5);
-
-absl::Status WriteFile(const std::string& path, const void* data, size_t bytes) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) return absl::PermissionDeniedError(absl::StrCat("cannot write ", path));
-  const bool ok = std::fwrite(data, 1, bytes, f) == bytes;
-  if (std::fclose(f) != 0 || !ok) return absl::DataLossError(absl::StrCat("short write to ", path));
-  return absl::OkStatus();
-}
 
 // Waits until no worker can add to the result (AccountWork's job_done), up to `timeout`.
 absl::StatusOr<std::vector<ShardReport>> WaitForJob(ParameterClient& client, absl::Duration timeout,
@@ -228,10 +221,10 @@ absl::StatusOr<bool> EvaluateJob(Model& model, Device& device, ParameterClient& 
   AddSparseTotals(reports, &out);
   if (!options.summary_out.empty()) {
     const std::string text = out.str() + "\n";
-    RETURN_IF_ERROR(WriteFile(options.summary_out, text.data(), text.size()));
+    RETURN_IF_ERROR(WriteWholeFile(options.summary_out, text));
   }
   if (!options.weights_out.empty()) {
-    RETURN_IF_ERROR(WriteFile(options.weights_out, params.data(), params.size() * sizeof(float)));
+    RETURN_IF_ERROR(WriteWholeFile(options.weights_out, params));
   }
   int64_t max_staleness = 0;
   for (const ShardReport& r : reports) {

@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/base/whole_file.h"
 #include "common/cli/cli.h"
 #include "common/cli/client_flags.h"
 #include "common/cli/cluster_flags.h"
@@ -30,7 +31,7 @@ int main(int argc, char** argv) {
                  "--weights_out w.f32");
   auto fail = [](const absl::Status& s) {
     std::fprintf(stderr, "ps_replay: %s\n", s.ToString().c_str());
-    return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    return s.code() == absl::StatusCode::kInvalidArgument ? ps::kExitConfigurationError : 1;
   };
   ps::ReplayOptions options;
   options.record_paths = absl::StrSplit(absl::GetFlag(FLAGS_records), ',', absl::SkipEmpty());
@@ -53,11 +54,8 @@ int main(int argc, char** argv) {
   if (!result.ok()) return fail(result.status());
   const std::string out = absl::GetFlag(FLAGS_weights_out);
   if (!out.empty()) {
-    std::FILE* f = std::fopen(out.c_str(), "wb");
-    if (f == nullptr) return fail(absl::PermissionDeniedError("cannot write " + out));
-    const size_t bytes = result->weights.size() * sizeof(float);
-    const bool ok = std::fwrite(result->weights.data(), 1, bytes, f) == bytes;
-    if (std::fclose(f) != 0 || !ok) return fail(absl::DataLossError("short write to " + out));
+    const absl::Status written = ps::WriteWholeFile(out, result->weights);
+    if (!written.ok()) return fail(written);
   }
   std::printf("replayed %lld updates of %lld gradients\n", static_cast<long long>(result->updates),
               static_cast<long long>(result->gradients));

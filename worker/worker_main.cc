@@ -4,7 +4,6 @@
 
 #include <atomic>
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -18,6 +17,7 @@
 #include "common/base/random.h"
 #include "common/base/shutdown_signal.h"
 #include "common/base/status_macros.h"
+#include "common/base/whole_file.h"
 #include "common/cli/cli.h"
 #include "common/cli/client_flags.h"
 #include "common/cli/cluster_flags.h"
@@ -230,8 +230,8 @@ absl::StatusOr<std::unique_ptr<ps::MetricsHttpServer>> ServeMetrics(const ps::Li
                    ps::MetricsHttpServer::Start(
                        absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port),
                        [&live, rank] { return WorkerMetricsText(live, rank); }));
-  const std::string port_file = absl::GetFlag(FLAGS_metrics_port_file);
-  if (!port_file.empty()) std::ofstream(port_file) << server->port() << "\n";
+  RETURN_IF_ERROR(ps::WritePortFile("--metrics_port_file", absl::GetFlag(FLAGS_metrics_port_file),
+                                    server->port()));
   spdlog::info("metrics on port {}", server->port());
   return server;
 }

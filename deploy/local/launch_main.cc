@@ -10,7 +10,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -18,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/base/whole_file.h"
 #include "common/cli/cli.h"
 #include "deploy/local/cluster_spec.h"
 #include "deploy/local/run_summary.h"
@@ -135,10 +135,8 @@ int FinishPythonRun(const ps::ClusterSpec& spec, const ps::RunOutcome& outcome,
                             {"worker_restarts", outcome.worker_restarts},
                             {"shard_restarts", outcome.shard_restarts}};
   const std::string summary_path = spec.RunFile("summary.json");
-  std::ofstream out(summary_path);
-  out << summary.dump() << "\n";
-  out.close();
-  if (!out) return Stop(supervisor, absl::DataLossError("cannot write " + summary_path));
+  const absl::Status written = ps::WriteWholeFile(summary_path, summary.dump() + "\n");
+  if (!written.ok()) return Stop(supervisor, written);
   if (StopShards(supervisor, shards) != 0) return 1;
   std::printf("done: %d Python workers in %.1fs; summary in %s\n", spec.workers,
               absl::ToDoubleSeconds(outcome.train_wall), summary_path.c_str());
@@ -243,10 +241,8 @@ int main(int argc, char** argv) {
     if (!s.ok()) return Stop(supervisor, s);
   }
   const std::string summary_path = spec->RunFile("summary.json");
-  std::ofstream out(summary_path);
-  out << summary->dump() << "\n";
-  out.close();
-  if (!out) return Stop(supervisor, absl::DataLossError("cannot write " + summary_path));
+  const absl::Status written = ps::WriteWholeFile(summary_path, summary->dump() + "\n");
+  if (!written.ok()) return Stop(supervisor, written);
   if (*eval_code == kExitWorkSkipped) {
     return Stop(supervisor, absl::DataLossError(absl::StrCat(
                                 summary->value("samples_skipped", int64_t{0}),

@@ -9,6 +9,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/whole_file.h"
 #include "common/data/data_registry.h"
 #include "deploy/local/launch_flags.h"
 #include "server/server_flags.h"
@@ -158,11 +159,7 @@ absl::Status WriteReplayCommand(const ClusterSpec& spec, int64_t decay_updates) 
   command.insert(command.end(), spec.optimizer_flags.begin(), spec.optimizer_flags.end());
   command.push_back(absl::StrCat("--decay_updates=", decay_updates));
   command.push_back("--weights_out=" + spec.RunFile("replayed.f32"));
-  std::ofstream cmd(spec.RunFile("replay.cmd"));
-  cmd << ShellLine(command) << "\n";
-  cmd.close();
-  if (!cmd) return absl::DataLossError("cannot write " + spec.RunFile("replay.cmd"));
-  return absl::OkStatus();
+  return WriteWholeFile(spec.RunFile("replay.cmd"), ShellLine(command) + "\n");
 }
 
 }  // namespace ps

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/base/whole_file.h"
 
 namespace ps {
 
@@ -67,8 +68,8 @@ absl::Status Supervisor::Start(Member& m) {
   if (!id.ok()) return id.status();
   m.id = *id;
   m.restart_at = absl::InfiniteFuture();
-  std::ofstream(absl::StrCat(options_.run_dir, "/", m.name, ".pid")) << children_.pid(*id) << "\n";
-  return absl::OkStatus();
+  return WriteWholeFile(absl::StrCat(options_.run_dir, "/", m.name, ".pid"),
+                        absl::StrCat(children_.pid(*id), "\n"));
 }
 
 absl::StatusOr<int> Supervisor::WaitForPort(const Member& m, const std::string& port_file) {
