@@ -5,13 +5,19 @@
 // (testing::TempDir()/ps_<pid>_<suite>_<test>, so parallel test binaries and tests never share
 // one), removed with everything in it when the test ends, passed or failed.
 
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <sstream>
 #include <string>
 
+#include "absl/status/status.h"
 #include "gtest/gtest.h"
 
 namespace ps {
@@ -41,6 +47,31 @@ class ScratchDirTest : public testing::Test {
     ASSERT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())),
               static_cast<int>(bytes.size()));
     ASSERT_EQ(gzclose(f), Z_OK);
+  }
+  // The bytes of the file at `path` (empty when it cannot be read).
+  static std::string Read(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+  // Runs `write` in a child process whose files cannot grow past 4 KiB (a write past it fails
+  // with EFBIG, as on a full disk) and gives the status code it returned; UNKNOWN when the child
+  // did not exit normally.
+  static absl::StatusCode CodeUnderFileSizeLimit(const std::function<absl::StatusCode()>& write) {
+    const pid_t child = fork();
+    if (child < 0) return absl::StatusCode::kUnknown;
+    if (child == 0) {
+      std::signal(SIGXFSZ, SIG_IGN);  // else the write past the limit kills the child
+      const rlimit limit = {4096, 4096};
+      setrlimit(RLIMIT_FSIZE, &limit);
+      _exit(static_cast<int>(write()));
+    }
+    int status = 0;
+    if (waitpid(child, &status, 0) != child || !WIFEXITED(status)) {
+      return absl::StatusCode::kUnknown;
+    }
+    return static_cast<absl::StatusCode>(WEXITSTATUS(status));
   }
 
   std::string dir_;

@@ -3,15 +3,9 @@
 
 #include "common/data/ctr_generator.h"
 
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <atomic>
-#include <csignal>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 
 #include "common/data/ctr_dataset.h"
@@ -21,15 +15,7 @@
 namespace ps {
 namespace {
 
-class CtrGenerator : public ScratchDirTest {
- protected:
-  std::string Read(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
-};
+using CtrGenerator = ScratchDirTest;
 
 TEST_F(CtrGenerator, WritesParsableLinesWhoseLabelsMatchTheTruth) {
   const PlantedCtrModel model(3);
@@ -74,18 +60,10 @@ TEST_F(CtrGenerator, TheSeedFixesTheFilesAndStreamsDiffer) {
 // file at the path that a reader would take for the whole split, and removes its partial file.
 TEST_F(CtrGenerator, AWriteCutShortLeavesNoFileAtThePath) {
   const std::string path = dir_ + "/cut.tsv";
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    std::signal(SIGXFSZ, SIG_IGN);  // a write past the limit then fails with EFBIG
-    const rlimit limit = {4096, 4096};
-    setrlimit(RLIMIT_FSIZE, &limit);
-    absl::StatusOr<CtrSplitTruth> cut = WriteCtrSplit(PlantedCtrModel(5), 5, 0, 1000, path);
-    _exit(cut.status().code() == absl::StatusCode::kDataLoss ? 0 : 1);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the write did not fail";
+  ASSERT_EQ(CodeUnderFileSizeLimit([&] {
+              return WriteCtrSplit(PlantedCtrModel(5), 5, 0, 1000, path).status().code();
+            }),
+            absl::StatusCode::kDataLoss);
   EXPECT_FALSE(std::filesystem::exists(path));
   EXPECT_FALSE(std::filesystem::exists(path + ".partial"));
 }
