@@ -61,7 +61,7 @@ def start_shard(bin_dir, tmp, shared_memory, mode):
     proc = subprocess.Popen(
         [os.path.join(bin_dir, "ps_server"), "--num_workers=1", "--port=0",
          f"--port_file={port_file}", "--optimizer=sgd", "--lr=0.01", "--lr_schedule=constant",
-         f"--mode={mode}", "--staleness=1",
+         f"--mode={mode}", f"--staleness={1 if mode == 'ssp' else 0}",
          f"--shared_memory={'true' if shared_memory else 'false'}", "--log_level=warn"])
     deadline = time.time() + 30
     while not os.path.exists(port_file):

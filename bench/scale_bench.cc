@@ -97,8 +97,9 @@ int main(int argc, char** argv) {
   for (const int64_t n : sizes) {
     for (const int workers : worker_counts) {
       ps::bench::ShardProcesses cluster(
-          shards, {absl::StrCat("--num_workers=", workers), "--mode=" + mode, "--staleness=2",
-                   "--optimizer=sgd", "--lr=0.000001", "--lease_ms=600000"});
+          shards, {absl::StrCat("--num_workers=", workers), "--mode=" + mode,
+                   absl::StrCat("--staleness=", mode == "ssp" ? 2 : 0), "--optimizer=sgd",
+                   "--lr=0.000001", "--lease_ms=600000"});
       const double idle_rss = cluster.RssMib();
       std::vector<std::unique_ptr<ps::GrpcParameterClient>> clients;
       for (int w = 0; w < workers; ++w) {

@@ -2,6 +2,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/cli/optimizer_flags.h"
 #include "server/server_flags.h"
@@ -15,6 +16,12 @@ absl::StatusOr<ShardOptions> ShardOptionsFromFlags(int shard_id, int num_shards,
   s.consistency.num_workers = num_workers;
   ASSIGN_OR_RETURN(s.consistency.mode, ParseConsistencyMode(absl::GetFlag(FLAGS_mode)));
   s.consistency.staleness = absl::GetFlag(FLAGS_staleness);
+  // A bound the mode would ignore: the run would not be the SSP run its flags suggest.
+  if (s.consistency.staleness > 0 && s.consistency.mode != ConsistencyMode::kSsp) {
+    return absl::InvalidArgumentError(absl::StrCat("--staleness ", s.consistency.staleness,
+                                                   " applies to --mode ssp only, not ",
+                                                   ConsistencyModeName(s.consistency.mode)));
+  }
   s.consistency.backup_workers = absl::GetFlag(FLAGS_backup_workers);
   ASSIGN_OR_RETURN(s.update_rule.rule, ParseUpdateRule(absl::GetFlag(FLAGS_update_rule)));
   s.update_rule.dc_lambda = static_cast<float>(absl::GetFlag(FLAGS_dc_lambda));

@@ -210,6 +210,9 @@ absl::StatusOr<ps::TrainerOptions> TrainerOptionsFromFlags(int rank, const ps::W
   o.priority_min_part = absl::GetFlag(FLAGS_priority_min_part);
   ASSIGN_OR_RETURN(o.delays, DelayOptionsFromFlags());
   o.evaluate_each_epoch = rank == 0 && absl::GetFlag(FLAGS_eval_each_epoch);
+  if (absl::GetFlag(FLAGS_eval_every) < 0) {
+    return absl::InvalidArgumentError("--eval_every must be >= 0 (0: only at epoch ends)");
+  }
   o.evaluate_every = rank == 0 ? absl::GetFlag(FLAGS_eval_every) : 0;
   o.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
   if (absl::GetFlag(FLAGS_max_seconds) < 0) {

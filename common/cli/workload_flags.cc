@@ -73,6 +73,9 @@ absl::StatusOr<Workload> WorkloadFromFlags() {
   w.skip_bad_lines = absl::GetFlag(FLAGS_skip_bad_lines);
   w.train_limit = absl::GetFlag(FLAGS_train_limit);
   w.test_limit = absl::GetFlag(FLAGS_test_limit);
+  if (w.train_limit < 0 || w.test_limit < 0) {
+    return absl::InvalidArgumentError("--train_limit and --test_limit must be >= 0 (0: all)");
+  }
   w.batch_size = absl::GetFlag(FLAGS_batch_size);
   w.accumulate = absl::GetFlag(FLAGS_accumulate);
   w.epochs = absl::GetFlag(FLAGS_epochs);

@@ -252,6 +252,8 @@ TEST(LaunchFlags, ABadShardFlagExits2BeforeAnythingStarts) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--mode=nope"}, "unknown mode 'nope' (bsp|ssp|asp)"},
       {{"--mode=ssp", "--staleness=-1"}, "staleness must be >= 0, got -1"},
+      {{"--mode=bsp", "--staleness=3"}, "--staleness 3 applies to --mode ssp only, not bsp"},
+      {{"--mode=asp", "--staleness=1"}, "--staleness 1 applies to --mode ssp only, not asp"},
       {{"--mode=asp", "--update_rule=dc-asgd"}, "unknown update rule 'dc-asgd'"},
       {{"--mode=asp", "--backup_workers=1"}, "backup_workers applies to BSP only"},
       {{"--eviction=fifo"}, "fifo"},
@@ -342,6 +344,7 @@ TEST_F(LaunchE2e, DryRunPrintsEveryCommandAndChecksTheWorkersFlagsAndData) {
   const std::vector<std::pair<std::string, std::string>> refused = {
       {"--push_encoding=bf17", "unknown encoding 'bf17'"},
       {"--jitter=0.1x4", "--jitter '0.1x4' must be PROBABILITY:FACTOR"},
+      {"--eval_every=-1", "--eval_every must be >= 0 (0: only at epoch ends)"},
       {"--data=fashion-mnist:" + dir + "/no-such-folder", dir + "/no-such-folder"}};
   for (const auto& [flag, message] : refused) {
     SCOPED_TRACE(flag);
@@ -351,6 +354,9 @@ TEST_F(LaunchE2e, DryRunPrintsEveryCommandAndChecksTheWorkersFlagsAndData) {
     EXPECT_TRUE(absl::StrContains(ReadAll(out), "worker-0 exited with code 2")) << ReadAll(out);
     EXPECT_FALSE(std::filesystem::exists(run));
   }
+  // The workload's flags the launcher reads itself: refused before worker 0 runs.
+  EXPECT_EQ(RunTool({BinDir() + "/ps_launch", "--dry_run", "--train_limit=-3"}, out), 2);
+  EXPECT_EQ(ReadAll(out), "ps_launch: --train_limit and --test_limit must be >= 0 (0: all)\n");
   EXPECT_TRUE(ProcessesMentioning(dir).empty());
 }
 
