@@ -17,14 +17,7 @@
 
 namespace ps {
 
-absl::StatusOr<std::unique_ptr<GrpcParameterClient>> GrpcParameterClient::Create(
-    const GrpcClientOptions& options) {
-  if (options.servers.empty()) return absl::InvalidArgumentError("no servers given");
-  for (const std::string& s : options.servers) {
-    if (s.empty() || s.find(':') == std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat("server '", s, "' is not host:port"));
-    }
-  }
+absl::Status ValidateGrpcClientOptions(const GrpcClientOptions& options) {
   if (options.retry_for < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("retry_for must be >= 0");
   }
@@ -40,11 +33,22 @@ absl::StatusOr<std::unique_ptr<GrpcParameterClient>> GrpcParameterClient::Create
                                                    SharedRegionLayout::kMaxSlots, "], not ",
                                                    options.shared_memory_slots));
   }
-  if (options.push_encoding == TensorEncoding::kTopK &&
-      !(options.topk_ratio > 0.0 && options.topk_ratio <= 1.0)) {
+  if (!(options.topk_ratio > 0.0 && options.topk_ratio <= 1.0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("topk_ratio must be in (0, 1], not ", options.topk_ratio));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<GrpcParameterClient>> GrpcParameterClient::Create(
+    const GrpcClientOptions& options) {
+  if (options.servers.empty()) return absl::InvalidArgumentError("no servers given");
+  for (const std::string& s : options.servers) {
+    if (s.empty() || s.find(':') == std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("server '", s, "' is not host:port"));
+    }
+  }
+  RETURN_IF_ERROR(ValidateGrpcClientOptions(options));
   return std::unique_ptr<GrpcParameterClient>(new GrpcParameterClient(options));
 }
 

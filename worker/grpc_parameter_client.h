@@ -98,9 +98,15 @@ struct GrpcClientOptions {
 // build does not know.
 absl::StatusOr<ShardReport> ShardReportFromResponse(const ps::v1::GetStatusResponse& r);
 
+// INVALID_ARGUMENT for options no client can run with (encodings, transfer sizes, top-k ratio,
+// shared-memory slots, retry time); the server list aside. Create() checks them; ps_worker
+// --check_only too, before any server is known.
+absl::Status ValidateGrpcClientOptions(const GrpcClientOptions& options);
+
 class GrpcParameterClient final : public ParameterClient {
  public:
-  // INVALID_ARGUMENT for an empty server list.
+  // INVALID_ARGUMENT for an empty server list, one that is not host:port, or options that
+  // ValidateGrpcClientOptions refuses.
   static absl::StatusOr<std::unique_ptr<GrpcParameterClient>> Create(
       const GrpcClientOptions& options);
 

@@ -316,7 +316,9 @@ int Train(ps::Model& model, ps::Device& device, ps::GrpcParameterClient& client,
 
 // --check_only, once the model and the client's options are built: what a training run reads
 // before it connects, too.
-int CheckOnly(const ps::Workload& workload, int rank, bool evaluate) {
+int CheckOnly(const ps::Workload& workload, const ps::GrpcClientOptions& client, int rank,
+              bool evaluate) {
+  if (absl::Status s = ps::ValidateGrpcClientOptions(client); !s.ok()) return Fail(s);
   if (!evaluate) {
     auto train = ps::OpenWorkloadData(workload, ps::Split::kTrain);
     if (!train.ok()) return FailInput(train.status());
@@ -363,7 +365,7 @@ int main(int argc, char** argv) {
   if (!model.ok()) return Fail(model.status());
   auto client_options = ClientOptionsFromFlags(**model, **test, rank);
   if (!client_options.ok()) return Fail(client_options.status());
-  if (absl::GetFlag(FLAGS_check_only)) return CheckOnly(*workload, rank, evaluate);
+  if (absl::GetFlag(FLAGS_check_only)) return CheckOnly(*workload, *client_options, rank, evaluate);
   auto client = ps::GrpcParameterClient::Create(*client_options);
   if (!client.ok()) return Fail(client.status());
 

@@ -191,8 +191,11 @@ int main(int argc, char** argv) {
       "  ps_launch --workers 2 --optimizer sgd --lr 0.05 --python examples/fashion_mnist_mlp.py -- "
       "--epochs 2");
   const absl::StatusOr<ps::ClusterSpec> spec = ps::ClusterSpecFromFlags(args);
-  if (!spec.ok()) {
-    std::fprintf(stderr, "ps_launch: %s\n", std::string(spec.status().message()).c_str());
+  if (!spec.ok() || absl::GetFlag(FLAGS_max_restarts) < 0 ||
+      !(absl::GetFlag(FLAGS_restart_delay_s) >= 0)) {
+    std::fprintf(stderr, "ps_launch: %s\n",
+                 spec.ok() ? "--max_restarts and --restart_delay_s must be >= 0"
+                           : std::string(spec.status().message()).c_str());
     return ps::kExitConfigurationError;
   }
   if (absl::GetFlag(FLAGS_dry_run)) return DryRun(*spec);

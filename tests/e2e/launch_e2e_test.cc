@@ -345,6 +345,7 @@ TEST_F(LaunchE2e, DryRunPrintsEveryCommandAndChecksTheWorkersFlagsAndData) {
       {"--push_encoding=bf17", "unknown encoding 'bf17'"},
       {"--jitter=0.1x4", "--jitter '0.1x4' must be PROBABILITY:FACTOR"},
       {"--eval_every=-1", "--eval_every must be >= 0 (0: only at epoch ends)"},
+      {"--topk_ratio=2", "topk_ratio must be in (0, 1], not 2"},
       {"--data=fashion-mnist:" + dir + "/no-such-folder", dir + "/no-such-folder"}};
   for (const auto& [flag, message] : refused) {
     SCOPED_TRACE(flag);
@@ -357,6 +358,8 @@ TEST_F(LaunchE2e, DryRunPrintsEveryCommandAndChecksTheWorkersFlagsAndData) {
   // The workload's flags the launcher reads itself: refused before worker 0 runs.
   EXPECT_EQ(RunTool({BinDir() + "/ps_launch", "--dry_run", "--train_limit=-3"}, out), 2);
   EXPECT_EQ(ReadAll(out), "ps_launch: --train_limit and --test_limit must be >= 0 (0: all)\n");
+  EXPECT_EQ(RunTool({BinDir() + "/ps_launch", "--dry_run", "--max_restarts=-1"}, out), 2);
+  EXPECT_EQ(ReadAll(out), "ps_launch: --max_restarts and --restart_delay_s must be >= 0\n");
   EXPECT_TRUE(ProcessesMentioning(dir).empty());
 }
 
