@@ -122,9 +122,10 @@ int Fail(const absl::Status& s) {
   return 1;
 }
 
-// A data set that cannot be read (missing, malformed): the input is wrong, so exit 2 like a
-// configuration error (a launcher does not restart the worker to read it again).
-int FailInput(const absl::Status& s) {
+// The input or the flags are wrong, so exit 2, a configuration error that a launcher does not
+// restart the worker for: a data set that cannot be read (missing, malformed), or a model the
+// flags describe that cannot be built (its memory for the batch beyond the device's).
+int FailConfiguration(const absl::Status& s) {
   spdlog::error("{}", s.ToString());
   return ps::kExitConfigurationError;
 }
@@ -272,7 +273,7 @@ int Generate(ps::Model& model, ps::Device& device, ps::GrpcParameterClient& clie
     return Fail(absl::InvalidArgumentError("--generate needs a language model on --data text"));
   }
   absl::StatusOr<std::vector<int32_t>> prompt = text->Encode(absl::GetFlag(FLAGS_prompt));
-  if (!prompt.ok()) return FailInput(prompt.status());
+  if (!prompt.ok()) return FailConfiguration(prompt.status());
   const int64_t n = model.layout().total();
   std::vector<float> params(n);
   absl::Status s = client.Pull(0, /*no_wait=*/true, absl::MakeSpan(params)).status();
@@ -295,7 +296,7 @@ int Train(ps::Model& model, ps::Device& device, ps::GrpcParameterClient& client,
           const ps::Workload& workload, const ps::Dataset& test, int rank,
           const std::atomic<bool>& stop) {
   auto train = ps::OpenWorkloadData(workload, ps::Split::kTrain);
-  if (!train.ok()) return FailInput(train.status());
+  if (!train.ok()) return FailConfiguration(train.status());
   auto options = TrainerOptionsFromFlags(rank, workload);
   if (!options.ok()) return Fail(options.status());
   std::unique_ptr<ps::JsonLinesWriter> metrics;
@@ -321,7 +322,7 @@ int CheckOnly(const ps::Workload& workload, const ps::GrpcClientOptions& client,
   if (absl::Status s = ps::ValidateGrpcClientOptions(client); !s.ok()) return Fail(s);
   if (!evaluate) {
     auto train = ps::OpenWorkloadData(workload, ps::Split::kTrain);
-    if (!train.ok()) return FailInput(train.status());
+    if (!train.ok()) return FailConfiguration(train.status());
     if (auto options = TrainerOptionsFromFlags(rank, workload); !options.ok()) {
       return Fail(options.status());
     }
@@ -356,13 +357,13 @@ int main(int argc, char** argv) {
   auto workload = ps::WorkloadFromFlags();
   if (!workload.ok()) return Fail(workload.status());
   auto test = ps::OpenWorkloadData(*workload, ps::Split::kTest);
-  if (!test.ok()) return FailInput(test.status());
+  if (!test.ok()) return FailConfiguration(test.status());
   // Evaluation batches of about kEvalBatch predictions: a language model's window holds one per
   // position, and its layers keep scratch memory per position.
   const int eval_batch = std::max(1, kEvalBatch / (*test)->shape().labels);
   auto model = ps::MakeModel(workload->model, (*test)->shape(), **device,
                              evaluate ? eval_batch : std::max(workload->batch_size, eval_batch));
-  if (!model.ok()) return Fail(model.status());
+  if (!model.ok()) return FailConfiguration(model.status());
   auto client_options = ClientOptionsFromFlags(**model, **test, rank);
   if (!client_options.ok()) return Fail(client_options.status());
   if (absl::GetFlag(FLAGS_check_only)) return CheckOnly(*workload, *client_options, rank, evaluate);

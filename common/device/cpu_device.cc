@@ -49,7 +49,8 @@ absl::StatusOr<DeviceBuffer> CpuDevice::Allocate(size_t bytes) {
   const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
   void* p = std::aligned_alloc(64, rounded);
   if (p == nullptr) {
-    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", bytes, " bytes (", bytes >> 30, " GiB)"));
   }
   std::memset(p, 0, rounded);
   return DeviceBuffer(p, bytes, [](void* q) { std::free(q); });

@@ -38,13 +38,24 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name,
                    ParamDescription::Create(std::move(layout), std::move(tables)));
   std::unique_ptr<Model> model(new Model(std::move(name), std::move(layers), std::move(params),
                                          device, max_batch, loss, labels_per_sample));
-  for (const auto& layer : model->layers_) {
-    RETURN_IF_ERROR(layer->Prepare(device, max_batch));
-    const size_t bytes = sizeof(float) * max_batch * layer->output_size();
-    ASSIGN_OR_RETURN(DeviceBuffer act, device.Allocate(bytes));
-    ASSIGN_OR_RETURN(DeviceBuffer grad, device.Allocate(bytes));
-    model->activations_.push_back(std::move(act));
-    model->gradients_.push_back(std::move(grad));
+  for (size_t i = 0; i < model->layers_.size(); ++i) {
+    // Scratch and activations grow with the batch (and a language model's with its context
+    // squared): say which layer and batch asked for memory the device does not have.
+    const auto in_layer = [&](const absl::Status& s) {
+      return absl::Status(s.code(), absl::StrCat("layer ", i, " of the model, for a batch of ",
+                                                 max_batch, ": ", s.message()));
+    };
+    const Layer& layer = *model->layers_[i];
+    if (absl::Status s = model->layers_[i]->Prepare(device, max_batch); !s.ok()) {
+      return in_layer(s);
+    }
+    const size_t bytes = sizeof(float) * max_batch * layer.output_size();
+    absl::StatusOr<DeviceBuffer> act = device.Allocate(bytes);
+    if (!act.ok()) return in_layer(act.status());
+    absl::StatusOr<DeviceBuffer> grad = device.Allocate(bytes);
+    if (!grad.ok()) return in_layer(grad.status());
+    model->activations_.push_back(std::move(*act));
+    model->gradients_.push_back(std::move(*grad));
   }
   const int64_t predictions = int64_t{max_batch} * labels_per_sample;
   ASSIGN_OR_RETURN(model->probs_,

@@ -16,6 +16,7 @@
 //   out) fails the releasing call with FAILED_PRECONDITION.
 // The ops are CpuDevice's, so results are otherwise the same to the bit.
 
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <vector>
@@ -46,7 +47,14 @@ class DeferredCopyDevice final : public Device {
   // Async copies issued and not yet released.
   size_t pending() const { return unreleased_.size(); }
 
-  absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override { return cpu_.Allocate(bytes); }
+  // Device memory beyond `bytes` per allocation is RESOURCE_EXHAUSTED (a smaller device).
+  void set_allocation_limit(size_t bytes) { allocation_limit_ = bytes; }
+  absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override {
+    if (bytes > allocation_limit_) {
+      return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
+    }
+    return cpu_.Allocate(bytes);
+  }
   absl::StatusOr<DeviceBuffer> AllocateHost(size_t bytes) override {
     return cpu_.AllocateHost(bytes);
   }
@@ -147,6 +155,7 @@ class DeferredCopyDevice final : public Device {
   }
 
   CpuDevice cpu_;
+  size_t allocation_limit_ = SIZE_MAX;
   std::deque<Copy> unreleased_;  // ticket order
   int issued_ = 0;               // tickets since the last Synchronize()
   Counts counts_;

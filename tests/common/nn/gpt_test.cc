@@ -9,6 +9,7 @@
 #include "common/nn/transformer_layers.h"
 #include "gtest/gtest.h"
 #include "tests/common/base/random_vector.h"
+#include "tests/common/device/deferred_copy_device.h"
 #include "tests/common/nn/finite_difference.h"
 
 namespace ps {
@@ -195,6 +196,17 @@ TEST(TransformerBlock, RefusesAWidthTheHeadsDoNotDivide) {
   CpuDevice dev;
   TransformerBlock block("h0", 3, 6, 4, 1);
   EXPECT_EQ(block.Prepare(dev, 1).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A model whose memory for the batch is beyond the device's says which layer and batch asked.
+TEST(Gpt, MemoryBeyondTheDeviceNamesTheLayerAndTheBatch) {
+  DeferredCopyDevice dev;
+  dev.set_allocation_limit(size_t{1} << 20);
+  // The attention's scores: 8 windows x 2 heads x 256 x 256 positions of 4 bytes, 4 MiB.
+  auto made = MakeGpt(/*vocab=*/6, /*context=*/256, /*layers=*/1, /*heads=*/2, /*dim=*/4, dev, 8);
+  ASSERT_EQ(made.status().code(), absl::StatusCode::kResourceExhausted) << made.status();
+  EXPECT_EQ(made.status().message().substr(0, 46), "layer 1 of the model, for a batch of 8: cannot")
+      << made.status();
 }
 
 // The whole model: 2 windows of 4 tokens, vocabulary 6, 2 blocks of width 4 with 2 heads;
