@@ -48,15 +48,19 @@ int main(int argc, char** argv) {
       argc, argv,
       "Writes synthetic data with a known best possible result.\n"
       "  ps_datagen ctr --out DIR [--train 1000000] [--test 100000] [--seed 1]");
-  if (args.size() != 1 || args[0] != "ctr") return Fail("usage: ps_datagen ctr --out DIR ...", 2);
+  if (args.size() != 1 || args[0] != "ctr")
+    return Fail("usage: ps_datagen ctr --out DIR ...", ps::kExitConfigurationError);
   const std::string dir = absl::GetFlag(FLAGS_out);
-  if (dir.empty()) return Fail("--out is required", 2);
+  if (dir.empty()) return Fail("--out is required", ps::kExitConfigurationError);
   if (absl::GetFlag(FLAGS_train) < 1 || absl::GetFlag(FLAGS_test) < 1) {
-    return Fail("--train and --test must be >= 1", 2);
+    return Fail("--train and --test must be >= 1", ps::kExitConfigurationError);
   }
   std::error_code error;
   std::filesystem::create_directories(dir, error);
-  if (error) return Fail(absl::StrCat("cannot create ", dir, ": ", error.message()), 1);
+  if (error) {
+    return Fail(absl::StrCat("cannot create ", dir, ": ", error.message()),
+                ps::kExitConfigurationError);
+  }
   std::atomic<bool> stop{false};
   std::atomic<int> stop_signal{0};
   ps::ShutdownSignalWatcher signals([&](int signo) {
@@ -77,7 +81,7 @@ int main(int argc, char** argv) {
                                signo == SIGINT ? "SIGINT" : "SIGTERM"),
                   128 + signo);
     }
-    if (!written.ok()) return Fail(written.status().ToString(), 1);
+    if (!written.ok()) return Fail(written.status().ToString(), ps::ExitCodeOf(written.status()));
     truth[split] = ToJson(*written);
     std::printf("%s: %lld lines, click rate %.4f, Bayes-optimal AUC %.4f, log-loss %.4f\n", split,
                 static_cast<long long>(written->lines), written->click_rate, written->bayes_auc,
@@ -85,6 +89,6 @@ int main(int argc, char** argv) {
   }
   // Written last and whole (renamed into place): its presence says both splits are complete.
   const absl::Status written = ps::WriteWholeFile(dir + "/truth.json", truth.dump(2) + "\n");
-  if (!written.ok()) return Fail(written.ToString(), 1);
+  if (!written.ok()) return Fail(written.ToString(), ps::ExitCodeOf(written));
   return 0;
 }

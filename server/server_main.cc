@@ -93,11 +93,7 @@ absl::StatusOr<ps::ShardServerOptions> OptionsFromFlags() {
 // (TLS files, the token, the checkpoint folder, the port files); 1 otherwise.
 int CannotStart(const absl::Status& why) {
   spdlog::error("cannot start: {}", why.ToString());
-  const absl::StatusCode code = why.code();
-  return code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kNotFound ||
-                 code == absl::StatusCode::kPermissionDenied
-             ? ps::kExitConfigurationError
-             : 1;
+  return ps::ExitCodeOf(why);
 }
 
 }  // namespace

@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
                  "--weights_out w.f32");
   auto fail = [](const absl::Status& s) {
     std::fprintf(stderr, "ps_replay: %s\n", s.ToString().c_str());
-    return s.code() == absl::StatusCode::kInvalidArgument ? ps::kExitConfigurationError : 1;
+    return ps::ExitCodeOf(s);
   };
   ps::ReplayOptions options;
   options.record_paths = absl::StrSplit(absl::GetFlag(FLAGS_records), ',', absl::SkipEmpty());

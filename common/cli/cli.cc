@@ -99,6 +99,19 @@ void RefuseBadCommandLineFlags(int argc, char** argv) {
   }
 }
 
+int ExitCodeOf(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+      return 0;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kPermissionDenied:
+      return kExitConfigurationError;
+    default:
+      return 1;
+  }
+}
+
 std::vector<std::string> ParseCommandLine(int argc, char** argv, const char* usage) {
   absl::FlagsUsageConfig config;
   config.contains_help_flags = IsHelpFlagFile;

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+
 namespace ps {
 
 // Every binary's exit code for a configuration error: a bad flag or variable, data or a file the
@@ -14,6 +16,12 @@ namespace ps {
 // (ps_launch's --restart_workers, the Kubernetes Job's podFailurePolicy), and ps_launch passes a
 // child's on as its own: a restart cannot fix it.
 inline constexpr int kExitConfigurationError = 2;
+
+// The exit code of a binary that could not start or finish on its own inputs: 0 for OK,
+// kExitConfigurationError for INVALID_ARGUMENT, NOT_FOUND and PERMISSION_DENIED (a bad flag, or a
+// file or folder the flags name that is missing or cannot be made), 1 for anything else. Not for
+// errors a remote peer returns, whose codes speak of the peer.
+int ExitCodeOf(const absl::Status& status);
 
 // Sets the usage text, makes --help list the flags defined in *_main.cc and *_flags.cc files,
 // and parses argv.

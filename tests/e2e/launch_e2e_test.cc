@@ -200,6 +200,15 @@ TEST_F(LaunchE2e, ReplayOfAnAspRunReproducesTheWeightsBitForBit) {
   ASSERT_EQ(RunTool(args, dir + "/replay2.log"), 0) << ReadAll(dir + "/replay2.log");
   const auto other = ReadWeights(dir + "/replayed.f32");
   EXPECT_NE(std::memcmp(run.data(), other.data(), run.size() * sizeof(float)), 0);
+  // A record that is not there is the flags' fault: exit 2, and the weights stay as they were.
+  for (auto& a : args) {
+    if (absl::StartsWith(a, "--records=")) a = "--records=" + dir + "/no-such.updates";
+  }
+  EXPECT_EQ(RunTool(args, dir + "/replay3.log"), 2) << ReadAll(dir + "/replay3.log");
+  EXPECT_TRUE(absl::StrContains(ReadAll(dir + "/replay3.log"),
+                                "NOT_FOUND: cannot read update record " + dir + "/no-such.updates"))
+      << ReadAll(dir + "/replay3.log");
+  EXPECT_EQ(ReadWeights(dir + "/replayed.f32"), other);
 }
 
 // A worker that finds no data exits 2, a configuration error: the launcher stops every process

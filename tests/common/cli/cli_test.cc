@@ -31,6 +31,16 @@ TEST(OrdinalOfName, TakesTheDigitsAfterTheLastDash) {
   EXPECT_EQ(OrdinalOfName("ps-1-"), std::nullopt);
 }
 
+TEST(ExitCodeOf, ConfigurationErrorsAre2AndOtherFailures1) {
+  EXPECT_EQ(ExitCodeOf(absl::OkStatus()), 0);
+  EXPECT_EQ(ExitCodeOf(absl::InvalidArgumentError("bad flag")), kExitConfigurationError);
+  EXPECT_EQ(ExitCodeOf(absl::NotFoundError("no such file")), kExitConfigurationError);
+  EXPECT_EQ(ExitCodeOf(absl::PermissionDeniedError("read-only")), kExitConfigurationError);
+  EXPECT_EQ(ExitCodeOf(absl::DataLossError("disk full")), 1);
+  EXPECT_EQ(ExitCodeOf(absl::UnavailableError("shard down")), 1);
+  EXPECT_EQ(ExitCodeOf(absl::ResourceExhaustedError("memory")), 1);
+}
+
 TEST(IndexFromEnvironment, ReadsAnIndexOrAPodOrdinal) {
   ::setenv("PS_TEST_INDEX", "7", 1);
   EXPECT_EQ(IndexFromEnvironment("PS_TEST_INDEX", false), 7);
