@@ -40,19 +40,29 @@ if ((QUICK)); then
   exit 0
 fi
 
+# timed NAME COMMAND...: runs the command and says how long it took (where CI's time goes).
+timed() {
+  local name="$1" start=$SECONDS
+  shift
+  "$@"
+  echo "test.sh: $name took $((SECONDS - start)) s"
+}
+
 export INSTALL_TEST_PACKAGES=1
-scripts/setup.sh
-(cd build && ctest --output-on-failure -j "$JOBS")
+timed "set-up and build/" scripts/setup.sh
+timed "build/'s tests" bash -c 'cd build && ctest --output-on-failure -j "$1"' _ "$JOBS"
 
 if [[ "${SANITIZE:-0}" != "1" ]] && grep -q '^PS_CUDA_BUILT:INTERNAL=TRUE' build/CMakeCache.txt; then
-  BUILD_DIR=build-cpu CMAKE_ARGS="-DPS_ENABLE_CUDA=OFF -DPS_BUILD_BENCH=OFF" scripts/setup.sh
-  (cd build-cpu && ctest --output-on-failure -j "$JOBS" -LE "e2e|deploy")
+  BUILD_DIR=build-cpu CMAKE_ARGS="-DPS_ENABLE_CUDA=OFF -DPS_BUILD_BENCH=OFF" \
+    timed "build-cpu/" scripts/setup.sh
+  timed "build-cpu/'s tests" bash -c 'cd build-cpu && ctest --output-on-failure -j "$1" -LE "e2e|deploy"' _ "$JOBS"
 fi
 
 if [[ "${SANITIZE:-0}" == "1" ]]; then
   BUILD_DIR=build-asan CMAKE_ARGS="-DPS_SANITIZE=ON -DPS_ENABLE_CUDA=OFF -DPS_BUILD_BENCH=OFF" \
-    BUILD_TYPE=Debug scripts/setup.sh
-  (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    BUILD_TYPE=Debug timed "build-asan/" scripts/setup.sh
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     LSAN_OPTIONS="suppressions=$ROOT/tests/lsan.supp" \
-    ctest --output-on-failure -j "$JOBS" -LE "load|netns|docker")
+    timed "build-asan/'s tests" bash -c \
+    'cd build-asan && ctest --output-on-failure -j "$1" -LE "load|netns|docker"' _ "$JOBS"
 fi
