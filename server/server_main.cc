@@ -67,24 +67,17 @@ absl::StatusOr<ps::ShardServerOptions> OptionsFromFlags() {
   o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   o.checkpoint_keep = absl::GetFlag(FLAGS_checkpoint_keep);
   o.checkpoint_every_updates = absl::GetFlag(FLAGS_checkpoint_every);
-  if (absl::GetFlag(FLAGS_checkpoint_seconds) < 0 || o.checkpoint_keep < 1 ||
-      o.checkpoint_every_updates < 0) {
-    return absl::InvalidArgumentError(
-        "--checkpoint_seconds and --checkpoint_every must be >= 0, --checkpoint_keep >= 1");
-  }
-  o.checkpoint_interval = absl::Seconds(absl::GetFlag(FLAGS_checkpoint_seconds));
+  if (o.checkpoint_keep < 1) return absl::InvalidArgumentError("--checkpoint_keep must be >= 1");
   o.drop_push_reply_every = absl::GetFlag(FLAGS_fault_drop_push_reply_every);
   o.accept_shared_memory = absl::GetFlag(FLAGS_shared_memory);
   o.local_calls = absl::GetFlag(FLAGS_local_calls);
-  if (o.drop_push_reply_every < 0) {
-    return absl::InvalidArgumentError("--fault_drop_push_reply_every must be >= 0");
-  }
   const int num_workers = absl::GetFlag(FLAGS_num_workers);
   if (num_workers < 1) {
     return absl::InvalidArgumentError("--num_workers (the workers in the job) must be >= 1");
   }
   ASSIGN_OR_RETURN(
       o.shard, ps::ShardOptionsFromFlags(ShardId(), absl::GetFlag(FLAGS_num_shards), num_workers));
+  o.checkpoint_interval = absl::Seconds(absl::GetFlag(FLAGS_checkpoint_seconds));  // checked above
   return o;
 }
 

@@ -41,6 +41,14 @@ absl::StatusOr<ShardOptions> ShardOptionsFromFlags(int shard_id, int num_shards,
     return absl::InvalidArgumentError("--lease_ms must be >= 1");
   }
   s.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
+  // Read by ps_server's own options, beside the shard's, and checked here for the launcher too.
+  if (!(absl::GetFlag(FLAGS_checkpoint_seconds) >= 0) ||
+      absl::GetFlag(FLAGS_checkpoint_every) < 0) {
+    return absl::InvalidArgumentError("--checkpoint_seconds and --checkpoint_every must be >= 0");
+  }
+  if (absl::GetFlag(FLAGS_fault_drop_push_reply_every) < 0) {
+    return absl::InvalidArgumentError("--fault_drop_push_reply_every must be >= 0");
+  }
   RETURN_IF_ERROR(ValidateShardOptions(s));
   return s;
 }

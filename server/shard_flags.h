@@ -11,7 +11,8 @@
 namespace ps {
 
 // The options of shard `shard_id` of `num_shards` in a job of `num_workers` workers, checked as
-// Shard::Create checks them (ValidateShardOptions); INVALID_ARGUMENT naming what is wrong.
+// Shard::Create checks them (ValidateShardOptions), and the other flags of server_flags.cc (the
+// checkpoint frequency, the fault injection) checked too; INVALID_ARGUMENT naming what is wrong.
 absl::StatusOr<ShardOptions> ShardOptionsFromFlags(int shard_id, int num_shards, int num_workers);
 
 }  // namespace ps

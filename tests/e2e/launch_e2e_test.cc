@@ -268,6 +268,7 @@ TEST(LaunchFlags, ABadShardFlagExits2BeforeAnythingStarts) {
       {{"--eviction=fifo"}, "fifo"},
       {{"--lease_ms=0"}, "--lease_ms must be >= 1"},
       {{"--full_checkpoint_every=0"}, "--full_checkpoint_every must be >= 1"},
+      {{"--checkpoint_every=-1"}, "--checkpoint_seconds and --checkpoint_every must be >= 0"},
       {{"--tls_dir=" + dir}, "--tls_dir: cannot read " + dir + "/server.pem"},
       {{"--token_file=" + dir + "/no-token"}, "--token_file: cannot read " + dir + "/no-token"},
   };
