@@ -21,28 +21,23 @@ while (($#)); do
   shift 2
 done
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "--rounds must be a whole number >= 1" >&2; exit 2; }
-WORK="$(mktemp -d -t dlrm_bench.XXXXXX)"
 # The peer and every ps_launch run in the background (bench/processes.sh): SIGTERM or Ctrl-C
 # stops the one running at once (ps_launch then stops its shards and workers) and exits 130.
 source bench/processes.sh
-trap 'set +e; stop_listed; rm -rf "$WORK"' EXIT
-trap 'exit 130' INT TERM
+make_work dlrm_bench
 if [[ ! -f "$data/truth.json" && ! -f "$data/train.tsv" ]]; then
   run_waited build/bin/ps_datagen ctr --out "$data" --train 1000000 --test 100000 --seed 1 >&2
 fi
-field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$@"; }
 for round in $(seq 1 "$rounds"); do
   run_waited /usr/bin/python3 bench/peers/pytorch_dlrm.py --data "$data" --batch 256 >"$WORK/peer"
   peer="$(cat "$WORK/peer")"
   echo "${peer%\}}, \"round\": $round}"
-  peer_rate="$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['samples_per_sec'])" "$peer")"
   for config in "1 256" "2 128"; do
     set -- $config
     dir="$WORK/r$round-$1"
     run_waited build/bin/ps_launch --shards "$1" --workers "$1" --mode bsp --model dlrm \
       --data "criteo:$data" --epochs 1 --batch_size "$2" --metrics_dir "$dir" --quiet >/dev/null
-    rate="$(field "$dir/summary.json" samples_per_sec)"
-    python3 -c "import json,sys; r=float(sys.argv[3]); print(json.dumps({'bench':'dlrm','round':int(sys.argv[1]),'workers':int(sys.argv[2]),'shards':int(sys.argv[2]),'batch_size':int(sys.argv[4]),'samples_per_sec':r,'test_auc':float(sys.argv[5]),'ratio_vs_pytorch':r/float(sys.argv[6])}))" \
-      "$round" "$1" "$rate" "$2" "$(field "$dir/summary.json" test_auc)" "$peer_rate"
+    compare_to_peer dlrm samples_per_sec test_auc "$round" "$1" "$2" "$dir/summary.json" \
+      "$WORK/peer"
   done
 done

@@ -29,27 +29,21 @@ for pair in "steps $steps" "rounds $rounds"; do
 done
 [[ -f "$data" ]] || { echo "--data: no file $data (scripts/setup.sh writes the default)" >&2; exit 2; }
 shape=(--layers 4 --heads 4 --dim 128 --context 64)
-WORK="$(mktemp -d -t gpt_bench.XXXXXX)"
 # The peer and every ps_launch run in the background (bench/processes.sh): SIGTERM or Ctrl-C
 # stops the one running at once (ps_launch then stops its shards and workers) and exits 130.
 source bench/processes.sh
-trap 'set +e; stop_listed; rm -rf "$WORK"' EXIT
-trap 'exit 130' INT TERM
-field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$@"; }
+make_work gpt_bench
 for round in $(seq 1 "$rounds"); do
   run_waited /usr/bin/python3 bench/peers/pytorch_gpt.py --train --data "$data" "${shape[@]}" \
     --batch 12 --steps "$steps" >"$WORK/peer"
   peer="$(cat "$WORK/peer")"
   echo "${peer%\}}, \"round\": $round}"
-  peer_rate="$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['tokens_per_sec'])" "$peer")"
   for config in "1 12" "2 6"; do
     set -- $config
     dir="$WORK/r$round-$1"
     run_waited build/bin/ps_launch --shards "$1" --workers "$1" --mode bsp --model gpt \
       --data "text:$data" "${shape[@]}" --batch_size "$2" --steps "$steps" --optimizer adamw --lr 0.001 \
       --weight_decay 0.01 --clip_norm 1.0 --metrics_dir "$dir" --quiet >/dev/null
-    rate="$(field "$dir/summary.json" tokens_per_sec)"
-    python3 -c "import json,sys; r=float(sys.argv[3]); print(json.dumps({'bench':'gpt','round':int(sys.argv[1]),'workers':int(sys.argv[2]),'shards':int(sys.argv[2]),'batch_size':int(sys.argv[4]),'tokens_per_sec':r,'val_loss':float(sys.argv[5]),'ratio_vs_pytorch':r/float(sys.argv[6])}))" \
-      "$round" "$1" "$rate" "$2" "$(field "$dir/summary.json" val_loss)" "$peer_rate"
+    compare_to_peer gpt tokens_per_sec val_loss "$round" "$1" "$2" "$dir/summary.json" "$WORK/peer"
   done
 done

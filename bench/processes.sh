@@ -1,8 +1,19 @@
-# Sourced by the bench scripts, after they set WORK (their own temporary folder): the processes a
-# script starts are listed in $WORK/pids, whatever subshell started them, so that its cleanup
-# (stop_listed) stops every one; and run_waited lets SIGTERM or Ctrl-C act at once.
+# Sourced by the bench scripts. Their processes are listed in $WORK/pids (WORK: the script's own
+# temporary folder), whatever subshell started them, so that its cleanup (stop_listed) stops every
+# one; run_waited lets SIGTERM or Ctrl-C act at once. A script that sets WORK itself does so before
+# sourcing this; make_work sets it for the others. compare_to_peer prints a run's line against
+# the reference peer of the same round.
 
-touch "$WORK/pids"
+[[ -n "${WORK:-}" ]] && touch "$WORK/pids"
+
+# make_work NAME: WORK, a fresh temporary folder (mktemp -t NAME.XXXXXX). On exit the listed
+# processes are stopped and the folder is removed; SIGINT and SIGTERM exit 130 through that.
+make_work() {
+  WORK="$(mktemp -d -t "$1.XXXXXX")"
+  touch "$WORK/pids"
+  trap 'set +e; stop_listed; rm -rf "$WORK"' EXIT
+  trap 'exit 130' INT TERM
+}
 
 # Whether a process is still running (a zombie, awaiting its parent, is not).
 alive() { [[ -r "/proc/$1/stat" && "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]]; }
@@ -29,4 +40,24 @@ run_waited() {
   wait "$pid" || status=$?
   sed -i "/^$pid\$/d" "$WORK/pids"
   return "$status"
+}
+
+# compare_to_peer BENCH RATE_KEY QUALITY_KEY ROUND WORKERS BATCH SUMMARY PEER: the JSON line of one
+# run of the project (WORKERS workers and as many shards, batch BATCH each): its RATE_KEY and
+# QUALITY_KEY from SUMMARY (its summary.json), and ratio_vs_pytorch, its rate over the RATE_KEY of
+# PEER (the file holding the peer's JSON line of the same round).
+compare_to_peer() {
+  python3 - "$@" <<'PY'
+import json
+import sys
+
+bench, rate_key, quality_key, round_, workers, batch, summary, peer = sys.argv[1:]
+with open(summary) as f:
+    s = json.load(f)
+with open(peer) as f:
+    p = json.load(f)
+print(json.dumps({"bench": bench, "round": int(round_), "workers": int(workers),
+                  "shards": int(workers), "batch_size": int(batch), rate_key: s[rate_key],
+                  quality_key: s[quality_key], "ratio_vs_pytorch": s[rate_key] / p[rate_key]}))
+PY
 }
