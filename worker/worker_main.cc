@@ -112,14 +112,22 @@ std::string WorkerMetricsText(const ps::LiveCounters& live, int rank) {
   return out.str();
 }
 
-// Logs a failure and gives the exit code: 0 for OK, 143 when stopped by a signal, 2 for a
-// configuration error, 1 otherwise.
+// Logs a failure and gives the exit code: 0 for OK, 143 when stopped by a signal, 1 otherwise but
+// 2 for a configuration error no restart fixes: a bad value (INVALID_ARGUMENT), or credentials
+// the shards refuse (UNAUTHENTICATED: a wrong or missing token; PERMISSION_DENIED).
 int Fail(const absl::Status& s) {
   if (s.ok()) return 0;
   spdlog::error("{}", s.ToString());
-  if (s.code() == absl::StatusCode::kCancelled) return 143;
-  if (s.code() == absl::StatusCode::kInvalidArgument) return ps::kExitConfigurationError;
-  return 1;
+  switch (s.code()) {
+    case absl::StatusCode::kCancelled:
+      return 143;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kPermissionDenied:
+      return ps::kExitConfigurationError;
+    default:
+      return 1;
+  }
 }
 
 // The input or the flags are wrong, so exit 2, a configuration error that a launcher does not

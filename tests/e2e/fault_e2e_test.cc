@@ -357,6 +357,16 @@ TEST_F(FaultE2e, TlsWithATokenTrainsAndRefusesStrangers) {
                     log),
             1);
   EXPECT_TRUE(absl::StrContains(ReadAll(log), "NOT_SERVING")) << ReadAll(log);
+  // A worker with the wrong token exits 2, a configuration error: neither the launcher's
+  // --restart_workers nor a Kubernetes Job retries it.
+  const std::string worker_log = dir + "/worker.log";
+  EXPECT_EQ(RunTool({BinDir() + "/ps_worker", servers, me, my_key, ca,
+                     "--token_file=" + dir + "/wrong-token", "--data=fashion-mnist:" + DataDir(),
+                     "--train_limit=320", "--test_limit=100", "--epochs=1"},
+                    worker_log),
+            2)
+      << ReadAll(worker_log);
+  EXPECT_TRUE(absl::StrContains(ReadAll(worker_log), "UNAUTHENTICATED")) << ReadAll(worker_log);
   // Only the authenticated status call reached a handler.
   Signal(server, SIGTERM);
   EXPECT_EQ(WaitExit(server), 0);
