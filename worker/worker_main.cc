@@ -112,22 +112,13 @@ std::string WorkerMetricsText(const ps::LiveCounters& live, int rank) {
   return out.str();
 }
 
-// Logs a failure and gives the exit code: 0 for OK, 143 when stopped by a signal, 1 otherwise but
-// 2 for a configuration error no restart fixes: a bad value (INVALID_ARGUMENT), or credentials
-// the shards refuse (UNAUTHENTICATED: a wrong or missing token; PERMISSION_DENIED).
+// Logs a failure and gives the exit code: 0 for OK, 143 when stopped by a signal, else
+// ExitCodeOf's: 2 for a configuration error no restart fixes (a bad value, a file the flags name,
+// a token the shards refuse), 1 otherwise.
 int Fail(const absl::Status& s) {
   if (s.ok()) return 0;
   spdlog::error("{}", s.ToString());
-  switch (s.code()) {
-    case absl::StatusCode::kCancelled:
-      return 143;
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kUnauthenticated:
-    case absl::StatusCode::kPermissionDenied:
-      return ps::kExitConfigurationError;
-    default:
-      return 1;
-  }
+  return s.code() == absl::StatusCode::kCancelled ? 143 : ps::ExitCodeOf(s);
 }
 
 // The input or the flags are wrong, so exit 2, a configuration error that a launcher does not

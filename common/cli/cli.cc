@@ -106,6 +106,7 @@ int ExitCodeOf(const absl::Status& status) {
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kNotFound:
     case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kUnauthenticated:
       return kExitConfigurationError;
     default:
       return 1;

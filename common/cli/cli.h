@@ -18,9 +18,9 @@ namespace ps {
 inline constexpr int kExitConfigurationError = 2;
 
 // The exit code of a binary that could not start or finish on its own inputs: 0 for OK,
-// kExitConfigurationError for INVALID_ARGUMENT, NOT_FOUND and PERMISSION_DENIED (a bad flag, or a
-// file or folder the flags name that is missing or cannot be made), 1 for anything else. Not for
-// errors a remote peer returns, whose codes speak of the peer.
+// kExitConfigurationError for INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED and UNAUTHENTICATED
+// (a bad flag, a file or folder the flags name that is missing or cannot be made, credentials the
+// servers refuse), 1 for anything else.
 int ExitCodeOf(const absl::Status& status);
 
 // Sets the usage text, makes --help list the flags defined in *_main.cc and *_flags.cc files,

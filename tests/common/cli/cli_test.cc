@@ -36,6 +36,7 @@ TEST(ExitCodeOf, ConfigurationErrorsAre2AndOtherFailures1) {
   EXPECT_EQ(ExitCodeOf(absl::InvalidArgumentError("bad flag")), kExitConfigurationError);
   EXPECT_EQ(ExitCodeOf(absl::NotFoundError("no such file")), kExitConfigurationError);
   EXPECT_EQ(ExitCodeOf(absl::PermissionDeniedError("read-only")), kExitConfigurationError);
+  EXPECT_EQ(ExitCodeOf(absl::UnauthenticatedError("wrong token")), kExitConfigurationError);
   EXPECT_EQ(ExitCodeOf(absl::DataLossError("disk full")), 1);
   EXPECT_EQ(ExitCodeOf(absl::UnavailableError("shard down")), 1);
   EXPECT_EQ(ExitCodeOf(absl::ResourceExhaustedError("memory")), 1);
