@@ -1,6 +1,8 @@
 #include "worker/step_gradient.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
@@ -69,7 +71,9 @@ const StepGradient::StepLookups& StepGradient::LookupsOf(int64_t step) {
       return l;
     }
   }
-  StepLookups& l = lookups_[lookups_[0].last_use < lookups_[1].last_use ? 0 : 1];
+  StepLookups& l = *std::min_element(
+      std::begin(lookups_), std::end(lookups_),
+      [](const StepLookups& a, const StepLookups& b) { return a.last_use < b.last_use; });
   l.last_use = uses_;
   const int64_t per_micro = int64_t{batch_} * fields_;
   std::vector<uint64_t> keys(per_micro * accumulate_);

@@ -56,8 +56,9 @@ class StepGradient {
                                             const LayerCallbacks& callbacks);
 
   // Models with a sparse table: the keys step `step` looks up, deduplicated over its
-  // micro-batches (the last two steps asked are kept). The worker pulls their rows before
-  // Compute and pushes their gradients after.
+  // micro-batches (the last three steps asked are kept; the reference stays valid until three
+  // other steps have been asked for). The worker pulls their rows before Compute and pushes
+  // their gradients after.
   const std::vector<uint64_t>& StepKeys(int64_t step);
   // Compute with the step's rows: `rows` (StepKeys(step).size() x dim, host, in key order) are
   // read; `row_grads` (the same shape) receives the mean over the micro-batches of the loss's
@@ -128,10 +129,11 @@ class StepGradient {
     std::vector<std::vector<int32_t>> lookups, offsets, positions;  // per micro-batch
   };
   const StepLookups& LookupsOf(int64_t step);
-  // The two steps asked for last (a step and the next one's pull). The one used less recently
-  // makes room: not the lower step, since a worker that registers again goes back to an earlier
-  // step while a later one is still cached.
-  StepLookups lookups_[2];
+  // The three steps asked for last: the step that computes and the (at most two) later steps
+  // whose rows a double-buffered schedule pulls ahead of it. The one used least recently makes
+  // room: not the lowest step, since a worker that registers again goes back to an earlier step
+  // while later ones are still cached.
+  StepLookups lookups_[3];
   int64_t uses_ = 0;
   int fields_ = 0;   // keys per sample; 0: a dense model
   int64_t dim_ = 0;  // the table's row width

@@ -38,9 +38,7 @@ Schedule ChooseSchedule(const ScheduleRequest& request, ConsistencyMode mode, in
   return request.push_pull ? Schedule::kPushPull : Schedule::kSequential;
 }
 
-bool CarriesRows(Schedule schedule) {
-  return schedule == Schedule::kSequential || schedule == Schedule::kPushPull;
-}
+bool CarriesRows(Schedule schedule) { return schedule != Schedule::kPriority; }
 
 bool NeedsSecondWeights(Schedule schedule) {
   return schedule == Schedule::kOverlap || schedule == Schedule::kOverlapAsyncPush ||
@@ -163,17 +161,23 @@ class SequentialSchedule final : public StepSchedule {
 // pipelined pull lands in the one no step computes from) and/or two gradient buffers (the next
 // step computes while this one's is pushed). A worker's pushes still reach the shards in clock
 // order: step c's push is settled after step c+1's compute, before step c+1's push.
+//
+// With a sparse table, each buffer carries its step's rows: a weights buffer the keys and rows
+// pulled with its weights, a gradient buffer the keys and row gradients pushed with its
+// gradient. The keys are copied out of StepGradient (whose cache moves on as later steps are
+// pulled) on this thread, before a call that reads them is started, and stay put until it is
+// settled.
 class DoubleBufferedSchedule final : public StepSchedule {
  public:
   DoubleBufferedSchedule(const StepEnvironment& env, Schedule schedule)
       : env_(env),
         overlap_(NeedsSecondWeights(schedule)),
         async_push_(NeedsSecondGradient(schedule)),
-        pipelined_(schedule == Schedule::kPipelined),
-        weights_(env.buffers.weights()),
-        next_weights_(env.buffers.second_weights()),
-        gradient_(env.buffers.gradient()),
-        next_gradient_(env.buffers.second_gradient()) {
+        pipelined_(schedule == Schedule::kPipelined) {
+    weights_slots_[0].weights = env.buffers.weights();
+    weights_slots_[1].weights = env.buffers.second_weights();
+    gradient_slots_[0].gradient = env.buffers.gradient();
+    gradient_slots_[1].gradient = env.buffers.second_gradient();
     if (async_push_) push_thread_ = std::make_unique<TaskPool>(1);
   }
   ~DoubleBufferedSchedule() override { Drain(); }  // nothing in flight outlives the buffers
@@ -186,43 +190,58 @@ class DoubleBufferedSchedule final : public StepSchedule {
       RETURN_IF_ERROR(Settle());
     }
     ASSIGN_OR_RETURN(PullStats pulled, TakeWeights(step));
-    ASSIGN_OR_RETURN(const Computed c, ComputeStep(env_, step, start, weights_, gradient_));
+    GradientSlot& out = *gradient_;
+    out.keys = weights_->keys;
+    out.row_grads.resize(weights_->rows.size());
+    ASSIGN_OR_RETURN(const Computed c,
+                     ComputeStep(env_, step, start, weights_->weights, out.gradient, weights_->rows,
+                                 absl::MakeSpan(out.row_grads)));
     const int count = static_cast<int>(c.batch.count);
+    const std::vector<RowsToPush> push_rows = RowsToPushOf(out);
     if (!async_push_) {
-      ASSIGN_OR_RETURN(const PushStats pushed,
-                       env_.client.Push(step, pulled.versions, count, gradient_));
-      return env_.accounting.Finish(
-          Complete(step, start, std::move(pulled), c, pushed, absl::Now()));
+      ASSIGN_OR_RETURN(
+          const PushStats pushed,
+          env_.client.PushWithRows(step, pulled.versions, count, out.gradient, push_rows));
+      return Finish(step, start, std::move(pulled), c, pushed, absl::Now(), out.keys.size());
     }
     RETURN_IF_ERROR(Settle());
     // Pipelined: pull the step after next into the buffer this step computed from (free now)
     // when the next step's weights are here or being prefetched (into the other buffer), else the
     // next step's into the other buffer; nothing past the last step.
     int64_t pull_clock = -1;
-    absl::Span<float> into;
+    WeightsSlot* into = nullptr;
+    std::vector<RowsToPull> pull_rows;
     if (pipelined_) {
       const bool next_here =
           carried_step_ == step + 1 || (prefetch_.valid() && prefetch_step_ == step + 1);
       pull_clock = next_here ? step + 2 : step + 1;
       into = next_here ? weights_ : next_weights_;
-      if (pull_clock >= env_.total_steps) pull_clock = -1;
+      if (pull_clock >= env_.total_steps) {
+        pull_clock = -1;
+      } else {
+        pull_rows = PrepareRows(pull_clock, into);
+      }
     }
-    in_flight_ = InFlightPush{
-        step,
-        pulled,
-        c,
-        start,
-        pull_clock,
-        into,
-        push_thread_->Submit([&client = env_.client, step, count, pull_clock, into, g = gradient_,
-                              versions = pulled.versions]() -> absl::StatusOr<PushPullStats> {
-          if (pull_clock >= 0) {
-            return client.PushPull(step, versions, count, g, pull_clock, into);
-          }
-          PushPullStats only_pushed;
-          ASSIGN_OR_RETURN(only_pushed.pushed, client.Push(step, versions, count, g));
-          return only_pushed;
-        })};
+    in_flight_ =
+        InFlightPush{step,
+                     pulled,
+                     c,
+                     start,
+                     pull_clock,
+                     into,
+                     static_cast<int64_t>(out.keys.size()),
+                     push_thread_->Submit([&client = env_.client, step, count, pull_clock, into,
+                                           g = out.gradient, versions = pulled.versions, push_rows,
+                                           pull_rows]() -> absl::StatusOr<PushPullStats> {
+                       if (pull_clock >= 0) {
+                         return client.PushPullWithRows(step, versions, count, g, push_rows,
+                                                        pull_clock, into->weights, pull_rows);
+                       }
+                       PushPullStats only_pushed;
+                       ASSIGN_OR_RETURN(only_pushed.pushed,
+                                        client.PushWithRows(step, versions, count, g, push_rows));
+                       return only_pushed;
+                     })};
     std::swap(gradient_, next_gradient_);  // the next step computes while this one is pushed
     return absl::OkStatus();               // accounted for when its push is settled
   }
@@ -238,9 +257,22 @@ class DoubleBufferedSchedule final : public StepSchedule {
     }
   }
 
-  absl::Span<const float> weights() const override { return weights_; }
+  absl::Span<const float> weights() const override { return weights_->weights; }
 
  private:
+  // A weights buffer; with a sparse table, also the keys and rows of the step it holds.
+  struct WeightsSlot {
+    absl::Span<float> weights;
+    std::vector<uint64_t> keys;
+    std::vector<float> rows;
+  };
+  // A gradient buffer; with a sparse table, also the keys and row gradients of its step.
+  struct GradientSlot {
+    absl::Span<float> gradient;
+    std::vector<uint64_t> keys;
+    std::vector<float> row_grads;
+  };
+
   // A push in flight; pipelined, it also pulls step `pull_clock` into `weights`.
   struct InFlightPush {
     int64_t step = 0;
@@ -248,13 +280,35 @@ class DoubleBufferedSchedule final : public StepSchedule {
     Computed computed;
     absl::Time start;
     int64_t pull_clock = -1;  // -1: a push alone
-    absl::Span<float> weights;
+    WeightsSlot* weights = nullptr;
+    int64_t unique_keys = 0;  // rows pushed
     std::future<absl::StatusOr<PushPullStats>> result;
   };
 
-  // Step `step`'s weights into weights_: from a prefetch (only what is left of it is waited for),
-  // from a pipelined pull, or pulled now. Starts the next step's prefetch where the schedule has
-  // one and no pipelined pull brings it (first step, or after a Drain).
+  // Puts step `step`'s keys in `slot` and sizes its rows: the rows a pull of `step` into the
+  // slot fills (none for a dense model). Only on this thread, with no call using the slot.
+  std::vector<RowsToPull> PrepareRows(int64_t step, WeightsSlot* slot) {
+    if (env_.row_dim == 0) return {};
+    slot->keys = env_.gradient.StepKeys(step);
+    slot->rows.resize(slot->keys.size() * env_.row_dim);
+    return {RowsToPull{0, slot->keys, absl::MakeSpan(slot->rows)}};
+  }
+
+  std::vector<RowsToPush> RowsToPushOf(const GradientSlot& slot) const {
+    if (env_.row_dim == 0) return {};
+    return {RowsToPush{0, slot.keys, slot.row_grads}};
+  }
+
+  absl::Status Finish(int64_t step, absl::Time start, PullStats pulled, const Computed& c,
+                      const PushStats& pushed, absl::Time end, size_t unique_keys) {
+    CompletedStep done = Complete(step, start, std::move(pulled), c, pushed, end);
+    if (env_.row_dim > 0) done.unique_keys = static_cast<int64_t>(unique_keys);
+    return env_.accounting.Finish(std::move(done));
+  }
+
+  // Step `step`'s weights (and rows) into weights_: from a prefetch (only what is left of it is
+  // waited for), from a pipelined pull, or pulled now. Starts the next step's prefetch where the
+  // schedule has one and no pipelined pull brings it (first step, or after a Drain).
   absl::StatusOr<PullStats> TakeWeights(int64_t step) {
     absl::StatusOr<PullStats> pull;
     if (prefetch_.valid() && prefetch_step_ == step) {
@@ -263,10 +317,11 @@ class DoubleBufferedSchedule final : public StepSchedule {
     } else if (carried_step_ == step) {
       pull = std::move(carried_);
       carried_step_ = -1;
-      if (carried_weights_.data() != weights_.data()) std::swap(weights_, next_weights_);
+      if (carried_weights_ != weights_) std::swap(weights_, next_weights_);
     } else {
       DrainPrefetch();  // a prefetch of another step (after a rejoin)
-      pull = env_.client.Pull(step, /*no_wait=*/false, weights_);
+      const std::vector<RowsToPull> rows = PrepareRows(step, weights_);
+      pull = env_.client.PullWithRows(step, /*no_wait=*/false, weights_->weights, rows);
     }
     const bool next_coming =
         pipelined_ && (carried_step_ == step + 1 ||
@@ -274,8 +329,9 @@ class DoubleBufferedSchedule final : public StepSchedule {
     if (overlap_ && !next_coming && pull.ok() && step + 1 < env_.total_steps) {
       prefetch_step_ = step + 1;
       prefetch_ = std::async(std::launch::async,
-                             [&client = env_.client, next = step + 1, out = next_weights_] {
-                               return client.Pull(next, /*no_wait=*/false, out);
+                             [&client = env_.client, next = step + 1, out = next_weights_->weights,
+                              rows = PrepareRows(step + 1, next_weights_)] {
+                               return client.PullWithRows(next, /*no_wait=*/false, out, rows);
                              });
     }
     return pull;
@@ -296,9 +352,8 @@ class DoubleBufferedSchedule final : public StepSchedule {
       carried_step_ = done.pull_clock;
       carried_weights_ = done.weights;
     }
-    return env_.accounting.Finish(Complete(done.step, done.start, std::move(done.pulled),
-                                           done.computed, both->pushed,
-                                           done.computed.pushing + push_time));
+    return Finish(done.step, done.start, std::move(done.pulled), done.computed, both->pushed,
+                  done.computed.pushing + push_time, static_cast<size_t>(done.unique_keys));
   }
 
   void DrainPrefetch() {
@@ -308,14 +363,20 @@ class DoubleBufferedSchedule final : public StepSchedule {
 
   const StepEnvironment env_;
   const bool overlap_, async_push_, pipelined_;
-  // Swapped as steps alternate between the buffers.
-  absl::Span<float> weights_, next_weights_, gradient_, next_gradient_;
+  WeightsSlot weights_slots_[2];
+  GradientSlot gradient_slots_[2];
+  // Swapped as steps alternate between the buffers (the second of a kind is empty unless the
+  // schedule has one).
+  WeightsSlot* weights_ = &weights_slots_[0];
+  WeightsSlot* next_weights_ = &weights_slots_[1];
+  GradientSlot* gradient_ = &gradient_slots_[0];
+  GradientSlot* next_gradient_ = &gradient_slots_[1];
   std::future<absl::StatusOr<PullStats>> prefetch_;  // of step prefetch_step_ into next_weights_
   int64_t prefetch_step_ = -1;
   // The weights of step carried_step_ (-1: none) are in carried_weights_, pulled with a push.
   int64_t carried_step_ = -1;
   PullStats carried_;
-  absl::Span<float> carried_weights_;
+  WeightsSlot* carried_weights_ = nullptr;
   std::optional<InFlightPush> in_flight_;
   std::unique_ptr<TaskPool> push_thread_;
 };

@@ -87,12 +87,13 @@ struct StepEnvironment {
   int64_t total_steps = 0;
   int samples_per_step = 0;
   std::vector<KeyRange> priority_parts;  // kPriority: the parts, in forward order (MergeParts)
-  // Models with a sparse table (kSequential and kPushPull only): its row width; each step pulls
+  // Models with a sparse table (every schedule but kPriority): its row width; each step pulls
   // the rows of StepGradient::StepKeys with its weights and pushes their gradients with its own.
   int64_t row_dim = 0;
 };
 
-// Whether `schedule` can carry a sparse table's rows (the sequential ones).
+// Whether `schedule` can carry a sparse table's rows: every one that pulls and pushes whole
+// steps (not kPriority, whose pieces the shards refuse rows with).
 bool CarriesRows(Schedule schedule);
 
 class StepSchedule {

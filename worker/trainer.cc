@@ -248,10 +248,8 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   }
   if (row_dim > 0 && !CarriesRows(schedule)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model ", model_.name(), " pulls and pushes sparse rows with each step, which the ",
-        ScheduleName(schedule),
-        " schedule cannot carry yet: drop --overlap, --async_push and "
-        "--priority"));
+        "model ", model_.name(), " pulls and pushes sparse rows with each whole step, which the ",
+        ScheduleName(schedule), " schedule cuts into layers: drop --priority"));
   }
   const int64_t n = model_.layout().total();
   ASSIGN_OR_RETURN(const StepBuffers buffers,
@@ -273,7 +271,8 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
     line.Add("kind", "start")
         .Add("rank", options_.rank)
         .Add("resume_step", cluster.resume_clock)
-        .Add("total_steps", total_steps);
+        .Add("total_steps", total_steps)
+        .Add("schedule", ScheduleName(schedule));
     RETURN_IF_ERROR(metrics_->Write(line));
   }
   ASSIGN_OR_RETURN(StepAccountingOptions accounting_options,

@@ -42,18 +42,28 @@ std::vector<std::string> Dlrm(const std::string& data) {
   return {"--data=criteo:" + data, "--model=dlrm", "--shards=2", "--epochs=1", "--batch_size=128"};
 }
 
-TEST(CtrE2e, DlrmLearnsThePlantedClicksUnderBspAndAsp) {
+// BSP, ASP, and ASP with the pipeline (the rows pulled a step ahead and pushed while the next
+// step computes), its payloads in the gRPC messages.
+TEST(CtrE2e, DlrmLearnsThePlantedClicksUnderBspAspAndThePipeline) {
   const nlohmann::json truth = nlohmann::json::parse(ReadAll(ClickData() + "/truth.json"));
   const double bayes_auc = truth["test"]["bayes_auc"];
-  for (const auto& [mode, workers] : {std::pair{"bsp", 2}, std::pair{"asp", 3}}) {
+  struct Run {
+    std::string mode;
+    int workers;
+    std::vector<std::string> flags;
+  };
+  for (const Run& run : {Run{"bsp", 2, {}}, Run{"asp", 3, {}},
+                         Run{"asp", 2, {"--overlap", "--async_push", "--shared_memory=false"}}}) {
+    const std::string mode = absl::StrCat(run.mode, run.flags.empty() ? "" : "_pipeline");
     const std::string dir = RunDir(absl::StrCat("dlrm_", mode));
-    ASSERT_EQ(RunLaunch(dir, With(Dlrm(ClickData()), {absl::StrCat("--mode=", mode),
-                                                      absl::StrCat("--workers=", workers)})),
-              0);
+    std::vector<std::string> flags = {absl::StrCat("--mode=", run.mode),
+                                      absl::StrCat("--workers=", run.workers)};
+    flags.insert(flags.end(), run.flags.begin(), run.flags.end());
+    ASSERT_EQ(RunLaunch(dir, With(Dlrm(ClickData()), flags)), 0);
     const nlohmann::json s = Summary(dir);
     const double auc = s["test_auc"];
-    std::printf("%s, %d workers: test AUC %.4f, log-loss %.4f (Bayes-optimal AUC %.4f)\n", mode,
-                workers, auc, s["test_logloss"].get<double>(), bayes_auc);
+    std::printf("%s, %d workers: test AUC %.4f, log-loss %.4f (Bayes-optimal AUC %.4f)\n",
+                mode.c_str(), run.workers, auc, s["test_logloss"].get<double>(), bayes_auc);
     EXPECT_GT(auc, 0.62) << mode;
     EXPECT_LT(auc, bayes_auc + 0.02) << mode;  // nothing beats the true probabilities
     EXPECT_EQ(s["samples_skipped"], 0) << mode;
@@ -69,6 +79,12 @@ TEST(CtrE2e, DlrmLearnsThePlantedClicksUnderBspAndAsp) {
     EXPECT_LT(s["unique_keys_per_step"].get<double>(), 26.0 * 128) << mode;
     EXPECT_GT(s["sparse_pull_ms"].get<double>(), 0.0) << mode;
     EXPECT_GT(s["sparse_push_ms"].get<double>(), 0.0) << mode;
+    if (!run.flags.empty()) {
+      const std::vector<std::string> starts = LinesOfKind(dir + "/worker-0.jsonl", "start");
+      ASSERT_EQ(starts.size(), 1u);
+      EXPECT_TRUE(absl::StrContains(starts[0], "\"schedule\":\"pipelined\"")) << starts[0];
+      EXPECT_EQ(s["shared_memory_payloads"], 0);
+    }
     EXPECT_TRUE(ProcessesMentioning(dir).empty());
   }
 }

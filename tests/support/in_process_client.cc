@@ -178,21 +178,13 @@ absl::StatusOr<PushStats> InProcessClient::PushRanges(
 
 absl::StatusOr<PullStats> InProcessClient::Pull(int64_t clock, bool no_wait,
                                                 absl::Span<float> params) {
-  RETURN_IF_ERROR(BeginCall(&counts_->pulls));
-  return PullRanges(clock, no_wait, params, WholeRanges(), nullptr);
+  return PullWithRows(clock, no_wait, params, {});
 }
 
 absl::StatusOr<PushStats> InProcessClient::Push(int64_t clock,
                                                 const std::vector<int64_t>& base_versions,
-                                                int /*num_samples*/,
-                                                absl::Span<const float> gradient) {
-  RETURN_IF_ERROR(BeginCall(&counts_->pushes));
-  const int push = ++push_calls_;
-  ASSIGN_OR_RETURN(PushStats stats, PushRanges(clock, base_versions, gradient, WholeRanges()));
-  if (faults_ != nullptr && push == faults_->drop_push_reply.load()) {
-    return PushRanges(clock, base_versions, gradient, WholeRanges());  // the retry's answer
-  }
-  return stats;
+                                                int num_samples, absl::Span<const float> gradient) {
+  return PushWithRows(clock, base_versions, num_samples, gradient, {});
 }
 
 absl::StatusOr<PullStats> InProcessClient::PullWithRows(int64_t clock, bool no_wait,
