@@ -355,6 +355,59 @@ class Pipeline(unittest.TestCase):
         # The mean of two micro-batches' gradients is the batch's up to rounding.
         self.check_recurrence(accumulate=2, tolerance=1e-5)
 
+    def test_rows_travel_with_the_pipeline(self):
+        # One worker under ASP with an Embedding table, even steps looking up keys of one half
+        # of the table and odd steps of the other. A step's lookups run while the previous
+        # step's push travels, so they may lack its rows; with the halves apart, they need only
+        # the push of two steps back, which the step before waited for. So the run is exact: the
+        # dense weights follow check_recurrence's, and each step's rows hold every update of the
+        # steps before it.
+        steps, batch, lr, sparse_lr = 10, 16, 0.1, 0.2
+        keys = key_values()
+        half = len(keys) // 2
+        g = torch.Generator().manual_seed(23)
+        picks = [torch.randint(0, half, (batch, 3), generator=g) + (half if t % 2 else 0)
+                 for t in range(steps)]
+        labels = [torch.randint(0, 3, (batch,), generator=g) for _ in range(steps)]
+        flags = SGD + ["--mode=asp", "--sparse_optimizer=sgd", f"--sparse_lr={sparse_lr}"]
+        with Shards(2, 1, flags) as cluster:
+            pst.init(servers=cluster.servers, rank=0, num_workers=1, retry_s=1)
+            model = SparseNet(pst.Embedding("items", EMBEDDING_DIM, init_scale=0.1))
+            opt = pst.ServerOptimizer(model, pipeline=True)
+            initial_rows = model.embedding.read(keys)
+            seen = []
+            for t in range(steps):
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(model(keys[picks[t]]), labels[t]).backward()
+                seen.append(opt.step().step)
+            work = pst.finish()
+            got_rows = model.embedding.read(keys)
+        self.assertEqual(seen, [0, -1] + list(range(1, steps - 1)))
+        # A gradient per step on each of the 2 shards.
+        self.assertEqual((work["gradients_applied"], work["gradients_expected"]),
+                         (2 * steps, 2 * steps))
+        # The reference: torch.nn.Embedding from the same rows, the same recurrence.
+        reference = SparseNet(torch.nn.Embedding(len(keys), EMBEDDING_DIM))
+        with torch.no_grad():
+            reference.embedding.weight.copy_(initial_rows)
+        weights = [[p.detach().clone() for p in reference.fc.parameters()]]
+        for c in range(steps):
+            used = weights[c] if c < 2 else weights[c - 1]
+            with torch.no_grad():
+                for p, w in zip(reference.fc.parameters(), used):
+                    p.copy_(w)
+            reference.zero_grad()
+            torch.nn.functional.cross_entropy(reference(picks[c]), labels[c]).backward()
+            weights.append([w - lr * p.grad for w, p in zip(weights[c], reference.fc.parameters())])
+            with torch.no_grad():
+                reference.embedding.weight -= sparse_lr * reference.embedding.weight.grad
+        want_rows = reference.embedding.weight.detach().numpy()
+        self.assertGreater(relative_error(initial_rows.numpy(), want_rows), 1e-2, "rows must move")
+        self.assertLess(relative_error(got_rows.numpy(), want_rows), 1e-5)
+        want = torch.cat([w.reshape(-1) for w in weights[steps]]).numpy()
+        got = torch.cat([p.detach().reshape(-1) for p in model.fc.parameters()]).numpy()
+        self.assertLess(relative_error(got, want), 1e-5)
+
     def test_ssp_bound_holds_with_one_more_update(self):
         # SSP(1), 2 workers, rank 1 slow. A pipelined step computes on weights pulled for its
         # clock one call earlier, and its own previous push lands in between: at most

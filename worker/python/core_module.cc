@@ -74,7 +74,7 @@ PYBIND11_MODULE(_core, m) {
       .def("start_part", &ps::Worker::StartPart, py::arg("begin"), py::arg("end"),
            py::arg("num_samples"))
       .def("finish_parts", &ps::Worker::FinishParts, py::arg("num_samples"))
-      .def("pipelined_step", &ps::Worker::PipelinedStep, py::arg("num_samples"))
+      .def("pipelined_step", &ps::Worker::PipelinedStep, py::arg("num_samples"), py::arg("rows"))
       .def("status", &ps::Worker::Status)
       .def("finish", &ps::Worker::Finish, py::arg("samples_per_step"), py::arg("wait_s"))
       .def("cancel", &ps::Worker::Cancel)

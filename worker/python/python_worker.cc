@@ -88,23 +88,23 @@ py::dict Worker::InitAndPull() {
   return PullNow();
 }
 
-py::dict Worker::Step(
-    int num_samples,
-    const std::vector<std::tuple<int, py::array_t<uint64_t>, py::array_t<float>>>& rows) {
+std::vector<RowsToPush> Worker::ViewRows(const std::vector<RowGradients>& rows) const {
+  std::vector<RowsToPush> views;
+  for (const auto& [table, keys, gradients] : rows) {
+    CheckRowsShape(table, keys, gradients);
+    views.push_back(RowsToPush{table, absl::MakeConstSpan(keys.data(), keys.size()),
+                               absl::MakeConstSpan(gradients.data(), gradients.size())});
+  }
+  return views;
+}
+
+py::dict Worker::Step(int num_samples, const std::vector<RowGradients>& rows) {
   RequireRegistered();
   RequireNothingInFlight();
   const absl::Time start = absl::Now();
   const int64_t clock = clock_;
-  std::vector<RowsToPush> push_rows;
-  for (const auto& [table, keys, gradients] : rows) {
-    CheckRowsShape(table, keys, gradients);
-    push_rows.push_back(RowsToPush{table, absl::MakeConstSpan(keys.data(), keys.size()),
-                                   absl::MakeConstSpan(gradients.data(), gradients.size())});
-  }
+  const std::vector<RowsToPush> push_rows = ViewRows(rows);
   const PushPullStats stats = WithRejoin<PushPullStats>([this, num_samples, &push_rows] {
-    if (push_rows.empty()) {
-      return client_->PushPull(clock_, versions_, num_samples, Gradient(), clock_ + 1, Weights());
-    }
     return client_->PushPullWithRows(clock_, versions_, num_samples, Gradient(), push_rows,
                                      clock_ + 1, Weights(), {});
   });

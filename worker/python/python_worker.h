@@ -35,6 +35,10 @@ namespace ps {
 
 class Worker {
  public:
+  // A step's gradients of one sparse table's rows: (table, distinct keys, keys x dim gradients
+  // in key order).
+  using RowGradients = std::tuple<int, py::array_t<uint64_t>, py::array_t<float>>;
+
   // `tensors`: the model's parameters in order, (name, shape) each; their fingerprint is what the
   // shards check, so a worker with another model is refused (FAILED_PRECONDITION).
   // `tables`: the model's sparse tables in order, (name, dim, init_scale) each; the fingerprint
@@ -65,9 +69,7 @@ class Worker {
   // `rows`: the gradients of the step's sparse rows, (table, keys, gradients) each, with distinct
   // keys per table and keys.size() x dim gradients in key order; under BSP only keys that
   // PullRows asked for at this clock.
-  py::dict Step(
-      int num_samples,
-      const std::vector<std::tuple<int, py::array_t<uint64_t>, py::array_t<float>>>& rows);
+  py::dict Step(int num_samples, const std::vector<RowGradients>& rows);
 
   // The current values of table `table`'s rows of `keys` (distinct) into `out` (keys x dim):
   // `for_step`, this worker's lookup for its current step (waiting as the mode says; under BSP
@@ -91,7 +93,9 @@ class Worker {
   // push and pull at once and then prefetch the step after next. Afterwards weights_set() and
   // gradient_set() name the sets the next step computes from and into. Returns the stats of the
   // call this step waited for: the previous step's push, or this one's when it went at once.
-  py::dict PipelinedStep(int num_samples);
+  // `rows` as Step's: copied, they travel with the push; the next step's lookups (PullRows) run
+  // while they do, so they may lack them (one more update of staleness, as the dense weights).
+  py::dict PipelinedStep(int num_samples, const std::vector<RowGradients>& rows);
 
   // Which buffer set the next step computes from (weights) and into (gradient).
   int weights_set() const { return weights_set_; }
@@ -162,17 +166,28 @@ class Worker {
   // A pipelined call: pushes step `push_clock` (-1: none, a prefetch) from the current gradient
   // set, computed from weights of `versions`, and pulls step `pull_clock` into weights set
   // `into`.
+  // A step's row gradients, owned: a pipelined push reads them after the step has returned.
+  struct OwnedRows {
+    std::vector<std::vector<uint64_t>> keys;
+    std::vector<std::vector<float>> gradients;
+    std::vector<RowsToPush> rows;  // over keys and gradients
+  };
+  static std::shared_ptr<const OwnedRows> CopyRows(const std::vector<RowsToPush>& rows);
+  // Checks `rows` against the tables and views them (valid while `rows` lives).
+  std::vector<RowsToPush> ViewRows(const std::vector<RowGradients>& rows) const;
+
   struct InFlight {
     int64_t push_clock = -1;
     int gradient_set = 0;
     int weights_set = 0;
     int num_samples = 0;
+    std::shared_ptr<const OwnedRows> rows;  // pushed with push_clock's gradient
     std::future<absl::StatusOr<PushPullStats>> result;
     PushPullStats stats;  // once settled
   };
 
   void StartInFlight(int64_t push_clock, std::vector<int64_t> versions, int num_samples,
-                     int64_t pull_clock, int into);
+                     std::shared_ptr<const OwnedRows> rows, int64_t pull_clock, int into);
 
   // Waits for the pipelined call and makes the weights it brought the current ones. When a shard
   // restarted (ABORTED), registers again and pushes that call's gradient again as the sync step

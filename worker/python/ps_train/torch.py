@@ -185,6 +185,8 @@ class ServerOptimizer:
       alternate between two buffer sets. Under BSP (or SSP bound 0) PsError
       FAILED_PRECONDITION. StepStats are then those of the call the step waited for: the
       previous step's push (step -1 after the first step: that call only fetched weights).
+      An Embedding's row gradients travel with the push; the next step's lookups run while they
+      do, so they may lack them too.
     batch_size: samples per micro-batch, for the shards' statistics and work account.
     steps: the pushes this worker will make, when known: the shards' cosine schedule ends with
       them, and the work account counts against them from the start (else it is declared at
@@ -205,9 +207,8 @@ class ServerOptimizer:
         if self._embeddings and overlap:
             raise ValueError("overlap=True pushes the dense gradient in parts, which carry no "
                              "sparse rows: a model with Embedding tables needs overlap=False")
-        if pipeline and (overlap or self._embeddings):
-            raise ValueError("pipeline=True pushes whole steps without sparse rows: not with "
-                             "overlap=True or Embedding tables")
+        if pipeline and overlap:
+            raise ValueError("pipeline=True pushes whole steps: not with overlap=True")
         if not named:
             raise ValueError("the model has no parameters")
         for name, p in named:
@@ -409,7 +410,7 @@ class ServerOptimizer:
             if self.accumulate > 1:
                 self._flat_grads.mul_(1.0 / self.accumulate)
             if self.pipeline:
-                result = self._worker.pipelined_step(samples)
+                result = self._worker.pipelined_step(samples, self._take_row_grads())
                 self._use_sets()
             else:
                 result = self._worker.step(samples, self._take_row_grads())
