@@ -83,6 +83,7 @@ struct SparseRun {
   int epochs = 1;
   int64_t train_limit = 0;
   ScheduleRequest schedule;
+  FaultSwitches* faults = nullptr;  // for every worker's client
 };
 
 std::unique_ptr<Model> Dlrm(Device& dev, int max_batch) {
@@ -102,7 +103,7 @@ absl::Status Train(SparseCluster& c, const SparseRun& run) {
       CpuDevice dev;
       std::unique_ptr<Model> model = Dlrm(dev, 256);
       InProcessClient client(c.pointers(), model->description().fingerprint(),
-                             model->layout().total(), /*incarnation=*/10 + r);
+                             model->layout().total(), /*incarnation=*/10 + r, run.faults);
       client.set_tables(model->description().sparse());
       TrainerOptions o;
       o.rank = r;
@@ -239,6 +240,41 @@ TEST(SparseTrainer, OverlapAndAsyncPushUnderSspZeroGiveTheSameRowsAndWeights) {
     ASSERT_TRUE(Train(c, run).ok());
     EXPECT_EQ(c.shards[1]->GetStatus().version, 50);  // 800 / 16 steps
     EXPECT_EQ(Everything(c, 800), expected);
+  }
+}
+
+// Faults on a chosen call with the prefetch and the asynchronous push. A lost push reply (the push,
+// rows included, goes again and is answered as a duplicate), under SSP(0): the same bits as the
+// undisturbed run. An ABORTED answer (the worker registers again, drops what its buffers carried
+// and resumes at the shards' clock), under ASP: every step's dense gradient and rows land once.
+// (Under SSP the injected answer would leave the next pull waiting for a push the shards never saw;
+// a real ABORTED comes from a shard that also answers that pull.)
+TEST(SparseTrainer, TheOverlappingSchedulesSurviveALostReplyAndAnAbortedCall) {
+  SparseRun run{1, 16, 1, 800, {}};
+  SparseCluster reference = StartShards(2, 1, ConsistencyMode::kSsp);
+  ASSERT_TRUE(Train(reference, run).ok());
+  const std::vector<float> expected = Everything(reference, 800);
+  run.schedule.overlap = true;
+  run.schedule.async_push = true;
+  for (int call : {2, 9, 30}) {
+    FaultSwitches lost;
+    lost.drop_push_reply = call;
+    run.faults = &lost;
+    SparseCluster l = StartShards(2, 1, ConsistencyMode::kSsp);
+    ASSERT_TRUE(Train(l, run).ok()) << "lost reply " << call;
+    EXPECT_EQ(l.shards[0]->GetStatus().pushes_duplicate, 1) << "lost reply " << call;
+    EXPECT_EQ(Everything(l, 800), expected) << "lost reply " << call;
+    FaultSwitches aborted;
+    aborted.abort_call = call;
+    run.faults = &aborted;
+    SparseCluster a = StartShards(2, 1, ConsistencyMode::kAsp);
+    ASSERT_TRUE(Train(a, run).ok()) << "abort " << call;
+    for (const auto& shard : a.shards) {
+      const ShardStatus status = shard->GetStatus();
+      EXPECT_EQ(status.version, 50) << "abort " << call;
+      EXPECT_EQ(status.workers[0].clock, 50) << "abort " << call;
+      EXPECT_EQ(status.pushes_duplicate, 0) << "abort " << call;
+    }
   }
 }
 
