@@ -15,14 +15,22 @@
 # the worker's; --transport_args are passed on) before training. Needs root (exit 77
 # otherwise); leaves no process or namespace.
 #
+# Each model trains on its own data: mlp and cnn on Fashion-MNIST (--data_dir), gpt on a text
+# (--text, by default the King James Bible that scripts/setup.sh writes) and dlrm on click logs
+# (--criteo_dir, by default data/criteo as `scripts/run.sh --model dlrm` writes it). dlrm's rows
+# cannot travel with priority scheduling: drop priority from --schedules for it.
+#
 #   bench/link_bench.sh [--rate_mbit 1000] [--models mlp,cnn] [--schedules whole,priority,pipeline]
 #                       [--mode bsp] [--steps 150] [--cnn_steps 60] [--batch_size 32]
 #                       [--transport] [--transport_args "--configs 1x1 --small"]
 #                       [--worker_args "--push_pull=false"] [--bin_dir build/bin] [--data_dir DIR]
+#                       [--text FILE] [--criteo_dir DIR]
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BIN="$ROOT/build/bin"
 DATA=/usr/share/datasets/fashion-mnist
+TEXT="$ROOT/data/text/kjv.txt"
+CRITEO="$ROOT/data/criteo"
 RATE=1000
 MODELS=mlp,cnn
 MODE=bsp
@@ -37,7 +45,7 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --transport) TRANSPORT=true; shift; continue ;;
     --rate_mbit | --models | --mode | --steps | --cnn_steps | --batch_size | --schedules | \
-      --transport_args | --worker_args | --bin_dir | --data_dir)
+      --transport_args | --worker_args | --bin_dir | --data_dir | --text | --criteo_dir)
       [[ $# -ge 2 ]] || { echo "link_bench: $1 needs a value" >&2; exit 2; } ;;
     *) echo "link_bench: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -53,6 +61,8 @@ while [[ $# -gt 0 ]]; do
     --worker_args) WORKER_ARGS="$2" ;;
     --bin_dir) BIN="$2" ;;
     --data_dir) DATA="$2" ;;
+    --text) TEXT="$2" ;;
+    --criteo_dir) CRITEO="$2" ;;
   esac
   shift 2
 done
@@ -82,6 +92,31 @@ for schedule in "${schedules[@]}"; do
   case "$schedule" in
     whole | priority | pipeline) ;;
     *) echo "--schedules: '$schedule' is not whole, priority or pipeline" >&2; exit 2 ;;
+  esac
+done
+# Each model's data, checked before any namespace is made.
+data_of() {
+  case "$1" in
+    mlp | cnn) echo "fashion-mnist:$DATA" ;;
+    gpt) echo "text:$TEXT" ;;
+    dlrm) echo "criteo:$CRITEO" ;;
+  esac
+}
+for model in "${models[@]}"; do
+  case "$model" in
+    gpt) [[ -f "$TEXT" ]] || { echo "--text: no file $TEXT (scripts/setup.sh writes the default)" >&2; exit 2; } ;;
+    dlrm)
+      [[ -f "$CRITEO/train.tsv" || -f "$CRITEO/train.tsv.gz" ]] || {
+        echo "--criteo_dir: no train.tsv in $CRITEO (ps_datagen ctr --out $CRITEO writes one)" >&2
+        exit 2
+      }
+      for schedule in "${schedules[@]}"; do
+        [[ "$schedule" == priority ]] && {
+          echo "--models dlrm: priority scheduling cannot carry its rows; pass --schedules without priority" >&2
+          exit 2
+        }
+      done
+      ;;
   esac
 done
 [[ -x "$BIN/ps_server" && -x "$BIN/ps_worker" ]] || { echo "no ps_server/ps_worker in $BIN: build first" >&2; exit 1; }
@@ -155,7 +190,7 @@ run_one() {
   # shellcheck disable=SC2086  # --worker_args is meant to split
   if ! run_waited ip netns exec "$NS_WORKER" "$BIN/ps_worker" --rank 0 --num_workers 1 \
     --servers "$NET.1:$(cat "$dir/port")" --model "$model" --batch_size "$BATCH" --epochs 1 \
-    --train_limit $((steps * BATCH)) --test_limit 100 --data "fashion-mnist:$DATA" \
+    --train_limit $((steps * BATCH)) --test_limit 100 --data "$(data_of "$model")" \
     --metrics_file "$dir/worker.jsonl" --priority="$priority" \
     --overlap="$pipeline" --async_push="$pipeline" \
     --shared_memory=false $WORKER_ARGS >"$dir/worker.log" 2>&1; then

@@ -263,6 +263,38 @@ class BenchSmokeTest(unittest.TestCase):
             self.assertAlmostEqual(line["ratio_vs_whole"],
                                    line["samples_per_sec"] / link[0]["samples_per_sec"])
 
+    def test_link_bench_trains_dlrm_on_click_logs_with_the_pipeline(self):
+        with tempfile.TemporaryDirectory() as data:
+            code, _, err = run_script("--models", "dlrm", "--criteo_dir", data)
+            self.assertEqual(code, 2, err)
+            self.assertIn(f"--criteo_dir: no train.tsv in {data}", err)
+            done = subprocess.run([os.path.join(BIN, "ps_datagen"), "ctr", "--out", data,
+                                   "--train", "4000", "--test", "200", "--seed", "2"],
+                                  capture_output=True, text=True, timeout=60)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            code, lines, err = run_script("--models", "dlrm", "--criteo_dir", data,
+                                          "--schedules", "whole,priority")
+            self.assertEqual((code, lines), (2, []), err)
+            self.assertIn("--models dlrm: priority scheduling cannot carry its rows", err)
+            if os.geteuid() != 0:
+                self.skipTest("network namespaces need root")
+            namespaces_before = namespaces()
+            code, lines, err = run_script("--rate_mbit", "0", "--models", "dlrm", "--criteo_dir",
+                                          data, "--steps", "12", "--batch_size", "64",
+                                          "--schedules", "whole,pipeline", "--bin_dir", BIN)
+            if code == 77:
+                self.skipTest(err or "no network namespaces here")
+            self.assertEqual(code, 0, err)
+            self.assertEqual(namespaces(), namespaces_before)
+            self.assertEqual(bench_processes(), [])
+            self.assertEqual([(line["model"], line["schedule"], line["mode"], line["steps"])
+                              for line in lines],
+                             [("dlrm", "whole", "bsp", 7), ("dlrm", "pipeline", "asp", 7)])
+            for line in lines:
+                self.assert_positive(line, "samples_per_sec", "step_ms", "push_bytes_per_step")
+            self.assertAlmostEqual(lines[1]["ratio_vs_whole"],
+                                   lines[1]["samples_per_sec"] / lines[0]["samples_per_sec"])
+
     def test_link_bench_leaves_nothing_behind_on_a_failure_or_sigterm(self):
         if os.geteuid() != 0:
             self.skipTest("network namespaces need root")
