@@ -9,15 +9,25 @@
 // (T 0: all hardware threads; the triad runs on one). The triads run first, so every optimizer's
 // ratio_vs_stream divides its parameters per second by the triad's at its size in the same run
 // (0 when a filter left that triad out).
+//
+// A shard's sparse table (SparseTable) the same way: sparse_scatter/ROWS is the reference, SGD's
+// step on the same rows of a plain array whose slots are known (no index), in the batch's order;
+// sparse_apply/OPTIMIZER/ROWS and sparse_read/ROWS are the table's Apply and Read of batches of
+// kSparseBatch distinct random keys among ROWS rows of kSparseDim floats, with rows_per_sec and
+// ratio_vs_scatter.
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "common/base/random.h"
 #include "common/optim/optimizer.h"
+#include "common/optim/sparse_table.h"
 
 namespace {
 
@@ -94,6 +104,117 @@ void Apply(benchmark::State& state, ps::OptimizerKind kind, int threads, int64_t
       triad == TriadRates().end() ? 0.0 : per_second / triad->second;
 }
 
+constexpr int64_t kSparseRows = 1000000;
+constexpr int64_t kSparseDim = 16;
+constexpr int64_t kSparseBatch = 10000;
+constexpr int kSparseBatches = 16;
+
+// The table's keys: row r's is Mix64(r), so creation order and key order are unrelated, as for
+// real ids.
+uint64_t SparseKey(int64_t row) { return ps::Mix64(static_cast<uint64_t>(row)); }
+
+// kSparseBatches batches of distinct rows (row numbers), each sorted by key as a push's are.
+const std::vector<std::vector<int64_t>>& SparseBatches() {
+  static const auto* batches = [] {
+    auto* out = new std::vector<std::vector<int64_t>>(kSparseBatches);
+    ps::Rng rng(7);
+    for (auto& batch : *out) {
+      for (int64_t i = 0; i < kSparseBatch; ++i) {
+        batch.push_back(static_cast<int64_t>(rng.NextU64() % kSparseRows));
+      }
+      std::sort(batch.begin(), batch.end(),
+                [](int64_t a, int64_t b) { return SparseKey(a) < SparseKey(b); });
+      batch.erase(std::unique(batch.begin(), batch.end()), batch.end());
+    }
+    return out;
+  }();
+  return *batches;
+}
+
+double& SparseScatterRate() {
+  static double rate = 0;
+  return rate;
+}
+
+// Runs `step(batch)` over the batches for every iteration; sets rows_per_sec and returns it.
+template <typename Step>
+double MeasureRows(benchmark::State& state, Step step) {
+  int64_t rows = 0;
+  const auto start = Clock::now();
+  for (auto _ : state) {
+    for (const std::vector<int64_t>& batch : SparseBatches()) {
+      step(batch);
+      rows += static_cast<int64_t>(batch.size());
+    }
+    benchmark::ClobberMemory();
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const double per_second = static_cast<double>(rows) / (seconds > 0 ? seconds : 1e-9);
+  state.counters["rows_per_sec"] = per_second;
+  const double reference = SparseScatterRate();
+  state.counters["ratio_vs_scatter"] = reference > 0 ? per_second / reference : 0.0;
+  return per_second;
+}
+
+void SparseScatter(benchmark::State& state) {
+  std::vector<float> table(kSparseRows * kSparseDim, 0.5f), g(kSparseBatch * kSparseDim, 1e-3f);
+  SparseScatterRate() = MeasureRows(state, [&](const std::vector<int64_t>& batch) {
+    for (size_t i = 0; i < batch.size(); ++i) {
+      float* w = table.data() + batch[i] * kSparseDim;
+      const float* gi = g.data() + i * kSparseDim;
+      for (int64_t d = 0; d < kSparseDim; ++d) w[d] -= 1e-6f * gi[d];
+    }
+  });
+  state.counters["ratio_vs_scatter"] = 1.0;
+}
+
+// A table holding all kSparseRows rows, created in row order.
+std::unique_ptr<ps::SparseTable> FilledTable(ps::SparseOptimizerKind kind) {
+  ps::SparseOptimizerOptions o;
+  o.kind = kind;
+  o.lr = 1e-6f;
+  auto table =
+      std::make_unique<ps::SparseTable>(ps::SparseTableSpec{"bench", kSparseDim, 0.05f}, o);
+  constexpr int64_t kFill = 100000;
+  std::vector<uint64_t> keys(kFill);
+  const std::vector<float> g(kFill * kSparseDim, 1e-3f);
+  for (int64_t first = 0; first < kSparseRows; first += kFill) {
+    for (int64_t i = 0; i < kFill; ++i) keys[i] = SparseKey(first + i);
+    table->Apply(keys, g);
+  }
+  return table;
+}
+
+std::vector<std::vector<uint64_t>> SparseBatchKeys() {
+  std::vector<std::vector<uint64_t>> keys;
+  for (const std::vector<int64_t>& batch : SparseBatches()) {
+    keys.emplace_back();
+    for (int64_t row : batch) keys.back().push_back(SparseKey(row));
+  }
+  return keys;
+}
+
+void SparseApply(benchmark::State& state, ps::SparseOptimizerKind kind) {
+  const std::unique_ptr<ps::SparseTable> table = FilledTable(kind);
+  const std::vector<std::vector<uint64_t>> keys = SparseBatchKeys();
+  const std::vector<float> g(kSparseBatch * kSparseDim, 1e-3f);
+  size_t next = 0;
+  MeasureRows(state, [&](const std::vector<int64_t>& batch) {
+    table->Apply(keys[next++ % keys.size()],
+                 absl::MakeConstSpan(g.data(), batch.size() * kSparseDim));
+  });
+}
+
+void SparseRead(benchmark::State& state) {
+  const std::unique_ptr<ps::SparseTable> table = FilledTable(ps::SparseOptimizerKind::kSgd);
+  const std::vector<std::vector<uint64_t>> keys = SparseBatchKeys();
+  std::vector<float> out(kSparseBatch * kSparseDim);
+  size_t next = 0;
+  MeasureRows(state, [&](const std::vector<int64_t>& batch) {
+    table->Read(keys[next++ % keys.size()], absl::MakeSpan(out.data(), batch.size() * kSparseDim));
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -110,6 +231,15 @@ int main(int argc, char** argv) {
       }
     }
   }
+  const std::string rows = std::to_string(kSparseRows);
+  benchmark::RegisterBenchmark(("sparse_scatter/" + rows).c_str(), SparseScatter)->UseRealTime();
+  for (ps::SparseOptimizerKind kind :
+       {ps::SparseOptimizerKind::kAdagrad, ps::SparseOptimizerKind::kLazyAdam,
+        ps::SparseOptimizerKind::kSgd}) {
+    const std::string name = "sparse_apply/" + ps::SparseOptimizerKindName(kind) + "/" + rows;
+    benchmark::RegisterBenchmark(name.c_str(), SparseApply, kind)->UseRealTime();
+  }
+  benchmark::RegisterBenchmark(("sparse_read/" + rows).c_str(), SparseRead)->UseRealTime();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
   benchmark::RunSpecifiedBenchmarks();

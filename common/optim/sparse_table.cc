@@ -109,19 +109,35 @@ void SparseTable::InitialRow(const SparseTableSpec& spec, uint64_t key, float* o
 
 void SparseTable::Read(absl::Span<const uint64_t> keys, absl::Span<float> out) const {
   const int64_t dim = spec_.dim;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    float* row = out.data() + static_cast<int64_t>(i) * dim;
+  const int64_t n = static_cast<int64_t>(keys.size());
+  // Found first, the index's probes issued kLookAhead keys ahead; then copied, each row fetched
+  // kLookAhead rows ahead. A batch's keys are scattered over the table, so otherwise each lookup
+  // and each copy waits for its own cache misses.
+  std::vector<int64_t> slots(keys.size());
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kLookAhead < n) slot_of_.prefetch(keys[i + kLookAhead]);
     const auto it = slot_of_.find(keys[i]);
-    if (it == slot_of_.end()) {
-      if (sketch_.empty()) {
-        InitialRow(spec_, keys[i], row);
-      } else {
-        std::fill_n(row, dim, 0.0f);
-      }
+    slots[i] = it == slot_of_.end() ? -1 : it->second;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kLookAhead < n && slots[i + kLookAhead] >= 0) PrefetchRow(slots[i + kLookAhead]);
+    float* row = out.data() + i * dim;
+    if (slots[i] >= 0) {
+      std::copy_n(values_.data() + slots[i] * dim, dim, row);
+    } else if (sketch_.empty()) {
+      InitialRow(spec_, keys[i], row);
     } else {
-      std::copy_n(values_.data() + it->second * dim, dim, row);
+      std::fill_n(row, dim, 0.0f);
     }
   }
+}
+
+void SparseTable::PrefetchRow(int64_t slot) const {
+  const int64_t dim = spec_.dim, width = StateWidth();
+  for (int64_t d = 0; d < dim; d += 16) __builtin_prefetch(values_.data() + slot * dim + d);
+  for (int64_t d = 0; d < width; d += 16) __builtin_prefetch(state_.data() + slot * width + d);
+  __builtin_prefetch(updates_.data() + slot);
+  __builtin_prefetch(last_update_.data() + slot);
 }
 
 bool SparseTable::Admit(uint64_t key) {
@@ -195,15 +211,36 @@ void SparseTable::RemoveSlot(int64_t slot) {
 
 void SparseTable::Apply(absl::Span<const uint64_t> keys, absl::Span<const float> grads,
                         float lr_scale) {
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const int64_t slot = SlotFor(keys[i]);
-    if (slot < 0) {
-      ++counters_.not_admitted;
+  const int64_t n = static_cast<int64_t>(keys.size());
+  // An eviction moves the table's last row into the victim's slot, so a batch that may evict
+  // finds and steps each row in turn. Otherwise no slot moves: the batch's slots are found (and
+  // created) first and the rows stepped after, with the lookups and the rows prefetched as in
+  // Read. The order of creations and steps is the same either way.
+  const bool may_evict = memory_.capacity > 0 && rows() + n > memory_.capacity;
+  std::vector<int64_t> slots(keys.size());
+  for (int64_t i = 0; i < n; ++i) {
+    if (may_evict) {
+      slots[i] = SlotFor(keys[i]);
+      StepOrDrop(keys[i], slots[i], grads.data() + i * spec_.dim, lr_scale);
       continue;
     }
-    Step(slot, grads.data() + static_cast<int64_t>(i) * spec_.dim, lr_scale);
-    NoteChanged(keys[i]);
+    if (i + kLookAhead < n) slot_of_.prefetch(keys[i + kLookAhead]);
+    slots[i] = SlotFor(keys[i]);
   }
+  if (may_evict) return;
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kLookAhead < n && slots[i + kLookAhead] >= 0) PrefetchRow(slots[i + kLookAhead]);
+    StepOrDrop(keys[i], slots[i], grads.data() + i * spec_.dim, lr_scale);
+  }
+}
+
+void SparseTable::StepOrDrop(uint64_t key, int64_t slot, const float* grad, float lr_scale) {
+  if (slot < 0) {
+    ++counters_.not_admitted;
+    return;
+  }
+  Step(slot, grad, lr_scale);
+  NoteChanged(key);
 }
 
 void SparseTable::Step(int64_t slot, const float* g, float lr_scale) {

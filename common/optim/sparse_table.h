@@ -137,6 +137,12 @@ class SparseTable {
   void EvictOne();
   void RemoveSlot(int64_t slot);  // moves the last slot into its place
   void Step(int64_t slot, const float* grad, float lr_scale);
+  // Step, or for a key not admitted (slot -1) counts the dropped gradient.
+  void StepOrDrop(uint64_t key, int64_t slot, const float* grad, float lr_scale);
+  // Asks the CPU for the cache lines of `slot`'s row, its state and its counters.
+  void PrefetchRow(int64_t slot) const;
+  // How far ahead Read and Apply prefetch: enough rows to cover a miss's latency.
+  static constexpr int64_t kLookAhead = 8;
   void NoteChanged(uint64_t key) {
     if (tracking_changes_) changed_.insert(key);
   }

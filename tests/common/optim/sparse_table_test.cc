@@ -1,5 +1,6 @@
 // Sparse tables: rows created on first update from initial values fixed by the key, reads of
-// absent rows, each row-wise optimizer against its formula, key ownership and checkpoints.
+// absent rows, each row-wise optimizer against its formula, batches against single keys, key
+// ownership and checkpoints.
 
 #include "common/optim/sparse_table.h"
 
@@ -7,6 +8,8 @@
 #include <set>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/base/random.h"
 #include "gtest/gtest.h"
 
 namespace ps {
@@ -222,6 +225,55 @@ TEST(SparseTable, MemoryOptionsAreCheckedAndRestoreKeepsTheCapacity) {
   SparseTable small(kSpec, {SparseOptimizerKind::kSgd, 0.5f}, {4, EvictionPolicy::kLru, 0});
   EXPECT_EQ(small.Restore(big.Export()).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(small.rows(), 0);
+}
+
+// Apply finds a whole batch's rows before stepping them (prefetching ahead) when nothing can be
+// evicted, and goes key by key when something can. Either way a batch leaves the table exactly
+// as its keys applied one at a time would: the same rows, values, state, counters and clocks,
+// and Read returns what one key at a time reads. Batches overlap, so rows are stepped again.
+TEST(SparseTable, ABatchLeavesTheTableAsItsKeysOneAtATime) {
+  const SparseTableSpec spec{"batched", 5, 0.05f};
+  for (const SparseMemoryOptions& memory :
+       {SparseMemoryOptions{}, SparseMemoryOptions{0, EvictionPolicy::kLru, 2},
+        SparseMemoryOptions{300, EvictionPolicy::kLfu, 0}}) {
+    SCOPED_TRACE(absl::StrCat("capacity ", memory.capacity, " admit_after ", memory.admit_after));
+    SparseTable batched(spec, {SparseOptimizerKind::kLazyAdam, 0.01f}, memory);
+    SparseTable single(spec, {SparseOptimizerKind::kLazyAdam, 0.01f}, memory);
+    for (int b = 0; b < 6; ++b) {
+      std::set<uint64_t> distinct;
+      for (int i = 0; i < 200; ++i) distinct.insert(Mix64(b * 53 + i) % 100000);
+      const std::vector<uint64_t> keys(distinct.begin(), distinct.end());
+      std::vector<float> grads(keys.size() * spec.dim);
+      for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.001f * static_cast<float>(i % 13);
+      batched.Apply(keys, grads);
+      for (size_t i = 0; i < keys.size(); ++i) {
+        single.Apply(absl::MakeConstSpan(&keys[i], 1),
+                     absl::MakeConstSpan(grads.data() + i * spec.dim, spec.dim));
+      }
+      std::vector<float> read_batched(keys.size() * spec.dim), read_single(spec.dim);
+      batched.Read(keys, absl::MakeSpan(read_batched));
+      for (size_t i = 0; i < keys.size(); ++i) {
+        single.Read(absl::MakeConstSpan(&keys[i], 1), absl::MakeSpan(read_single));
+        ASSERT_EQ(std::vector<float>(read_batched.begin() + i * spec.dim,
+                                     read_batched.begin() + (i + 1) * spec.dim),
+                  read_single)
+            << "batch " << b << " key " << keys[i];
+      }
+    }
+    const SparseTable::Contents x = batched.Export(), y = single.Export();
+    EXPECT_EQ(x.keys, y.keys);
+    EXPECT_EQ(x.values, y.values);
+    EXPECT_EQ(x.state, y.state);
+    EXPECT_EQ(x.updates, y.updates);
+    EXPECT_EQ(x.last_update, y.last_update);
+    EXPECT_EQ(x.tick, y.tick);
+    EXPECT_EQ(x.counters.admissions, y.counters.admissions);
+    EXPECT_EQ(x.counters.evictions, y.counters.evictions);
+    EXPECT_EQ(x.counters.not_admitted, y.counters.not_admitted);
+    EXPECT_GT(x.keys.size(), 100u);
+    EXPECT_EQ(x.counters.evictions > 0, memory.capacity > 0);
+    EXPECT_EQ(x.counters.not_admitted > 0, memory.admit_after > 1);
+  }
 }
 
 TEST(SparseTable, KeysSpreadOverShardsAndOptionsAreChecked) {
