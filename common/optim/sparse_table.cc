@@ -123,7 +123,7 @@ void SparseTable::Read(absl::Span<const uint64_t> keys, absl::Span<float> out) c
     if (i + kLookAhead < n && slots[i + kLookAhead] >= 0) PrefetchRow(slots[i + kLookAhead]);
     float* row = out.data() + i * dim;
     if (slots[i] >= 0) {
-      std::copy_n(values_.data() + slots[i] * dim, dim, row);
+      std::copy_n(RecordOf(slots[i]), dim, row);
     } else if (sketch_.empty()) {
       InitialRow(spec_, keys[i], row);
     } else {
@@ -133,11 +133,9 @@ void SparseTable::Read(absl::Span<const uint64_t> keys, absl::Span<float> out) c
 }
 
 void SparseTable::PrefetchRow(int64_t slot) const {
-  const int64_t dim = spec_.dim, width = StateWidth();
-  for (int64_t d = 0; d < dim; d += 16) __builtin_prefetch(values_.data() + slot * dim + d);
-  for (int64_t d = 0; d < width; d += 16) __builtin_prefetch(state_.data() + slot * width + d);
-  __builtin_prefetch(updates_.data() + slot);
-  __builtin_prefetch(last_update_.data() + slot);
+  const float* record = RecordOf(slot);
+  for (int64_t f = 0; f < record_width(); f += 16) __builtin_prefetch(record + f);
+  __builtin_prefetch(clocks_.data() + slot);
 }
 
 bool SparseTable::Admit(uint64_t key) {
@@ -158,11 +156,9 @@ int64_t SparseTable::SlotFor(uint64_t key) {
   const int64_t slot = rows();
   slot_of_.emplace(key, slot);
   keys_.push_back(key);
-  values_.resize(values_.size() + spec_.dim);
-  InitialRow(spec_, key, values_.data() + slot * spec_.dim);
-  state_.resize(state_.size() + StateWidth(), 0.0f);
-  updates_.push_back(0);
-  last_update_.push_back(0);
+  records_.resize(records_.size() + record_width(), 0.0f);
+  InitialRow(spec_, key, RecordOf(slot));
+  clocks_.push_back(RowClock{});
   ++counters_.admissions;
   return slot;
 }
@@ -180,9 +176,10 @@ void SparseTable::EvictOne() {
       victim = slot;
       continue;
     }
-    const bool older = last_update_[slot] < last_update_[victim];
-    const bool rarer =
-        updates_[slot] < updates_[victim] || (updates_[slot] == updates_[victim] && older);
+    const RowClock& a = clocks_[slot];
+    const RowClock& b = clocks_[victim];
+    const bool older = a.last_update < b.last_update;
+    const bool rarer = a.updates < b.updates || (a.updates == b.updates && older);
     if (memory_.eviction == EvictionPolicy::kLru ? older : rarer) victim = slot;
   }
   NoteChanged(keys_[victim]);
@@ -192,21 +189,16 @@ void SparseTable::EvictOne() {
 
 void SparseTable::RemoveSlot(int64_t slot) {
   const int64_t last = rows() - 1;
-  const int64_t dim = spec_.dim, width = StateWidth();
   slot_of_.erase(keys_[slot]);
   if (slot != last) {
     keys_[slot] = keys_[last];
     slot_of_[keys_[slot]] = slot;
-    std::copy_n(values_.data() + last * dim, dim, values_.data() + slot * dim);
-    std::copy_n(state_.data() + last * width, width, state_.data() + slot * width);
-    updates_[slot] = updates_[last];
-    last_update_[slot] = last_update_[last];
+    std::copy_n(RecordOf(last), record_width(), RecordOf(slot));
+    clocks_[slot] = clocks_[last];
   }
   keys_.pop_back();
-  values_.resize(last * dim);
-  state_.resize(last * width);
-  updates_.pop_back();
-  last_update_.pop_back();
+  records_.resize(last * record_width());
+  clocks_.pop_back();
 }
 
 void SparseTable::Apply(absl::Span<const uint64_t> keys, absl::Span<const float> grads,
@@ -245,11 +237,11 @@ void SparseTable::StepOrDrop(uint64_t key, int64_t slot, const float* grad, floa
 
 void SparseTable::Step(int64_t slot, const float* g, float lr_scale) {
   const int64_t dim = spec_.dim;
-  float* w = values_.data() + slot * dim;
-  float* s = state_.data() + slot * StateWidth();
+  float* w = RecordOf(slot);
+  float* s = w + dim;
   const float lr = optimizer_.lr * lr_scale;
-  const int64_t t = ++updates_[slot];
-  last_update_[slot] = ++tick_;
+  const int64_t t = ++clocks_[slot].updates;
+  clocks_[slot].last_update = ++tick_;
   switch (optimizer_.kind) {
     case SparseOptimizerKind::kAdagrad:
       for (int64_t d = 0; d < dim; ++d) {
@@ -277,19 +269,27 @@ void SparseTable::Step(int64_t slot, const float* g, float lr_scale) {
 }
 
 SparseTable::Contents SparseTable::Export() const {
-  Contents c{keys_, values_, state_, updates_, last_update_, tick_, counters_, sketch_, {}};
+  Contents c;
+  c.keys.reserve(rows());
+  c.values.reserve(rows() * dim());
+  c.state.reserve(rows() * StateWidth());
+  c.updates.reserve(rows());
+  c.last_update.reserve(rows());
+  for (int64_t slot = 0; slot < rows(); ++slot) RowInto(slot, &c);
+  c.tick = tick_;
+  c.counters = counters_;
+  c.sketch = sketch_;
   return c;
 }
 
 void SparseTable::RowInto(int64_t slot, Contents* out) const {
   const int64_t dim = spec_.dim, width = StateWidth();
   out->keys.push_back(keys_[slot]);
-  out->values.insert(out->values.end(), values_.begin() + slot * dim,
-                     values_.begin() + (slot + 1) * dim);
-  out->state.insert(out->state.end(), state_.begin() + slot * width,
-                    state_.begin() + (slot + 1) * width);
-  out->updates.push_back(updates_[slot]);
-  out->last_update.push_back(last_update_[slot]);
+  const float* record = RecordOf(slot);
+  out->values.insert(out->values.end(), record, record + dim);
+  out->state.insert(out->state.end(), record + dim, record + dim + width);
+  out->updates.push_back(clocks_[slot].updates);
+  out->last_update.push_back(clocks_[slot].last_update);
 }
 
 void SparseTable::MarkUnchanged() {
@@ -367,10 +367,15 @@ absl::Status SparseTable::Restore(Contents c) {
   }
   slot_of_ = std::move(slot_of);
   keys_ = std::move(c.keys);
-  values_ = std::move(c.values);
-  state_ = std::move(c.state);
-  updates_ = std::move(c.updates);
-  last_update_ = std::move(c.last_update);
+  const int64_t dim = spec_.dim, width = StateWidth();
+  records_.resize(n * record_width());
+  clocks_.resize(n);
+  for (int64_t i = 0; i < n; ++i) {
+    float* record = RecordOf(i);
+    std::copy_n(c.values.data() + i * dim, dim, record);
+    std::copy_n(c.state.data() + i * width, width, record + dim);
+    clocks_[i] = RowClock{c.updates[i], c.last_update[i]};
+  }
   tick_ = c.tick;
   counters_ = c.counters;
   // Without a sketch (admission was off when it was written) the touches count from zero.

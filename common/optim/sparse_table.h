@@ -152,12 +152,19 @@ class SparseTable {
   SparseOptimizerOptions optimizer_;
   SparseMemoryOptions memory_;
   absl::flat_hash_map<uint64_t, int64_t> slot_of_;
-  std::vector<uint64_t> keys_;        // per slot
-  std::vector<float> values_;         // slot * dim
-  std::vector<float> state_;          // slot * StateWidth()
-  std::vector<int64_t> updates_;      // per slot: steps applied to the row
-  std::vector<int64_t> last_update_;  // per slot: tick_ of its last step
-  int64_t tick_ = 0;                  // row steps applied, ever
+  std::vector<uint64_t> keys_;  // per slot
+  // A slot's row as one record of record_width() floats, its values (dim) then its optimizer
+  // state (StateWidth()), so that a step touches neighbouring cache lines.
+  int64_t record_width() const { return spec_.dim + StateWidth(); }
+  float* RecordOf(int64_t slot) { return records_.data() + slot * record_width(); }
+  const float* RecordOf(int64_t slot) const { return records_.data() + slot * record_width(); }
+  struct RowClock {
+    int64_t updates = 0;      // steps applied to the row
+    int64_t last_update = 0;  // tick_ of its last step
+  };
+  std::vector<float> records_;    // slot * record_width()
+  std::vector<RowClock> clocks_;  // per slot
+  int64_t tick_ = 0;              // row steps applied, ever
   Counters counters_;
   std::vector<uint16_t> sketch_;  // kSketchDepth x kSketchWidth when admit_after > 1
   bool tracking_changes_ = false;
