@@ -227,9 +227,21 @@ absl::StatusOr<StepAccountingOptions> Trainer::AccountingOptions(const ClusterIn
   return o;
 }
 
+absl::Status AsJoinError(const absl::Status& status) {
+  if (!absl::IsFailedPrecondition(status)) return status;
+  return absl::InvalidArgumentError(
+      absl::StrCat("the shards refuse this worker: ", status.message()));
+}
+
+absl::StatusOr<ClusterInfo> Trainer::Register() {
+  absl::StatusOr<ClusterInfo> cluster = client_.Register(options_.rank, options_.register_timeout);
+  if (!cluster.ok()) return AsJoinError(cluster.status());
+  return cluster;
+}
+
 absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   RETURN_IF_ERROR(ValidateTrainerOptions(options_));
-  ASSIGN_OR_RETURN(ClusterInfo cluster, client_.Register(options_.rank, options_.register_timeout));
+  ASSIGN_OR_RETURN(ClusterInfo cluster, Register());
   ASSIGN_OR_RETURN(std::unique_ptr<StepGradient> gradient,
                    StepGradient::Create(model_, device_, train_, PlanOptions(cluster.num_workers),
                                         options_.overlap_copies));
@@ -257,7 +269,7 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
                                        NeedsSecondGradient(schedule), options_.rank));
   if (!cluster.initialized) {
     model_.InitParams(options_.seed, buffers.weights().data());
-    RETURN_IF_ERROR(client_.Init(buffers.weights()));
+    RETURN_IF_ERROR(AsJoinError(client_.Init(buffers.weights())));
   }
   spdlog::info(
       "rank {}/{} {} mode={} staleness={} shards={} params={} global_batch={} "
@@ -322,12 +334,12 @@ absl::StatusOr<ClusterInfo> Trainer::Rejoin(const absl::Status& why,
                                            " re-registrations; last: ", why.message()));
   }
   spdlog::warn("rank {} registers again: {}", options_.rank, std::string(why.message()));
-  ASSIGN_OR_RETURN(ClusterInfo cluster, client_.Register(options_.rank, options_.register_timeout));
+  ASSIGN_OR_RETURN(ClusterInfo cluster, Register());
   if (!cluster.initialized) {
     // A shard that restarted without a checkpoint has no values: offer the freshest we hold.
     spdlog::warn("rank {}: a shard lost its parameters; offering this worker's copy",
                  options_.rank);
-    RETURN_IF_ERROR(client_.Init(params));
+    RETURN_IF_ERROR(AsJoinError(client_.Init(params)));
   }
   stats_.rejoins = rejoins_;
   live_.rejoins.store(rejoins_);

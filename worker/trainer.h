@@ -85,6 +85,8 @@ class Trainer {
   // allocated here when a test set is given.
   absl::StatusOr<StepAccountingOptions> AccountingOptions(const ClusterInfo& cluster,
                                                           int64_t steps_per_epoch);
+  // The client's Register, with the refusals no restart fixes as AsJoinError's.
+  absl::StatusOr<ClusterInfo> Register();
   // Registers again after `why` (an ABORTED answer) and returns where to resume; offers `params`
   // to shards that lost theirs.
   absl::StatusOr<ClusterInfo> Rejoin(const absl::Status& why, absl::Span<const float> params);
@@ -107,6 +109,13 @@ class Trainer {
 // INVALID_ARGUMENT naming the options that cannot go together or are out of range (also
 // checked by Trainer::Run before anything else).
 absl::Status ValidateTrainerOptions(const TrainerOptions& options);
+
+// Register and Init answer FAILED_PRECONDITION when the shards hold another model's layout or
+// form another cluster than the one the worker was given (another --servers order, shard count
+// or consistency mode): no restart of the worker fixes that, so this returns it as
+// INVALID_ARGUMENT, the worker's configuration error (exit 2). Any other status is returned as
+// it is.
+absl::Status AsJoinError(const absl::Status& status);
 
 // Fetches the current values of a sparse table's rows: keys.size() x dim into `values`.
 using RowSource =

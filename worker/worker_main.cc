@@ -244,10 +244,11 @@ absl::StatusOr<std::unique_ptr<ps::MetricsHttpServer>> ServeMetrics(const ps::Li
 absl::Status CheckWorkerCount(ps::ParameterClient& client, int rank, absl::Duration timeout) {
   const int expected = absl::GetFlag(FLAGS_num_workers);
   if (expected <= 0) return absl::OkStatus();
-  ASSIGN_OR_RETURN(const ps::ClusterInfo info, client.Register(rank, timeout));
-  if (info.num_workers != expected) {
+  const absl::StatusOr<ps::ClusterInfo> info = client.Register(rank, timeout);
+  if (!info.ok()) return ps::AsJoinError(info.status());
+  if (info->num_workers != expected) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--num_workers ", expected, " but the servers expect ", info.num_workers));
+        absl::StrCat("--num_workers ", expected, " but the servers expect ", info->num_workers));
   }
   return absl::OkStatus();
 }

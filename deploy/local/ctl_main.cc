@@ -138,8 +138,9 @@ int main(int argc, char** argv) {
   }
   auto reports = (*client)->Status();
   if (!reports.ok()) {
+    // A missing or wrong token is the caller's configuration (2); a shard down is 1.
     std::fprintf(stderr, "ps_ctl: %s\n", reports.status().ToString().c_str());
-    return 1;
+    return ps::ExitCodeOf(reports.status());
   }
   for (size_t i = 0; i < reports->size(); ++i) {
     if (absl::GetFlag(FLAGS_json)) {

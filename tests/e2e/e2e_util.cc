@@ -15,6 +15,7 @@
 #include <sstream>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -161,6 +162,16 @@ bool WaitForSteps(const std::string& path, size_t steps, double timeout_s) {
     absl::SleepFor(absl::Milliseconds(50));
   }
   return true;
+}
+
+int WaitForPort(const std::string& port_file, double timeout_s) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(timeout_s);
+  int port = 0;
+  while (!absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadAll(port_file)), &port) || port <= 0) {
+    if (absl::Now() > deadline) return 0;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return port;
 }
 
 bool WaitForCheckpoint(const std::string& dir, double timeout_s) {

@@ -46,6 +46,9 @@ std::vector<float> ReadWeights(const std::string& path);
 std::vector<std::string> ProcessesMentioning(const std::string& marker);
 // Waits up to `timeout` until the worker metrics file at `path` holds `steps` step lines.
 bool WaitForSteps(const std::string& path, size_t steps, double timeout_s);
+// Waits up to `timeout_s` until a server has written its port to `port_file` (--port_file): the
+// port, or 0 when none came.
+int WaitForPort(const std::string& port_file, double timeout_s);
 // Waits up to `timeout` until the shard checkpoint folder `dir` holds a finished checkpoint
 // (a ckpt-*.ps file: the writer renames it there once written and synced).
 bool WaitForCheckpoint(const std::string& dir, double timeout_s);

@@ -324,11 +324,7 @@ TEST_F(FaultE2e, TlsWithATokenTrainsAndRefusesStrangers) {
              "--tls_cert=" + certs + "/server.pem", "--tls_key=" + certs + "/server.key",
              "--tls_ca=" + certs + "/ca.pem", "--token_file=" + certs + "/token"},
             dir + "/server.log");
-  int port = 0;
-  for (int i = 0; i < 300 && port == 0; ++i) {
-    absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadAll(port_file)), &port);
-    if (port == 0) absl::SleepFor(absl::Milliseconds(20));
-  }
+  const int port = WaitForPort(port_file, 6);
   ASSERT_GT(port, 0) << ReadAll(dir + "/server.log");
   const std::string servers = absl::StrCat("--servers=localhost:", port);
   const std::vector<std::string> ctl = {BinDir() + "/ps_ctl", "status", servers, "--timeout_s=3"};
@@ -339,9 +335,10 @@ TEST_F(FaultE2e, TlsWithATokenTrainsAndRefusesStrangers) {
   std::ofstream(dir + "/wrong-token") << "not-the-token\n";
   EXPECT_EQ(RunTool(With(ctl, {me, my_key, ca, "--token_file=" + certs + "/token"}), log), 0)
       << ReadAll(log);
-  EXPECT_EQ(RunTool(With(ctl, {me, my_key, ca}), log), 1);
+  // A refused token is the caller's configuration: exit 2, as for the worker below.
+  EXPECT_EQ(RunTool(With(ctl, {me, my_key, ca}), log), 2);
   EXPECT_TRUE(absl::StrContains(ReadAll(log), "UNAUTHENTICATED")) << ReadAll(log);
-  EXPECT_EQ(RunTool(With(ctl, {me, my_key, ca, "--token_file=" + dir + "/wrong-token"}), log), 1);
+  EXPECT_EQ(RunTool(With(ctl, {me, my_key, ca, "--token_file=" + dir + "/wrong-token"}), log), 2);
   EXPECT_TRUE(absl::StrContains(ReadAll(log), "UNAUTHENTICATED")) << ReadAll(log);
   EXPECT_EQ(RunTool(With(ctl, {"--tls_cert=" + certs + "/other-client.pem",
                                "--tls_key=" + certs + "/other-client.key", ca,

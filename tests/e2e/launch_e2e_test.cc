@@ -406,12 +406,7 @@ TEST(PsCtl, StatusReportsEveryShardAndFailsOnADeadOne) {
     const pid_t pid = Spawn(args, absl::StrCat(dir, "/ps-", s, ".log"));
     ASSERT_GT(pid, 0);
     servers.push_back(pid);
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    int port = 0;
-    while (port == 0 && absl::Now() < deadline) {
-      std::ifstream in(port_file);
-      if (!(in >> port)) absl::SleepFor(absl::Milliseconds(20));
-    }
+    const int port = WaitForPort(port_file, 30);
     ASSERT_GT(port, 0);
     addresses.push_back(absl::StrCat("127.0.0.1:", port));
   }
@@ -433,6 +428,33 @@ TEST(PsCtl, StatusReportsEveryShardAndFailsOnADeadOne) {
   EXPECT_EQ(RunTool({BinDir() + "/ps_ctl", "status", "--timeout_s=2", "--servers=" + both}, log),
             1);
   EXPECT_TRUE(absl::StrContains(ReadAll(log), "UNAVAILABLE")) << ReadAll(log);
+}
+
+// A worker built for another model than the one the shards hold is refused at registration.
+// Restarting it cannot help, so it exits 2, the configuration error that neither ps_launch's
+// --restart_workers nor a Kubernetes Job retries.
+TEST(PsWorker, AWorkerOfAnotherModelThanTheShardsHoldExits2) {
+  const std::string dir = RunDir("another-model");
+  const pid_t server = Spawn(
+      {BinDir() + "/ps_server", "--num_workers=2", "--mode=asp", "--port_file=" + dir + "/port"},
+      dir + "/server.log");
+  ASSERT_GT(server, 0);
+  const int port = WaitForPort(dir + "/port", 30);
+  ASSERT_GT(port, 0) << ReadAll(dir + "/server.log");
+  const std::vector<std::string> worker = {BinDir() + "/ps_worker",
+                                           absl::StrCat("--servers=127.0.0.1:", port),
+                                           "--data=fashion-mnist:" + DataDir(),
+                                           "--train_limit=320",
+                                           "--test_limit=100",
+                                           "--steps=1"};
+  const std::string log = dir + "/worker.log";
+  EXPECT_EQ(RunTool(With(worker, {"--rank=0", "--hidden=32"}), log), 0) << ReadAll(log);
+  EXPECT_EQ(RunTool(With(worker, {"--rank=1"}), log), 2) << ReadAll(log);
+  EXPECT_TRUE(absl::StrContains(ReadAll(log), "INVALID_ARGUMENT: the shards refuse this worker"))
+      << ReadAll(log);
+  EXPECT_TRUE(absl::StrContains(ReadAll(log), "the worker runs another model")) << ReadAll(log);
+  Signal(server, SIGTERM);
+  EXPECT_EQ(WaitExit(server), 0);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <map>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "common/base/random.h"
 #include "common/device/cpu_device.h"
 #include "common/nn/model_registry.h"
@@ -783,6 +784,41 @@ TEST(Trainer, LearnsTheSyntheticTask) {
   ASSERT_TRUE(s0.ok()) << s0;
   ASSERT_TRUE(s1.ok()) << s1;
   EXPECT_GT(TrainAccuracy(c, train), 0.9);
+}
+
+// Shards that hold another model's weights refuse the worker with FAILED_PRECONDITION; no
+// restart of the worker fixes that, so the trainer reports it as INVALID_ARGUMENT (ps_worker's
+// exit 2, a configuration error) and the shards' weights stay as they were.
+TEST(Trainer, ShardsHoldingAnotherModelAreAConfigurationError) {
+  const ImageDataset train = SyntheticData(256, 4);
+  Cluster c = StartCluster(1, 1, ConsistencyMode::kAsp);
+  ASSERT_TRUE(TrainWorker(c, train, WorkerRun{}.InProcess().Epochs(1)).ok());
+  const std::vector<float> trained = AllWeights(c);
+  CpuDevice dev;
+  auto wider = MakeMlp(16, {12}, 4, dev, 64);  // the cluster's model is 16 -> 8 -> 4
+  ASSERT_TRUE(wider.ok());
+  GrpcClientOptions co;
+  co.servers = c.addresses;
+  co.fingerprint = (*wider)->layout().fingerprint();
+  co.total_params = (*wider)->layout().total();
+  auto client = GrpcParameterClient::Create(co);
+  ASSERT_TRUE(client.ok());
+  TrainerOptions o;
+  Trainer trainer(o, **wider, dev, **client, train, nullptr, nullptr, nullptr);
+  std::atomic<bool> stop{false};
+  const absl::Status s = trainer.Run(stop);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "the shards refuse this worker")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "another model")) << s;
+  EXPECT_EQ(AllWeights(c), trained);
+}
+
+TEST(Trainer, AsJoinErrorLeavesEveryOtherStatusAsItIs) {
+  EXPECT_EQ(AsJoinError(absl::UnavailableError("x")), absl::UnavailableError("x"));
+  EXPECT_EQ(AsJoinError(absl::AbortedError("y")), absl::AbortedError("y"));
+  EXPECT_EQ(AsJoinError(absl::OkStatus()), absl::OkStatus());
+  EXPECT_EQ(AsJoinError(absl::FailedPreconditionError("z")),
+            absl::InvalidArgumentError("the shards refuse this worker: z"));
 }
 
 TEST(Trainer, StopFlagCancels) {
