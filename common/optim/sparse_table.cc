@@ -204,25 +204,24 @@ void SparseTable::RemoveSlot(int64_t slot) {
 void SparseTable::Apply(absl::Span<const uint64_t> keys, absl::Span<const float> grads,
                         float lr_scale) {
   const int64_t n = static_cast<int64_t>(keys.size());
-  // An eviction moves the table's last row into the victim's slot, so a batch that may evict
-  // finds and steps each row in turn. Otherwise no slot moves: the batch's slots are found (and
-  // created) first and the rows stepped after, with the lookups and the rows prefetched as in
-  // Read. The order of creations and steps is the same either way.
-  const bool may_evict = memory_.capacity > 0 && rows() + n > memory_.capacity;
+  const auto grad_of = [&](int64_t i) { return grads.data() + i * spec_.dim; };
+  if (memory_.capacity > 0 && rows() + n > memory_.capacity) {
+    // An eviction moves the table's last row into the victim's slot, so a batch that may evict
+    // finds and steps each row in turn.
+    for (int64_t i = 0; i < n; ++i) StepOrDrop(keys[i], SlotFor(keys[i]), grad_of(i), lr_scale);
+    return;
+  }
+  // No slot moves: the batch's slots are found (and created) first and the rows stepped after,
+  // with the lookups and the rows prefetched as in Read. The order of creations and steps is the
+  // same as above, so a batch leaves the table as its keys one at a time would.
   std::vector<int64_t> slots(keys.size());
   for (int64_t i = 0; i < n; ++i) {
-    if (may_evict) {
-      slots[i] = SlotFor(keys[i]);
-      StepOrDrop(keys[i], slots[i], grads.data() + i * spec_.dim, lr_scale);
-      continue;
-    }
     if (i + kLookAhead < n) slot_of_.prefetch(keys[i + kLookAhead]);
     slots[i] = SlotFor(keys[i]);
   }
-  if (may_evict) return;
   for (int64_t i = 0; i < n; ++i) {
     if (i + kLookAhead < n && slots[i + kLookAhead] >= 0) PrefetchRow(slots[i + kLookAhead]);
-    StepOrDrop(keys[i], slots[i], grads.data() + i * spec_.dim, lr_scale);
+    StepOrDrop(keys[i], slots[i], grad_of(i), lr_scale);
   }
 }
 
