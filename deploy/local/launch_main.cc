@@ -20,6 +20,7 @@
 #include "common/base/whole_file.h"
 #include "common/cli/cli.h"
 #include "deploy/local/cluster_spec.h"
+#include "deploy/local/launch_flags.h"
 #include "deploy/local/run_summary.h"
 #include "deploy/local/supervisor.h"
 
@@ -180,6 +181,22 @@ int DryRun(const ps::ClusterSpec& spec) {
                                     "worker-0 --check_only exited with code ", *code)));
 }
 
+// The launcher's own restart flags. A shard restarted without a checkpoint to restore holds no
+// parameters: the workers would give it their copy and redo the whole job from step 0 (see
+// docs/NOTES.md), which is not what --restart_shards promises, so it needs --checkpoint_root.
+absl::Status CheckRestartFlags() {
+  if (absl::GetFlag(FLAGS_max_restarts) < 0 || !(absl::GetFlag(FLAGS_restart_delay_s) >= 0)) {
+    return absl::InvalidArgumentError("--max_restarts and --restart_delay_s must be >= 0");
+  }
+  if (absl::GetFlag(FLAGS_restart_shards) && absl::GetFlag(FLAGS_checkpoint_root).empty()) {
+    return absl::InvalidArgumentError(
+        "--restart_shards restarts a shard from its newest checkpoint: give --checkpoint_root "
+        "DIR, and --checkpoint_every N or --checkpoint_seconds T for a shard that crashes (one "
+        "stopped by SIGTERM writes a final checkpoint)");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -191,11 +208,8 @@ int main(int argc, char** argv) {
       "  ps_launch --workers 2 --optimizer sgd --lr 0.05 --python examples/fashion_mnist_mlp.py -- "
       "--epochs 2");
   const absl::StatusOr<ps::ClusterSpec> spec = ps::ClusterSpecFromFlags(args);
-  if (!spec.ok() || absl::GetFlag(FLAGS_max_restarts) < 0 ||
-      !(absl::GetFlag(FLAGS_restart_delay_s) >= 0)) {
-    std::fprintf(stderr, "ps_launch: %s\n",
-                 spec.ok() ? "--max_restarts and --restart_delay_s must be >= 0"
-                           : std::string(spec.status().message()).c_str());
+  if (absl::Status s = spec.ok() ? CheckRestartFlags() : spec.status(); !s.ok()) {
+    std::fprintf(stderr, "ps_launch: %s\n", std::string(s.message()).c_str());
     return ps::kExitConfigurationError;
   }
   if (absl::GetFlag(FLAGS_dry_run)) return DryRun(*spec);

@@ -253,8 +253,9 @@ TEST_F(LaunchE2e, QuietShowsTheLastLinesOfAChildThatFails) {
   EXPECT_TRUE(ProcessesMentioning(dir).empty());
 }
 
-// The shards' flags are read and checked by the launcher as every shard will read them: a bad
-// value exits 2 before any process starts or the run folder is made.
+// The shards' flags are read and checked by the launcher as every shard will read them, and so
+// are the launcher's own: a bad value exits 2 before any process starts or the run folder is
+// made.
 TEST(LaunchFlags, ABadShardFlagExits2BeforeAnythingStarts) {
   const std::string dir = RunDir("bad_shard_flags");
   const std::string run = dir + "/run";
@@ -271,6 +272,9 @@ TEST(LaunchFlags, ABadShardFlagExits2BeforeAnythingStarts) {
       {{"--checkpoint_every=-1"}, "--checkpoint_seconds and --checkpoint_every must be >= 0"},
       {{"--tls_dir=" + dir}, "--tls_dir: cannot read " + dir + "/server.pem"},
       {{"--token_file=" + dir + "/no-token"}, "--token_file: cannot read " + dir + "/no-token"},
+      // A shard restarted with nothing to restore would make the workers redo the whole job.
+      {{"--restart_shards"}, "--restart_shards restarts a shard from its newest checkpoint"},
+      {{"--max_restarts=-1"}, "--max_restarts and --restart_delay_s must be >= 0"},
   };
   for (const auto& [flags, message] : cases) {
     SCOPED_TRACE(flags.back());
