@@ -14,4 +14,16 @@
 #define PS_CPU_CLONES
 #endif
 
+namespace ps {
+
+// 16 floats as one value (GCC's and Clang's vector extension): one AVX-512 register, two AVX
+// ones, four SSE ones, whichever the clone compiling it has. Load and store them with memcpy (no
+// alignment). Pass them by pointer between functions: by value, their ABI differs between the
+// clones. Keep them in locals, never in a std::vector: its storage is not 64-byte aligned there,
+// and the AVX-512 clone's aligned stores fault on it.
+typedef float Lanes16 __attribute__((vector_size(16 * sizeof(float))));
+constexpr int kLanes = 16;
+
+}  // namespace ps
+
 #endif  // PS_COMMON_DEVICE_CPU_CLONES_H_

@@ -55,14 +55,8 @@ void ScaleOrZero(int64_t n, float grads_beta, float* grads) {
   }
 }
 
-// 16 floats as one value (GCC's vector extension): one AVX-512 register, two AVX ones, four SSE
-// ones, whichever the clone compiling it has. Loaded and stored with memcpy (no alignment).
-typedef float Lanes16 __attribute__((vector_size(16 * sizeof(float))));
-constexpr int kLanes = 16;
-
 // Row reductions in float: 16 partial sums (column d into lane d % 16), added in lane order, then
-// the tail; the same order in every clone. (Vectors pass by pointer: by value, their ABI would
-// differ between the clones.)
+// the tail; the same order in every clone.
 inline float AddLanes(const Lanes16* v) {
   float sum = 0.0f;
   for (int k = 0; k < kLanes; ++k) sum += (*v)[k];

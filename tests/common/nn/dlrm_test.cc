@@ -63,36 +63,46 @@ TEST(DotInteraction, GradientMatchesFiniteDifferences) {
 }
 
 // The device's loops are arranged for speed; they must sum in the plain loops' order (the CUDA
-// kernels' too), so the results are those of the plain loops to the bit.
+// kernels' too), so the results are those of the plain loops to the bit. The shapes cover the
+// loops' edges: one and several blocks of 16 vectors, groups of rows cut short, and a width
+// that is a multiple of 16, one that is not, and one under 16.
 TEST(DotInteraction, SumsInThePlainLoopsOrderBitForBit) {
   CpuDevice dev;
-  const int batch = 5, n = 27, dim = 16;
-  const int64_t width = dim + n * (n - 1) / 2;
-  const std::vector<float> x = RandomVector(batch * n * dim, 7);
-  const std::vector<float> dy = RandomVector(batch * width, 8);
-  std::vector<float> y(batch * width), dx(x.size());
-  ASSERT_TRUE(dev.DotInteractionForward(batch, n, dim, x.data(), y.data()).ok());
-  ASSERT_TRUE(dev.DotInteractionBackward(batch, n, dim, x.data(), dy.data(), dx.data()).ok());
-  for (int b = 0; b < batch; ++b) {
-    const float* v = x.data() + b * n * dim;
-    const float* g = dy.data() + b * width;
-    int64_t k = dim;
-    for (int i = 1; i < n; ++i) {
-      for (int j = 0; j < i; ++j) {
-        float dot = 0.0f;
-        for (int d = 0; d < dim; ++d) dot += v[i * dim + d] * v[j * dim + d];
-        ASSERT_EQ(y[b * width + k++], dot) << b << " " << i << " " << j;
-      }
-    }
-    for (int i = 0; i < n; ++i) {
-      for (int d = 0; d < dim; ++d) {
-        float sum = i == 0 ? g[d] : 0.0f;
-        for (int j = 0; j < n; ++j) {
-          if (j == i) continue;
-          const int hi = std::max(i, j), lo = std::min(i, j);
-          sum += g[dim + hi * (hi - 1) / 2 + lo] * v[j * dim + d];
+  struct Shape {
+    int n, dim;
+  };
+  for (const Shape shape :
+       {Shape{27, 16}, Shape{5, 3}, Shape{20, 20}, Shape{34, 8}, Shape{2, 32}}) {
+    const int batch = 5, n = shape.n, dim = shape.dim;
+    SCOPED_TRACE(testing::Message() << "n " << n << " dim " << dim);
+    const int64_t width = dim + n * (n - 1) / 2;
+    const std::vector<float> x = RandomVector(batch * n * dim, 7);
+    const std::vector<float> dy = RandomVector(batch * width, 8);
+    std::vector<float> y(batch * width), dx(x.size());
+    ASSERT_TRUE(dev.DotInteractionForward(batch, n, dim, x.data(), y.data()).ok());
+    ASSERT_TRUE(dev.DotInteractionBackward(batch, n, dim, x.data(), dy.data(), dx.data()).ok());
+    for (int b = 0; b < batch; ++b) {
+      const float* v = x.data() + b * n * dim;
+      const float* g = dy.data() + b * width;
+      for (int d = 0; d < dim; ++d) ASSERT_EQ(y[b * width + d], v[d]) << b << " " << d;
+      int64_t k = dim;
+      for (int i = 1; i < n; ++i) {
+        for (int j = 0; j < i; ++j) {
+          float dot = 0.0f;
+          for (int d = 0; d < dim; ++d) dot += v[i * dim + d] * v[j * dim + d];
+          ASSERT_EQ(y[b * width + k++], dot) << b << " " << i << " " << j;
         }
-        ASSERT_EQ(dx[(b * n + i) * dim + d], sum) << b << " " << i << " " << d;
+      }
+      for (int i = 0; i < n; ++i) {
+        for (int d = 0; d < dim; ++d) {
+          float sum = i == 0 ? g[d] : 0.0f;
+          for (int j = 0; j < n; ++j) {
+            if (j == i) continue;
+            const int hi = std::max(i, j), lo = std::min(i, j);
+            sum += g[dim + hi * (hi - 1) / 2 + lo] * v[j * dim + d];
+          }
+          ASSERT_EQ(dx[(b * n + i) * dim + d], sum) << b << " " << i << " " << d;
+        }
       }
     }
   }
