@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/enum_names.h"
+#include "common/base/flush_denormals.h"
 
 namespace ps {
 
@@ -163,6 +164,7 @@ void Optimizer::Apply(int64_t update_index, const EncodedTensor& grad, absl::Spa
   const int unit = UnitBytes(grad.encoding());
   // Elements [lo, hi) of every piece: each thread takes one contiguous block of the slice.
   auto apply_block = [&](int64_t lo, int64_t hi) {
+    const ScopedFlushDenormals flush;  // on each thread that updates (flush_denormals.h)
     DispatchDense(grad.encoding(), [&](auto encoding) {
       constexpr TensorEncoding E = decltype(encoding)::value;
       for (const PayloadPiece& piece : grad.pieces()) {

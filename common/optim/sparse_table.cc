@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/flush_denormals.h"
 #include "common/base/random.h"
 
 namespace ps {
@@ -203,6 +204,7 @@ void SparseTable::RemoveSlot(int64_t slot) {
 
 void SparseTable::Apply(absl::Span<const uint64_t> keys, absl::Span<const float> grads,
                         float lr_scale) {
+  const ScopedFlushDenormals flush;  // as the dense updates (flush_denormals.h)
   const int64_t n = static_cast<int64_t>(keys.size());
   const auto grad_of = [&](int64_t i) { return grads.data() + i * spec_.dim; };
   if (memory_.capacity > 0 && rows() + n > memory_.capacity) {

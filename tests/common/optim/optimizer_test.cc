@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/base/flush_denormals.h"
 #include "gtest/gtest.h"
 
 namespace ps {
@@ -19,6 +20,37 @@ TEST(Optimizer, SgdStepIsLrTimesGradient) {
   opt.Apply(0, g, absl::MakeSpan(w));
   EXPECT_FLOAT_EQ(w[0], 0.875f);  // 1 - 0.5 * 0.25
   EXPECT_FLOAT_EQ(w[1], -1.5f);   // -2 + 0.5 * 1
+}
+
+// 1e-39 is a denormal float; `volatile` keeps the compiler from folding the products.
+constexpr float kDenormal = 1e-39f;
+
+TEST(ScopedFlushDenormals, FlushesWhileItLivesAndRestoresTheModeAfter) {
+  volatile float tiny = 1e-30f;
+  volatile float scale = 1e-9f;
+  {
+    const ScopedFlushDenormals flush;
+    EXPECT_EQ(tiny * scale, 0.0f);  // 1e-39 is flushed
+    volatile float denormal = kDenormal;
+    EXPECT_EQ(denormal * 1.0f, 0.0f);  // and read as zero
+  }
+  EXPECT_GT(tiny * scale, 0.0f);  // the thread's own mode again
+}
+
+// Updates treat denormals as zero: a gradient of 1e-39 leaves the weight as it was, where plain
+// arithmetic would move it; and the caller's thread keeps its own mode.
+TEST(Optimizer, UpdatesFlushDenormalsToZero) {
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kSgd;
+  o.lr = 1.0f;
+  Optimizer opt(o, 2);
+  std::vector<float> w = {0.0f, 1.0f};
+  const std::vector<float> g = {kDenormal, 0.5f};
+  opt.Apply(0, g, absl::MakeSpan(w));
+  EXPECT_EQ(w[0], 0.0f);
+  EXPECT_EQ(w[1], 0.5f);
+  volatile float denormal = kDenormal;
+  EXPECT_GT(denormal * 1.0f, 0.0f);
 }
 
 TEST(Optimizer, SgdWeightDecayAddsL2Gradient) {

@@ -56,6 +56,18 @@ TEST(SparseTable, SgdCreatesTheRowThenSteps) {
   for (int d = 0; d < 3; ++d) EXPECT_FLOAT_EQ(out[d], w0[d] - 0.25f * g[d]);
 }
 
+// Rows are updated as the dense slice is, flushing denormals to zero: Adagrad's square of
+// 1e-20 (1e-40) leaves the row's sum of squares at zero.
+TEST(SparseTable, UpdatesFlushDenormalsToZero) {
+  SparseTable table(kSpec, {SparseOptimizerKind::kAdagrad, 0.1f, 0.9f, 0.999f, 1e-8f});
+  const std::vector<uint64_t> keys = {7};
+  table.Apply(keys, std::vector<float>{1e-20f, 1.0f, 0.0f}, /*lr_scale=*/1.0f);
+  const SparseTable::Contents c = table.Export();
+  ASSERT_EQ(c.state.size(), 3u);
+  EXPECT_EQ(c.state[0], 0.0f);
+  EXPECT_EQ(c.state[1], 1.0f);
+}
+
 TEST(SparseTable, AdagradAccumulatesSquaredGradientsPerRow) {
   SparseTable table(kSpec, {SparseOptimizerKind::kAdagrad, 0.1f, 0.9f, 0.999f, 1e-8f});
   const std::vector<uint64_t> key = {5}, other = {6};
