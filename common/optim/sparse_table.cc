@@ -75,12 +75,26 @@ int64_t SketchCell(uint64_t key, int row) {
          static_cast<int64_t>(h & static_cast<uint64_t>(SparseTable::kSketchWidth - 1));
 }
 
+// Adam's bias correction of the t-th update: 1 - beta^t.
+float BiasCorrection(float beta, int64_t t) { return 1.0f - std::pow(beta, static_cast<float>(t)); }
+
+// The same, from `table` (its values for t = 0, 1, ...) while t is within it.
+float BiasCorrection(const std::vector<float>& table, float beta, int64_t t) {
+  return t < static_cast<int64_t>(table.size()) ? table[t] : BiasCorrection(beta, t);
+}
+
 }  // namespace
 
 SparseTable::SparseTable(SparseTableSpec spec, const SparseOptimizerOptions& optimizer,
                          const SparseMemoryOptions& memory)
     : spec_(std::move(spec)), optimizer_(optimizer), memory_(memory) {
   if (memory_.admit_after > 1) sketch_.assign(kSketchDepth * kSketchWidth, 0);
+  if (optimizer_.kind == SparseOptimizerKind::kLazyAdam) {
+    for (int64_t t = 0; t < kBiasCorrections; ++t) {
+      first_moment_corrections_.push_back(BiasCorrection(optimizer_.beta1, t));
+      second_moment_corrections_.push_back(BiasCorrection(optimizer_.beta2, t));
+    }
+  }
 }
 
 int64_t SparseTable::StateWidth() const {
@@ -252,8 +266,8 @@ void SparseTable::Step(int64_t slot, const float* g, float lr_scale) {
       break;
     case SparseOptimizerKind::kLazyAdam: {
       const float b1 = optimizer_.beta1, b2 = optimizer_.beta2;
-      const float c1 = 1.0f - std::pow(b1, static_cast<float>(t));
-      const float c2 = 1.0f - std::pow(b2, static_cast<float>(t));
+      const float c1 = BiasCorrection(first_moment_corrections_, b1, t);
+      const float c2 = BiasCorrection(second_moment_corrections_, b2, t);
       float* m = s;
       float* v = s + dim;
       for (int64_t d = 0; d < dim; ++d) {

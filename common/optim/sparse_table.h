@@ -167,6 +167,10 @@ class SparseTable {
   int64_t tick_ = 0;              // row steps applied, ever
   Counters counters_;
   std::vector<uint16_t> sketch_;  // kSketchDepth x kSketchWidth when admit_after > 1
+  // Lazy Adam's bias corrections 1 - beta^t of a row's t-th update, for t < kBiasCorrections:
+  // the same values std::pow gives, computed once instead of twice per row and step.
+  static constexpr int64_t kBiasCorrections = 4096;
+  std::vector<float> first_moment_corrections_, second_moment_corrections_;
   bool tracking_changes_ = false;
   absl::flat_hash_set<uint64_t> changed_;  // keys created, updated or removed since the mark
 };

@@ -107,6 +107,32 @@ TEST(SparseTable, LazyAdamBiasCorrectsByTheRowsOwnUpdateCount) {
   }
 }
 
+// The bias corrections of a row's first updates come from a table; past it, from std::pow. Both
+// must be the plain recurrence's, to the bit, on either side of the table's end.
+TEST(SparseTable, LazyAdamIsThePlainRecurrenceBitForBitBeyondItsCorrectionTable) {
+  const float lr = 0.01f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+  SparseTable table(kSpec, {SparseOptimizerKind::kLazyAdam, lr, b1, b2, eps});
+  const std::vector<uint64_t> key = {5};
+  std::vector<float> w = Initial(5), m(3, 0.0f), v(3, 0.0f);
+  for (int t = 1; t <= 4200; ++t) {
+    const std::vector<float> g = {std::sin(0.1f * t), 0.5f, -2.0f + 0.001f * t};
+    table.Apply(key, g);
+    const float c1 = 1.0f - std::pow(b1, static_cast<float>(t));
+    const float c2 = 1.0f - std::pow(b2, static_cast<float>(t));
+    for (int d = 0; d < 3; ++d) {
+      m[d] = b1 * m[d] + (1 - b1) * g[d];
+      v[d] = b2 * v[d] + (1 - b2) * g[d] * g[d];
+      w[d] -= lr * (m[d] / c1) / (std::sqrt(v[d] / c2) + eps);
+    }
+  }
+  std::vector<float> out(3);
+  table.Read(key, absl::MakeSpan(out));
+  EXPECT_EQ(out, w);
+  const SparseTable::Contents c = table.Export();
+  EXPECT_EQ(c.state, (std::vector<float>{m[0], m[1], m[2], v[0], v[1], v[2]}));
+  EXPECT_EQ(c.updates, std::vector<int64_t>{4200});
+}
+
 TEST(SparseTable, ExportRestoreRoundTripsAndChecksLengths) {
   SparseTable table(kSpec, {SparseOptimizerKind::kAdagrad, 0.1f});
   const std::vector<uint64_t> keys = {3, 8, 1};
