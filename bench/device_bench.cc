@@ -1,11 +1,12 @@
 // ps_bench_device: forward+backward throughput of the MLP and the CNN (batch 64 and 512) and of
 // the 6-layer, 6-head, 384-wide language model at context 256 (batch 4; 64 on a GPU) on each
 // device this build and machine have (cpu always; cuda when a GPU is visible), with the share
-// of a training step spent in host<->device copies, and the SGEMM rate of the CNN's largest
-// layer (conv2 as im2col + GEMM). One JSON line per measurement; GPU lines carry ratio_vs_cpu,
-// against the CPU figure measured in the same run. "train_step" lines time the trainer's whole
-// step (StepGradient) with the copies overlapped with compute and without, alternating, and
-// print speedup_overlapped (serial / overlapped step time, same run).
+// of a training step spent in host<->device copies, the time of DLRM's dot interaction (batch
+// 128 and 2048), and the SGEMM rate of the CNN's largest layer (conv2 as im2col + GEMM). One
+// JSON line per measurement; GPU lines carry ratio_vs_cpu, against the CPU figure measured in
+// the same run. "train_step" lines time the trainer's whole step (StepGradient) with the copies
+// overlapped with compute and without, alternating, and print speedup_overlapped (serial /
+// overlapped step time, same run).
 //
 //   ps_bench_device [--seconds 1.5] [--devices cpu,cuda] [--gpt_context 256]
 
@@ -174,6 +175,59 @@ absl::StatusOr<SerialAndOverlapped> MeasureTrainingSteps(ps::Device& dev, const 
   return SerialAndOverlapped{median(rounds[0]), median(rounds[1])};
 }
 
+struct InteractionTimes {
+  double forward_us = 0;
+  double backward_us = 0;
+};
+
+// DLRM's dot interaction (common/nn/layers.h) on `batch` samples of 27 vectors of 16 (the
+// default model: the bottom MLP's output and 26 embedding rows), forward and backward, each the
+// mean over at least `seconds`.
+absl::StatusOr<InteractionTimes> MeasureInteraction(ps::Device& dev, int batch, double seconds) {
+  constexpr int kVectors = 27, kDim = 16;
+  constexpr int64_t kWidth = kDim + kVectors * (kVectors - 1) / 2;
+  auto x = dev.Allocate(sizeof(float) * batch * kVectors * kDim);
+  auto y = dev.Allocate(sizeof(float) * batch * kWidth);
+  auto dx = dev.Allocate(sizeof(float) * batch * kVectors * kDim);
+  if (!x.ok() || !y.ok() || !dx.ok()) return absl::ResourceExhaustedError("allocate");
+  // Inputs for both passes: the vectors, and an upstream gradient of the output's shape.
+  std::vector<float> host(static_cast<size_t>(batch) * std::max<int64_t>(kVectors * kDim, kWidth));
+  ps::Rng rng(4);
+  for (float& v : host) v = rng.Uniform(-1, 1);
+  if (auto s =
+          dev.CopyToDevice(host.data(), batch * kVectors * kDim * sizeof(float), x->as<float>());
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = dev.CopyToDevice(host.data(), batch * kWidth * sizeof(float), y->as<float>());
+      !s.ok()) {
+    return s;
+  }
+  const auto time = [&](bool backward) -> absl::StatusOr<double> {
+    int reps = 0;
+    absl::Time start;
+    for (;; ++reps) {
+      if (reps == 1) start = absl::Now();  // the first is a warm-up
+      if (reps > 3 && absl::Now() - start > absl::Seconds(seconds)) break;
+      auto s = backward ? dev.DotInteractionBackward(batch, kVectors, kDim, x->as<float>(),
+                                                     y->as<float>(), dx->as<float>())
+                        : dev.DotInteractionForward(batch, kVectors, kDim, x->as<float>(),
+                                                    y->as<float>());
+      if (s.ok()) s = dev.Synchronize();
+      if (!s.ok()) return s;
+    }
+    return absl::ToDoubleMicroseconds(absl::Now() - start) / (reps - 1);
+  };
+  InteractionTimes out;
+  auto forward = time(false);
+  if (!forward.ok()) return forward.status();
+  auto backward = time(true);
+  if (!backward.ok()) return backward.status();
+  out.forward_us = *forward;
+  out.backward_us = *backward;
+  return out;
+}
+
 // SGEMM rate of conv2's forward product at batch 512: (512*8*8, 800) x (800, 64).
 absl::StatusOr<double> GemmTflops(ps::Device& dev, double seconds) {
   const int m = 512 * 8 * 8, n = 64, k = 800;
@@ -305,6 +359,29 @@ int main(int argc, char** argv) {
         std::printf("%s\n", line.str().c_str());
         std::fflush(stdout);
       }
+    }
+    for (int batch : {128, 2048}) {
+      auto t = MeasureInteraction(**dev, batch, seconds);
+      if (!t.ok()) {
+        std::fprintf(stderr, "%s dot_interaction %d: %s\n", std::string(name).c_str(), batch,
+                     t.status().ToString().c_str());
+        ++failures;
+        continue;
+      }
+      const std::string key = "dot_interaction/" + std::to_string(batch);
+      const double per_step_us = t->forward_us + t->backward_us;
+      if (is_cpu) cpu_rate[key] = per_step_us;
+      ps::JsonObject line;
+      line.Add("bench", "dot_interaction")
+          .Add("device", (*dev)->name())
+          .Add("batch", batch)
+          .Add("vectors", 27)
+          .Add("dim", 16)
+          .Add("forward_us", t->forward_us)
+          .Add("backward_us", t->backward_us);
+      if (!is_cpu && cpu_rate.count(key)) line.Add("ratio_vs_cpu", cpu_rate[key] / per_step_us);
+      std::printf("%s\n", line.str().c_str());
+      std::fflush(stdout);
     }
     auto tflops = GemmTflops(**dev, seconds);
     if (!tflops.ok()) {

@@ -216,9 +216,12 @@ class BenchSmokeTest(unittest.TestCase):
         code, lines, err = run("ps_bench_device", "--devices", "cpu", "--seconds", "0.02")
         self.assertEqual(code, 0, err)
         benches = {line["bench"] for line in lines}
-        self.assertTrue({"train_step", "sgemm_conv2"} <= benches, benches)
+        self.assertTrue({"train_step", "sgemm_conv2", "dot_interaction"} <= benches, benches)
         for line in lines:
             self.assertEqual(line["device"], "cpu")
+            if line["bench"] == "dot_interaction":
+                self.assertGreater(line["forward_us"], 0)
+                self.assertGreater(line["backward_us"], 0)
             if line["bench"] == "train_step":
                 self.assert_ratio(line, "speedup_overlapped", "step_ms_serial",
                                   "step_ms_overlapped")
