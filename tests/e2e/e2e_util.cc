@@ -164,6 +164,10 @@ bool WaitForSteps(const std::string& path, size_t steps, double timeout_s) {
   return true;
 }
 
+namespace {
+
+// Waits up to `timeout_s` until a server has written its port to `port_file` (--port_file): the
+// port, or 0 when none came.
 int WaitForPort(const std::string& port_file, double timeout_s) {
   const absl::Time deadline = absl::Now() + absl::Seconds(timeout_s);
   int port = 0;
@@ -172,6 +176,20 @@ int WaitForPort(const std::string& port_file, double timeout_s) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   return port;
+}
+
+}  // namespace
+
+TestServer StartServer(const std::string& dir, const std::string& name,
+                       const std::vector<std::string>& flags) {
+  TestServer server;
+  server.log = dir + "/" + name + ".log";
+  const std::string port_file = dir + "/" + name + ".port";
+  std::vector<std::string> args = {BinDir() + "/ps_server", "--port_file=" + port_file};
+  args.insert(args.end(), flags.begin(), flags.end());
+  server.pid = Spawn(args, server.log);
+  if (server.pid > 0) server.port = WaitForPort(port_file, 30);
+  return server;
 }
 
 bool WaitForCheckpoint(const std::string& dir, double timeout_s) {

@@ -46,9 +46,16 @@ std::vector<float> ReadWeights(const std::string& path);
 std::vector<std::string> ProcessesMentioning(const std::string& marker);
 // Waits up to `timeout` until the worker metrics file at `path` holds `steps` step lines.
 bool WaitForSteps(const std::string& path, size_t steps, double timeout_s);
-// Waits up to `timeout_s` until a server has written its port to `port_file` (--port_file): the
-// port, or 0 when none came.
-int WaitForPort(const std::string& port_file, double timeout_s);
+// A ps_server of a test's own: started with `flags` and --port_file=<dir>/<name>.port, its output
+// in `log` (<dir>/<name>.log). `pid` is -1 when it did not start, `port` 0 when it wrote none
+// within 30 s; the caller asserts both, showing the log.
+struct TestServer {
+  pid_t pid = -1;
+  int port = 0;
+  std::string log;
+};
+TestServer StartServer(const std::string& dir, const std::string& name,
+                       const std::vector<std::string>& flags);
 // Waits up to `timeout` until the shard checkpoint folder `dir` holds a finished checkpoint
 // (a ckpt-*.ps file: the writer renames it there once written and synced).
 bool WaitForCheckpoint(const std::string& dir, double timeout_s);

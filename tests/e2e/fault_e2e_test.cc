@@ -318,15 +318,14 @@ TEST_F(FaultE2e, TlsWithATokenTrainsAndRefusesStrangers) {
   EXPECT_GT(Field(ReadAll(dir + "/summary.json"), "test_accuracy"), 0.6);
 
   // A server of our own for the refusals (the launch's servers have stopped).
-  const std::string port_file = dir + "/port";
-  const pid_t server =
-      Spawn({BinDir() + "/ps_server", "--num_workers=1", "--port_file=" + port_file,
-             "--tls_cert=" + certs + "/server.pem", "--tls_key=" + certs + "/server.key",
-             "--tls_ca=" + certs + "/ca.pem", "--token_file=" + certs + "/token"},
-            dir + "/server.log");
-  const int port = WaitForPort(port_file, 6);
-  ASSERT_GT(port, 0) << ReadAll(dir + "/server.log");
-  const std::string servers = absl::StrCat("--servers=localhost:", port);
+  const TestServer shard =
+      StartServer(dir, "server",
+                  {"--num_workers=1", "--tls_cert=" + certs + "/server.pem",
+                   "--tls_key=" + certs + "/server.key", "--tls_ca=" + certs + "/ca.pem",
+                   "--token_file=" + certs + "/token"});
+  ASSERT_GT(shard.port, 0) << ReadAll(shard.log);
+  const pid_t server = shard.pid;
+  const std::string servers = absl::StrCat("--servers=localhost:", shard.port);
   const std::vector<std::string> ctl = {BinDir() + "/ps_ctl", "status", servers, "--timeout_s=3"};
   const std::string me = "--tls_cert=" + certs + "/client.pem";
   const std::string my_key = "--tls_key=" + certs + "/client.key";

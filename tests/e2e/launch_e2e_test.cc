@@ -399,20 +399,13 @@ TEST(PsCtl, StatusReportsEveryShardAndFailsOnADeadOne) {
   std::vector<pid_t> servers;
   std::vector<std::string> addresses;
   for (int s = 0; s < 2; ++s) {
-    const std::string port_file = absl::StrCat(dir, "/ps-", s, ".port");
-    std::vector<std::string> args = {BinDir() + "/ps_server",
-                                     absl::StrCat("--shard_id=", s),
-                                     "--num_shards=2",
-                                     "--num_workers=3",
-                                     "--mode=ssp",
-                                     "--staleness=2",
-                                     "--port_file=" + port_file};
-    const pid_t pid = Spawn(args, absl::StrCat(dir, "/ps-", s, ".log"));
-    ASSERT_GT(pid, 0);
-    servers.push_back(pid);
-    const int port = WaitForPort(port_file, 30);
-    ASSERT_GT(port, 0);
-    addresses.push_back(absl::StrCat("127.0.0.1:", port));
+    const TestServer shard = StartServer(dir, absl::StrCat("ps-", s),
+                                         {absl::StrCat("--shard_id=", s), "--num_shards=2",
+                                          "--num_workers=3", "--mode=ssp", "--staleness=2"});
+    ASSERT_GT(shard.pid, 0);
+    servers.push_back(shard.pid);
+    ASSERT_GT(shard.port, 0) << ReadAll(shard.log);
+    addresses.push_back(absl::StrCat("127.0.0.1:", shard.port));
   }
   const std::string both = addresses[0] + "," + addresses[1];
   const std::string log = dir + "/ctl.log";
@@ -439,14 +432,12 @@ TEST(PsCtl, StatusReportsEveryShardAndFailsOnADeadOne) {
 // --restart_workers nor a Kubernetes Job retries.
 TEST(PsWorker, AWorkerOfAnotherModelThanTheShardsHoldExits2) {
   const std::string dir = RunDir("another-model");
-  const pid_t server = Spawn(
-      {BinDir() + "/ps_server", "--num_workers=2", "--mode=asp", "--port_file=" + dir + "/port"},
-      dir + "/server.log");
-  ASSERT_GT(server, 0);
-  const int port = WaitForPort(dir + "/port", 30);
-  ASSERT_GT(port, 0) << ReadAll(dir + "/server.log");
+  const TestServer shard = StartServer(dir, "server", {"--num_workers=2", "--mode=asp"});
+  ASSERT_GT(shard.pid, 0);
+  const pid_t server = shard.pid;
+  ASSERT_GT(shard.port, 0) << ReadAll(shard.log);
   const std::vector<std::string> worker = {BinDir() + "/ps_worker",
-                                           absl::StrCat("--servers=127.0.0.1:", port),
+                                           absl::StrCat("--servers=127.0.0.1:", shard.port),
                                            "--data=fashion-mnist:" + DataDir(),
                                            "--train_limit=320",
                                            "--test_limit=100",
