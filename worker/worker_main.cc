@@ -197,6 +197,12 @@ absl::StatusOr<ps::DelayOptions> DelayOptionsFromFlags() {
 absl::StatusOr<ps::TrainerOptions> TrainerOptionsFromFlags(int rank, const ps::Workload& w) {
   ps::TrainerOptions o;
   o.rank = rank;
+  // Known before any shard answers: a rank outside the job would otherwise wait on the shards
+  // and then be refused by them.
+  if (const int workers = absl::GetFlag(FLAGS_num_workers); workers > 0 && rank >= workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rank ", rank, " is not in [0, --num_workers ", workers, ")"));
+  }
   o.batch_size = w.batch_size;
   o.accumulate = w.accumulate;
   o.epochs = w.epochs;

@@ -452,5 +452,21 @@ TEST(PsWorker, AWorkerOfAnotherModelThanTheShardsHoldExits2) {
   EXPECT_EQ(WaitExit(server), 0);
 }
 
+// A rank outside --num_workers is a flag error the worker sees on its own: it exits 2 at once,
+// not after waiting --register_timeout_s for shards (none listens at the address given) that
+// would refuse it.
+TEST(PsWorker, ARankOutsideTheJobExits2WithoutWaitingForTheShards) {
+  const std::string dir = RunDir("rank-outside");
+  const std::string log = dir + "/worker.log";
+  EXPECT_EQ(RunTool({BinDir() + "/ps_worker", "--servers=127.0.0.1:1", "--rank=2",
+                     "--num_workers=2", "--register_timeout_s=30",
+                     "--data=fashion-mnist:" + DataDir(), "--train_limit=320", "--test_limit=100"},
+                    log),
+            2)
+      << ReadAll(log);
+  EXPECT_TRUE(absl::StrContains(ReadAll(log), "--rank 2 is not in [0, --num_workers 2)"))
+      << ReadAll(log);
+}
+
 }  // namespace
 }  // namespace ps::e2e
