@@ -2,7 +2,9 @@
 
 #include "absl/flags/flag.h"
 
-ABSL_FLAG(std::string, device, "cpu", "Compute device: cpu, cuda or cuda:N.");
+ABSL_FLAG(std::string, device, "cpu",
+          "Compute device: cpu, cuda:N (GPU N), or cuda: GPU (rank mod the GPUs visible), so the "
+          "workers of one host spread over its GPUs.");
 ABSL_FLAG(bool, overlap, false,
           "SSP/ASP: pull the next step's weights while this step computes and pushes (hides "
           "communication; adds up to one update of staleness). Ignored under BSP.");

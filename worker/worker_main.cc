@@ -353,12 +353,15 @@ int main(int argc, char** argv) {
                        : ps::IndexFromEnvironment("JOB_COMPLETION_INDEX", false).value_or(0);
   ps::SetUpLogging(evaluate ? "eval" : absl::StrCat("worker-", rank),
                    absl::GetFlag(FLAGS_log_level));
-  auto device = ps::CreateDevice(absl::GetFlag(FLAGS_device));
-  if (!device.ok()) return Fail(device.status());
+  auto device = ps::CreateDevice(absl::GetFlag(FLAGS_device), rank);
+  // No GPU, or a build without CUDA: restarting the worker cannot help.
+  if (!device.ok()) return FailConfiguration(device.status());
   // Another CPU's kernels round differently: the line tells why two hosts' BSP runs differ in the
   // last bits.
   if ((*device)->name() == "cpu") {
     spdlog::info("cpu device: OpenBLAS {} kernels", ps::CpuDevice::BlasKernels());
+  } else {
+    spdlog::info("device {}", (*device)->name());
   }
   auto workload = ps::WorkloadFromFlags();
   if (!workload.ok()) return Fail(workload.status());

@@ -468,5 +468,18 @@ TEST(PsWorker, ARankOutsideTheJobExits2WithoutWaitingForTheShards) {
       << ReadAll(log);
 }
 
+// A GPU that is not there (no machine has 4097) is a configuration error: exit 2, which no
+// launcher restarts, with the message naming what was found.
+TEST(PsWorker, AMissingGpuExits2) {
+  const std::string dir = RunDir("missing-gpu");
+  const std::string log = dir + "/worker.log";
+  EXPECT_EQ(RunTool({BinDir() + "/ps_worker", "--device=cuda:4096", "--check_only",
+                     "--data=fashion-mnist:" + DataDir(), "--train_limit=320", "--test_limit=100"},
+                    log),
+            2)
+      << ReadAll(log);
+  EXPECT_TRUE(absl::StrContains(ReadAll(log), "FAILED_PRECONDITION")) << ReadAll(log);
+}
+
 }  // namespace
 }  // namespace ps::e2e

@@ -12,13 +12,18 @@
 
 namespace ps {
 
-absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int ordinal) {
+absl::StatusOr<int> CudaDevice::VisibleCount() {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
     return absl::FailedPreconditionError(
         absl::StrCat("no CUDA device usable: cudaGetDeviceCount: ", cudaGetErrorString(err)));
   }
+  return count;
+}
+
+absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int ordinal) {
+  ASSIGN_OR_RETURN(const int count, VisibleCount());
   if (ordinal < 0 || ordinal >= count) {
     return absl::FailedPreconditionError(
         absl::StrCat("CUDA device ", ordinal, " requested but ", count, " visible"));

@@ -21,6 +21,9 @@ class CudaDevice final : public Device {
   // Binds GPU `ordinal`. FAILED_PRECONDITION when no such GPU is visible (or the driver is
   // missing), naming what was found.
   static absl::StatusOr<std::unique_ptr<CudaDevice>> Create(int ordinal);
+  // How many GPUs this process sees (CUDA_VISIBLE_DEVICES applies); FAILED_PRECONDITION when
+  // the driver cannot tell.
+  static absl::StatusOr<int> VisibleCount();
   ~CudaDevice() override;
 
   std::string name() const override;
