@@ -26,8 +26,11 @@ ABSL_FLAG(int64_t, lr_step_updates, 0,
           "end; e.g. one epoch's updates times 30.");
 ABSL_FLAG(double, lr_step_gamma, 0.1, "Step schedule: the factor of each decay, in (0, 1].");
 ABSL_FLAG(int64_t, base_batch, 0,
-          "Linear scaling rule (Goyal et al. 2017): when > 0, the peak learning rate is "
-          "--lr x --effective_batch / --base_batch.");
+          "Learning-rate scaling: when > 0, the peak learning rate is --lr scaled by "
+          "--lr_scaling from this batch to --effective_batch.");
+ABSL_FLAG(std::string, lr_scaling, "linear",
+          "With --base_batch: linear (lr x effective / base; Goyal et al. 2017, for SGD) or sqrt "
+          "(lr x sqrt(effective / base); the rule for Adam and AdaGrad, Malladi et al. 2022).");
 ABSL_FLAG(int64_t, effective_batch, 0,
           "Samples behind one update: per-worker batch x accumulation x workers (BSP) or "
           "per-worker batch x accumulation (SSP/ASP, one push per update).");
@@ -53,12 +56,13 @@ absl::StatusOr<OptimizerOptions> OptimizerOptionsFromFlags() {
   o.apply_threads = absl::GetFlag(FLAGS_apply_threads);
   const int64_t base_batch = absl::GetFlag(FLAGS_base_batch);
   if (base_batch < 0) return absl::InvalidArgumentError("--base_batch must be >= 0");
+  ASSIGN_OR_RETURN(const LrScaling scaling, ParseLrScaling(absl::GetFlag(FLAGS_lr_scaling)));
   if (base_batch > 0) {
     const int64_t effective = absl::GetFlag(FLAGS_effective_batch);
     if (effective <= 0) {
       return absl::InvalidArgumentError("--base_batch needs --effective_batch > 0");
     }
-    o.lr = static_cast<float>(LinearScaledLr(o.lr, effective, base_batch));
+    o.lr = static_cast<float>(ScaledLr(o.lr, effective, base_batch, scaling));
   }
   auto schedule = ParseLrSchedule(absl::GetFlag(FLAGS_lr_schedule));
   if (!schedule.ok()) return schedule.status();

@@ -13,7 +13,8 @@
 namespace ps {
 
 // --optimizer --lr --momentum --beta1 --beta2 --epsilon --weight_decay --warmup_updates
-// --lr_schedule --decay_updates --lr_step_updates --lr_step_gamma --base_batch --effective_batch,
+// --lr_schedule --decay_updates --lr_step_updates --lr_step_gamma --base_batch --lr_scaling
+// --effective_batch,
 // validated.
 absl::StatusOr<OptimizerOptions> OptimizerOptionsFromFlags();
 

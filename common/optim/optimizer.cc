@@ -22,6 +22,8 @@ constexpr EnumName<OptimizerKind> kOptimizerNames[] = {{OptimizerKind::kSgd, "sg
 constexpr EnumName<LrSchedule> kScheduleNames[] = {{LrSchedule::kConstant, "constant"},
                                                    {LrSchedule::kCosine, "cosine"},
                                                    {LrSchedule::kStep, "step"}};
+constexpr EnumName<LrScaling> kScalingNames[] = {{LrScaling::kLinear, "linear"},
+                                                 {LrScaling::kSqrt, "sqrt"}};
 
 }  // namespace
 
@@ -47,6 +49,12 @@ absl::StatusOr<LrSchedule> ParseLrSchedule(const std::string& name) {
 }
 
 std::string LrScheduleName(LrSchedule schedule) { return NameIn(kScheduleNames, schedule); }
+
+absl::StatusOr<LrScaling> ParseLrScaling(const std::string& name) {
+  return ParseIn(kScalingNames, name, "learning-rate scaling rule");
+}
+
+std::string LrScalingName(LrScaling scaling) { return NameIn(kScalingNames, scaling); }
 
 absl::Status ValidateOptimizerOptions(const OptimizerOptions& o) {
   if (o.apply_threads < 0) {
@@ -260,9 +268,10 @@ void Optimizer::ApplyRange(int64_t update_index, float lr, float wd, int64_t fir
   }
 }
 
-double LinearScaledLr(double lr, int64_t update_batch, int64_t base_batch) {
+double ScaledLr(double lr, int64_t update_batch, int64_t base_batch, LrScaling rule) {
   if (base_batch <= 0) return lr;
-  return lr * static_cast<double>(update_batch) / static_cast<double>(base_batch);
+  const double ratio = static_cast<double>(update_batch) / static_cast<double>(base_batch);
+  return lr * (rule == LrScaling::kSqrt ? std::sqrt(ratio) : ratio);
 }
 
 int64_t RunDecayUpdates(int64_t steps, int num_workers, bool one_update_per_step,

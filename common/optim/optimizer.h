@@ -24,6 +24,11 @@ enum class OptimizerKind { kSgd, kMomentum, kAdam, kAdamW, kAdagrad };
 // `decay_updates` (and stays there); or is multiplied by `lr_step_gamma` every `lr_step_updates`
 // updates (the step decay of He et al. 2016: x0.1 at fixed epochs).
 enum class LrSchedule { kConstant, kCosine, kStep };
+// How the peak learning rate follows the samples behind one update when a base batch is given:
+// linear, lr x update_batch / base_batch (Goyal et al. 2017, for SGD and momentum); or by the
+// square root, lr x sqrt(update_batch / base_batch) (Krizhevsky 2014, Hoffer et al. 2017; the
+// rule Malladi et al. 2022 derive for Adam and other adaptive methods).
+enum class LrScaling { kLinear, kSqrt };
 
 absl::StatusOr<OptimizerKind> ParseOptimizerKind(const std::string& name);
 std::string OptimizerKindName(OptimizerKind kind);
@@ -32,6 +37,8 @@ std::string OptimizerKindName(OptimizerKind kind);
 const std::vector<OptimizerKind>& AllOptimizerKinds();
 absl::StatusOr<LrSchedule> ParseLrSchedule(const std::string& name);
 std::string LrScheduleName(LrSchedule schedule);
+absl::StatusOr<LrScaling> ParseLrScaling(const std::string& name);
+std::string LrScalingName(LrScaling scaling);
 
 struct OptimizerOptions {
   OptimizerKind kind = OptimizerKind::kSgd;
@@ -104,9 +111,9 @@ class Optimizer {
   std::vector<float> slot1_;  // Adam's second moment
 };
 
-// The linear scaling rule (Goyal et al. 2017): lr x update_batch / base_batch, where
-// update_batch is the number of samples behind one update. base_batch <= 0 leaves lr as is.
-double LinearScaledLr(double lr, int64_t update_batch, int64_t base_batch);
+// `lr` scaled by `rule` from `base_batch` to `update_batch`, the number of samples behind one
+// update. base_batch <= 0 leaves lr as is.
+double ScaledLr(double lr, int64_t update_batch, int64_t base_batch, LrScaling rule);
 
 // The update at which a cosine schedule reaches zero for a run of `steps` steps per worker:
 // the run's last update (one per step under BSP, whose rounds combine the workers; one per

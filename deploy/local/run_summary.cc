@@ -17,6 +17,7 @@
 
 ABSL_DECLARE_FLAG(double, lr);
 ABSL_DECLARE_FLAG(int64_t, base_batch);
+ABSL_DECLARE_FLAG(std::string, lr_scaling);
 
 namespace ps {
 
@@ -77,6 +78,7 @@ nlohmann::json Configuration(const ClusterSpec& spec) {
           {"lr", absl::GetFlag(FLAGS_lr)},
           {"lr_effective", o.lr},
           {"base_batch", absl::GetFlag(FLAGS_base_batch)},
+          {"lr_scaling", absl::GetFlag(FLAGS_lr_scaling)},
           {"update_batch", spec.update_batch},
           {"warmup_updates", o.warmup_updates},
           {"lr_schedule", LrScheduleName(o.schedule)},

@@ -22,7 +22,7 @@ TRAINING_FLAGS = [
     "mode", "staleness", "model", "hidden", "epochs", "batch_size", "accumulate", "seed",
     "train_limit", "test_limit", "optimizer", "lr", "momentum", "beta1", "beta2", "epsilon",
     "weight_decay", "warmup_updates", "lr_schedule", "decay_updates", "lr_step_updates",
-    "lr_step_gamma", "base_batch", "update_rule", "dc_lambda", "drop_above", "backup_workers",
+    "lr_step_gamma", "base_batch", "lr_scaling", "update_rule", "dc_lambda", "drop_above", "backup_workers",
     "lease_ms", "push_encoding", "pull_encoding", "topk_ratio", "overlap", "async_push",
     "push_pull", "priority",
 ]

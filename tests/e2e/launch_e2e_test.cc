@@ -266,6 +266,7 @@ TEST(LaunchFlags, ABadShardFlagExits2BeforeAnythingStarts) {
       {{"--mode=asp", "--staleness=1"}, "--staleness 1 applies to --mode ssp only, not asp"},
       {{"--mode=asp", "--update_rule=dc-asgd"}, "unknown update rule 'dc-asgd'"},
       {{"--mode=asp", "--backup_workers=1"}, "backup_workers applies to BSP only"},
+      {{"--base_batch=32", "--lr_scaling=cube"}, "unknown learning-rate scaling rule 'cube'"},
       {{"--eviction=fifo"}, "fifo"},
       {{"--lease_ms=0"}, "--lease_ms must be >= 1"},
       {{"--full_checkpoint_every=0"}, "--full_checkpoint_every must be >= 1"},
@@ -313,7 +314,7 @@ TEST_F(LaunchE2e, DryRunPrintsEveryCommandAndChecksTheWorkersFlagsAndData) {
   const std::string run = dir + "/run 'one'";
   const std::string out = dir + "/commands.txt";
   ASSERT_EQ(RunTool({BinDir() + "/ps_launch", "--dry_run", "--shards=2", "--workers=3",
-                     "--mode=ssp", "--staleness=2", "--base_batch=64",
+                     "--mode=ssp", "--staleness=2", "--base_batch=64", "--lr_scaling=sqrt",
                      "--data=fashion-mnist:" + DataDir(), "--metrics_dir=" + run},
                     out),
             0)
@@ -334,8 +335,9 @@ TEST_F(LaunchE2e, DryRunPrintsEveryCommandAndChecksTheWorkersFlagsAndData) {
   for (const std::string& shard : {lines[0], lines[1]}) {
     EXPECT_TRUE(absl::StrContains(shard, " --mode=ssp ")) << shard;
     EXPECT_TRUE(absl::StrContains(shard, " --staleness=2 ")) << shard;
-    // Linear scaling: under SSP one update is one worker's batch of 32.
+    // The scaling: under SSP one update is one worker's batch of 32.
     EXPECT_TRUE(absl::StrContains(shard, " --base_batch=64 ")) << shard;
+    EXPECT_TRUE(absl::StrContains(shard, " --lr_scaling=sqrt ")) << shard;
     EXPECT_TRUE(absl::StrContains(shard, " --effective_batch=32 ")) << shard;
   }
   EXPECT_TRUE(absl::StrContains(lines[4], "/ps_worker --rank=2 --num_workers=3 ")) << lines[4];

@@ -129,10 +129,25 @@ TEST(Optimizer, LrScaleScalesOneUpdate) {
   EXPECT_FLOAT_EQ(w[0], 0.875f);  // 1 - 1 * 0.25 * 0.5
 }
 
-TEST(LinearScaledLr, ScalesByUpdateBatchOverBaseBatch) {
-  EXPECT_DOUBLE_EQ(LinearScaledLr(0.1, 256, 32), 0.8);
-  EXPECT_DOUBLE_EQ(LinearScaledLr(0.1, 16, 32), 0.05);
-  EXPECT_DOUBLE_EQ(LinearScaledLr(0.1, 256, 0), 0.1);  // off
+TEST(ScaledLr, LinearScalesByUpdateBatchOverBaseBatch) {
+  EXPECT_DOUBLE_EQ(ScaledLr(0.1, 256, 32, LrScaling::kLinear), 0.8);
+  EXPECT_DOUBLE_EQ(ScaledLr(0.1, 16, 32, LrScaling::kLinear), 0.05);
+  EXPECT_DOUBLE_EQ(ScaledLr(0.1, 256, 0, LrScaling::kLinear), 0.1);  // off
+}
+
+TEST(ScaledLr, SqrtScalesByTheSquareRootOfTheRatio) {
+  EXPECT_DOUBLE_EQ(ScaledLr(0.001, 128, 32, LrScaling::kSqrt), 0.002);  // 4x the batch
+  EXPECT_DOUBLE_EQ(ScaledLr(0.001, 8, 32, LrScaling::kSqrt), 0.0005);
+  EXPECT_DOUBLE_EQ(ScaledLr(0.001, 64, 32, LrScaling::kSqrt), 0.001 * std::sqrt(2.0));
+  EXPECT_DOUBLE_EQ(ScaledLr(0.001, 64, 0, LrScaling::kSqrt), 0.001);  // off
+}
+
+TEST(LrScaling, NamesRoundTripAndUnknownOnesAreRefused) {
+  for (LrScaling rule : {LrScaling::kLinear, LrScaling::kSqrt}) {
+    EXPECT_EQ(*ParseLrScaling(LrScalingName(rule)), rule);
+  }
+  EXPECT_EQ(LrScalingName(LrScaling::kSqrt), "sqrt");
+  EXPECT_EQ(ParseLrScaling("quadratic").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(DelayCompensate, AddsLambdaGSquaredTimesDrift) {
