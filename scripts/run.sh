@@ -7,8 +7,9 @@
 # a planted click model; data/criteo/truth.json holds the best possible AUC).
 # With --model gpt, the language model: a 4-layer, 4-head, 128-wide transformer, windows of 64
 # characters, 6 per worker and step, 2000 steps, AdamW with gradient clipping at 1.0, and the
-# learning rate 0.001 for an update of 12 windows (--base_batch 12: SSP and ASP, whose updates are
-# one worker's 6, take half of it); by default on the King James Bible (data/text/kjv.txt, which
+# learning rate 0.001 for an update of 12 windows (--base_batch 12 --lr_scaling sqrt: SSP and ASP,
+# whose updates are one worker's 6, take 1/sqrt(2) of it, the rule for Adam; docs/experiments.md
+# and docs/transformers.md measure it); by default on the King James Bible (data/text/kjv.txt, which
 # scripts/setup.sh writes), or `--data text:FILE`. A model's recipe holds whatever the data.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +42,7 @@ if [[ "$model" == gpt ]]; then
     defaults+=(--data text:data/text/kjv.txt)
   fi
   defaults+=(--layers 4 --heads 4 --dim 128 --context 64 --batch_size 6 --steps 2000
-    --optimizer adamw --lr 0.001 --weight_decay 0.01 --clip_norm 1.0 --base_batch 12)
+    --optimizer adamw --lr 0.001 --weight_decay 0.01 --clip_norm 1.0 --base_batch 12
+    --lr_scaling sqrt)
 fi
 exec build/bin/ps_launch "${defaults[@]}" "$@"
