@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Offline validation of the deployment files, run by ctest (test "deploy_test"):
 #  - the Dockerfiles install the same packages as scripts/setup.sh;
-#  - deploy/compose/docker-compose.yml passes `docker-compose config -q`;
+#  - deploy/compose/docker-compose.yml passes `docker-compose config -q`, and so does it with
+#    docker-compose.gpu.yml over it, whose workers (and only they) are on the GPUs;
 #  - both Kubernetes overlays render with `kubectl kustomize` and pass check_manifests.mjs
 #    (kubernetes-models schema, unknown fields, cross-object rules; flags of the real binaries);
 #  - every broken fixture in fixtures/ fails, with the message its "# expect:" line names.
@@ -70,6 +71,32 @@ expect_ok "docker-compose.python.yml config" \
 for f in "$HERE"/fixtures/compose/*.yml; do
   expect_fail "fixture compose/$(basename "$f")" "$(expected "$f")" docker-compose -f "$f" config -q
 done
+# The GPU override: merged over the cluster, every worker (and nothing else) is on the CUDA
+# image, asks for the host's GPUs and binds one by its rank.
+docker-compose -f "$ROOT/deploy/compose/docker-compose.yml" \
+  -f "$ROOT/deploy/compose/docker-compose.gpu.yml" config > "$WORK/compose-gpu.yml"
+check_gpu_override() {
+  /usr/bin/python3 - "$WORK/compose-gpu.yml" <<'PY'
+import sys, yaml
+services = yaml.safe_load(open(sys.argv[1]))["services"]
+workers = [n for n in services if n.startswith("worker-")]
+problems = [] if len(workers) == 4 else [f"{len(workers)} workers"]
+for name, svc in services.items():
+    gpu = name in workers
+    want_image = "ps-train:cuda" if gpu else "ps-train:cpu"
+    if svc.get("image") != want_image:
+        problems.append(f"{name}: image {svc.get('image')}, not {want_image}")
+    env = svc.get("environment", {})
+    if gpu and (env.get("PS_DEVICE") != "cuda" or "PS_RANK" not in env):
+        problems.append(f"{name}: PS_DEVICE {env.get('PS_DEVICE')}, PS_RANK {env.get('PS_RANK')}")
+    devices = svc.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [])
+    if gpu != any(d.get("driver") == "nvidia" and "gpu" in d.get("capabilities", []) for d in devices):
+        problems.append(f"{name}: GPU request {devices}")
+print("\n".join(problems))
+sys.exit(1 if problems else 0)
+PY
+}
+expect_ok "docker-compose.gpu.yml: the workers, and only they, on the GPUs" check_gpu_override
 
 # --- One configuration: the clusters train with scripts/run.sh's hyper-parameters.
 PY3=/usr/bin/python3  # Debian's, with python3-yaml
@@ -77,6 +104,9 @@ PY3=/usr/bin/python3  # Debian's, with python3-yaml
 expect_ok "compose trains as scripts/run.sh does" \
   "$PY3" "$HERE/check_effective_config.py" "$BIN" "$ROOT/scripts/run.sh" \
   --compose "$ROOT/deploy/compose/docker-compose.yml"
+expect_ok "compose with docker-compose.gpu.yml trains as scripts/run.sh does" \
+  "$PY3" "$HERE/check_effective_config.py" "$BIN" "$ROOT/scripts/run.sh" \
+  --compose "$WORK/compose-gpu.yml"
 f="$HERE/fixtures/effective/compose-lr.yml"
 expect_fail "fixture effective/compose-lr.yml" "$(expected "$f")" \
   "$PY3" "$HERE/check_effective_config.py" "$BIN" "$ROOT/scripts/run.sh" --compose "$f"
