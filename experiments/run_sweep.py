@@ -256,14 +256,26 @@ def legend(ax):
         ax.legend(fontsize=7)
 
 
+def panels(count, columns=4):
+    """A figure of `count` panels, at most `columns` to a row; the axes in reading order (the
+    grid's unused cells hidden)."""
+    cols = min(count, columns)
+    rows = (count + cols - 1) // cols
+    fig, grid = plt.subplots(rows, cols, figsize=(5 * cols, 4 * rows), squeeze=False)
+    axes = [ax for row in grid for ax in row]
+    for ax in axes[count:]:
+        ax.set_visible(False)
+    return fig, axes[:count]
+
+
 def plot(runs, config, out_dir):
     scenarios = list(config["scenarios"].keys())
     ok = [r for r in runs if "summary" in r]
     # Accuracy against wall-clock time and against updates, one panel per scenario.
     for x_index, x_name, file_name in ((0, "wall-clock time (s)", "accuracy_vs_time.png"),
                                        (1, "updates applied by a shard", "accuracy_vs_updates.png")):
-        fig, axes = plt.subplots(1, len(scenarios), figsize=(5 * len(scenarios), 4), squeeze=False)
-        for ax, scenario in zip(axes[0], scenarios):
+        fig, axes = panels(len(scenarios))
+        for ax, scenario in zip(axes, scenarios):
             for r in ok:
                 if r["scenario"] != scenario:
                     continue
@@ -295,6 +307,9 @@ def plot(runs, config, out_dir):
             if ref:
                 ax.scatter([-1 if mode == "bsp" else max(p[0] for p in ssp) + 1], [ref[0]],
                            marker=marker, color=line.get_color())
+    if not any(r["mode"] == "ssp" for r in ok):
+        ax.text(0.5, 0.5, "no SSP runs in this sweep", ha="center", va="center",
+                transform=ax.transAxes)
     ax.set_xlabel("SSP staleness bound s  (square: BSP at left, triangle: ASP at right)")
     ax.set_ylabel("wait share of step time")
     legend(ax)
@@ -302,8 +317,8 @@ def plot(runs, config, out_dir):
     fig.savefig(os.path.join(out_dir, "wait_share_vs_s.png"), dpi=100)
     plt.close(fig)
     # Staleness histograms, one panel per scenario, one series per mode (plain rule).
-    fig, axes = plt.subplots(1, len(scenarios), figsize=(5 * len(scenarios), 4), squeeze=False)
-    for ax, scenario in zip(axes[0], scenarios):
+    fig, axes = panels(len(scenarios))
+    for ax, scenario in zip(axes, scenarios):
         for r in ok:
             if r["scenario"] != scenario or r["rule"] != "plain" or r["seed"] != ok[0]["seed"]:
                 continue
