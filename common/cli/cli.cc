@@ -147,18 +147,42 @@ std::vector<std::string> ForwardedFlags(const std::vector<std::string>& names) {
   return args;
 }
 
-std::vector<std::string> ForwardedFlagsOf(const std::string& file) {
-  std::vector<std::string> names;
+namespace {
+
+// The flags defined in `file`, in name order; a file that defines none is a bug.
+std::vector<const absl::CommandLineFlag*> FlagsDefinedIn(const std::string& file) {
+  std::vector<const absl::CommandLineFlag*> flags;
   for (const auto& [name, flag] : absl::GetAllFlags()) {
     const std::string where = flag->Filename();
-    if (where == file || absl::EndsWith(where, "/" + file)) names.push_back(std::string(name));
+    if (where == file || absl::EndsWith(where, "/" + file)) flags.push_back(flag);
   }
-  if (names.empty()) {
-    std::fprintf(stderr, "internal error: no flags defined in %s to pass on\n", file.c_str());
+  if (flags.empty()) {
+    std::fprintf(stderr, "internal error: no flags defined in %s\n", file.c_str());
     std::abort();
   }
-  std::sort(names.begin(), names.end());
+  std::sort(flags.begin(), flags.end(),
+            [](const absl::CommandLineFlag* a, const absl::CommandLineFlag* b) {
+              return a->Name() < b->Name();
+            });
+  return flags;
+}
+
+}  // namespace
+
+std::vector<std::string> ForwardedFlagsOf(const std::string& file) {
+  std::vector<std::string> names;
+  for (const absl::CommandLineFlag* flag : FlagsDefinedIn(file)) {
+    names.push_back(std::string(flag->Name()));
+  }
   return ForwardedFlags(names);
+}
+
+std::vector<std::string> ChangedFlagsOf(const std::string& file) {
+  std::vector<std::string> names;
+  for (const absl::CommandLineFlag* flag : FlagsDefinedIn(file)) {
+    if (flag->CurrentValue() != flag->DefaultValue()) names.push_back(std::string(flag->Name()));
+  }
+  return names;
 }
 
 std::optional<int> OrdinalOfName(const std::string& name) {

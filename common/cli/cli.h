@@ -54,6 +54,9 @@ std::vector<std::string> ForwardedFlags(const std::vector<std::string>& names);
 // "worker/worker_flags.cc"), in name order: a launcher passes on a group of a binary's flags
 // without a list of names to keep in step. A file that defines none is a bug.
 std::vector<std::string> ForwardedFlagsOf(const std::string& file);
+// The names of the flags defined in `file` (as ForwardedFlagsOf) whose value is not their
+// default, in name order: what a launcher that will not pass that group on would drop.
+std::vector<std::string> ChangedFlagsOf(const std::string& file);
 
 // The ordinal a StatefulSet gives its pods: 3 for "ps-3" (the digits after the last '-'); empty
 // when the name does not end that way.

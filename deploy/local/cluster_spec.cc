@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
@@ -27,6 +28,7 @@
 #include "server/shard_flags.h"
 #include "worker/worker_flags.h"
 
+ABSL_DECLARE_FLAG(int64_t, base_batch);
 ABSL_DECLARE_FLAG(int64_t, effective_batch);
 
 namespace ps {
@@ -141,6 +143,23 @@ absl::Status ReadPythonWorker(const std::vector<std::string>& args, ClusterSpec*
   if (!absl::GetFlag(FLAGS_straggler).empty() || !absl::GetFlag(FLAGS_pause_worker).empty()) {
     return absl::InvalidArgumentError(
         "--straggler and --pause_worker slow ps_worker down; a --python worker is the script's");
+  }
+  // The workload's and ps_worker's flags are not the script's: dropped silently, a --device or
+  // an --epochs would look applied and not be.
+  std::vector<std::string> dropped = ChangedFlagsOf("common/cli/workload_flags.cc");
+  for (std::string& name : ChangedFlagsOf("worker/worker_flags.cc")) dropped.push_back(name);
+  std::sort(dropped.begin(), dropped.end());
+  if (!dropped.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", absl::StrJoin(dropped, ", --"),
+        " set ps_worker's training; a --python worker trains as its script says: give the "
+        "script its options after --"));
+  }
+  // Only the script knows its batch, which the launcher would otherwise take from --batch_size.
+  if (absl::GetFlag(FLAGS_base_batch) > 0 && absl::GetFlag(FLAGS_effective_batch) == 0) {
+    return absl::InvalidArgumentError(
+        "--base_batch with --python needs --effective_batch: the samples behind one update, "
+        "which only the script knows");
   }
   if (access(spec->python_script.c_str(), R_OK) != 0) {
     return absl::InvalidArgumentError(

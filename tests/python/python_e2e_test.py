@@ -103,6 +103,15 @@ class PythonWorkers(unittest.TestCase):
             self.assertIn("only --python takes arguments", stray.stderr)
             slow = launch([f"--metrics_dir={tmp}", "--straggler=0:2", "--python", EXAMPLE])
             self.assertEqual(slow.returncode, 2, slow.stderr)
+            # ps_worker's flags would be dropped: refused, each named, instead of ignored.
+            dropped = launch([f"--metrics_dir={tmp}", "--device=cuda", "--epochs=3", "--overlap",
+                              "--python", EXAMPLE])
+            self.assertEqual(dropped.returncode, 2, dropped.stderr)
+            self.assertIn("--device, --epochs, --overlap set ps_worker's training", dropped.stderr)
+            scaled = launch([f"--metrics_dir={tmp}", "--base_batch=32", "--python", EXAMPLE])
+            self.assertEqual(scaled.returncode, 2, scaled.stderr)
+            self.assertIn("--base_batch with --python needs --effective_batch", scaled.stderr)
+            self.assertFalse(os.listdir(tmp), "a refused command line made the run folder")
 
 
 if __name__ == "__main__":

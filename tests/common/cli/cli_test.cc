@@ -21,6 +21,19 @@ void Check(std::vector<std::string> args) {
   RefuseBadCommandLineFlags(static_cast<int>(argv.size()), argv.data());
 }
 
+// What a launcher that does not pass this file's flags on would drop: the ones not at their
+// default, whichever way they were set.
+TEST(ChangedFlagsOf, NamesTheFlagsOfAFileThatDifferFromTheirDefault) {
+  const std::string file = "common/cli/cli_test.cc";
+  EXPECT_TRUE(ChangedFlagsOf(file).empty());
+  absl::SetFlag(&FLAGS_cli_test_steps, 3);
+  absl::SetFlag(&FLAGS_cli_test_switch, false);
+  EXPECT_EQ(ChangedFlagsOf(file), (std::vector<std::string>{"cli_test_steps", "cli_test_switch"}));
+  absl::SetFlag(&FLAGS_cli_test_steps, 0);
+  absl::SetFlag(&FLAGS_cli_test_switch, true);
+  EXPECT_TRUE(ChangedFlagsOf(file).empty());
+}
+
 TEST(OrdinalOfName, TakesTheDigitsAfterTheLastDash) {
   EXPECT_EQ(OrdinalOfName("ps-3"), 3);
   EXPECT_EQ(OrdinalOfName("my-cluster-ps-12"), 12);
