@@ -4,6 +4,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/base/enum_names.h"
 #include "common/base/status_macros.h"
 #include "worker/task_pool.h"
@@ -36,6 +37,25 @@ Schedule ChooseSchedule(const ScheduleRequest& request, ConsistencyMode mode, in
   if (overlap) return Schedule::kOverlap;
   if (async_push) return Schedule::kAsyncPush;
   return request.push_pull ? Schedule::kPushPull : Schedule::kSequential;
+}
+
+std::string ScheduleShortfall(const ScheduleRequest& request, ConsistencyMode mode, int staleness) {
+  if (request.priority) return "";
+  if (mode == ConsistencyMode::kBsp && (request.overlap || request.async_push)) {
+    const char* flags = request.overlap && request.async_push ? "--overlap and --async_push"
+                        : request.overlap                     ? "--overlap"
+                                                              : "--async_push";
+    return absl::StrCat(flags,
+                        " left out under BSP: the pull of step c+1 waits for the round this "
+                        "worker's push of step c completes, so there is nothing to overlap");
+  }
+  if (request.overlap && request.async_push && request.push_pull && mode == ConsistencyMode::kSsp &&
+      staleness < 1) {
+    return "the PushPull pipeline left out under SSP with --staleness 0 (its pull of step c+2, "
+           "sent with the push of step c, would wait for this worker's own push of step c+1): "
+           "separate pulls and pushes instead";
+  }
+  return "";
 }
 
 bool CarriesRows(Schedule schedule) { return schedule != Schedule::kPriority; }

@@ -73,6 +73,11 @@ struct ScheduleRequest {
 // ValidateTrainerOptions before.
 Schedule ChooseSchedule(const ScheduleRequest& request, ConsistencyMode mode, int staleness);
 
+// What of `request` the schedule ChooseSchedule picks leaves out, and why, for the worker's log
+// (a sweep may ask for the same schedule in every mode, so this is a warning, not an error);
+// empty when the schedule serves all of the request.
+std::string ScheduleShortfall(const ScheduleRequest& request, ConsistencyMode mode, int staleness);
+
 // Whether `schedule` computes in a second weights or gradient buffer (see StepBuffers).
 bool NeedsSecondWeights(Schedule schedule);
 bool NeedsSecondGradient(Schedule schedule);

@@ -251,6 +251,9 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
       options_.steps > 0 ? options_.steps : plan.steps_per_epoch() * options_.epochs;
   DeclareWork(cluster, total_steps);
   const Schedule schedule = ChooseSchedule(options_.schedule, cluster.mode, cluster.staleness);
+  const std::string shortfall =
+      ScheduleShortfall(options_.schedule, cluster.mode, cluster.staleness);
+  if (!shortfall.empty()) spdlog::warn("{}", shortfall);
   const std::vector<SparseTableSpec>& tables = model_.description().sparse();
   const int64_t row_dim = tables.empty() ? 0 : tables[0].dim;
   if (options_.clip_norm > 0 && schedule == Schedule::kPriority) {
