@@ -21,7 +21,9 @@ namespace ps {
 // Per-epoch summary handed to the progress callback (rank 0 with evaluate_each_epoch).
 struct EpochReport {
   int epoch = 0;  // 1-based
-  int epochs = 0;
+  // The run's length in epochs: fractional when it was given in steps (--steps 3000 at 937 steps
+  // an epoch is 3.2; the last, partial epoch gets no report).
+  double epochs = 0;
   double train_loss = 0.0;  // mean over this worker's samples of the epoch
   double test_loss = 0.0;
   double test_accuracy = 0.0;
@@ -80,7 +82,7 @@ struct FreshEvaluation {
 
 struct StepAccountingOptions {
   int rank = 0;
-  int epochs = 0;
+  double epochs = 0;  // EpochReport::epochs
   int64_t steps_per_epoch = 1;
   int num_workers = 1;
   bool evaluate_each_epoch = false;  // needs `evaluate`

@@ -207,7 +207,8 @@ absl::StatusOr<StepAccountingOptions> Trainer::AccountingOptions(const ClusterIn
                                                                  int64_t steps_per_epoch) {
   StepAccountingOptions o;
   o.rank = options_.rank;
-  o.epochs = options_.epochs;
+  o.epochs =
+      options_.steps > 0 ? static_cast<double>(options_.steps) / steps_per_epoch : options_.epochs;
   o.steps_per_epoch = steps_per_epoch;
   o.num_workers = cluster.num_workers;
   o.evaluate_each_epoch = options_.evaluate_each_epoch;

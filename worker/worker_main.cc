@@ -263,7 +263,7 @@ absl::Status CheckWorkerCount(ps::ParameterClient& client, int rank, absl::Durat
 void PrintEpoch(const ps::EpochReport& r) {
   // A click model's test loss is the log-loss, and its quality the AUC.
   const bool clicks = r.test_auc >= 0;
-  std::printf("epoch %d/%d  train_loss %.4f  %s %.4f  %s %.4f  samples/s %.0f  time %.1fs\n",
+  std::printf("epoch %d/%.3g  train_loss %.4f  %s %.4f  %s %.4f  samples/s %.0f  time %.1fs\n",
               r.epoch, r.epochs, r.train_loss, clicks ? "test_logloss" : "test_loss", r.test_loss,
               clicks ? "test_auc" : "test_acc", clicks ? r.test_auc : r.test_accuracy,
               r.samples_per_sec, absl::ToDoubleSeconds(r.elapsed));

@@ -821,6 +821,37 @@ TEST(Trainer, AsJoinErrorLeavesEveryOtherStatusAsItIs) {
             absl::InvalidArgumentError("the shards refuse this worker: z"));
 }
 
+// Rank 0 reports each finished epoch with the run's length in epochs: fractional when the run
+// was given in steps, whose last, partial epoch gets no report.
+TEST(Trainer, EpochReportsCountTheRunsLengthInEpochs) {
+  const ImageDataset train = SyntheticData(256, 6);
+  const ImageDataset test = SyntheticData(64, 7);
+  for (const int64_t steps : {int64_t{0}, int64_t{40}}) {
+    Cluster c = StartCluster(1, 1, ConsistencyMode::kBsp);
+    CpuDevice dev;
+    auto model = MakeMlp(16, {8}, 4, dev, 64);
+    ASSERT_TRUE(model.ok());
+    InProcessClient client({&c.servers[0]->shard()}, (*model)->layout().fingerprint(),
+                           (*model)->layout().total(), /*incarnation=*/100, nullptr);
+    TrainerOptions o;
+    o.batch_size = 16;  // 16 steps an epoch
+    o.epochs = 3;
+    o.steps = steps;
+    o.evaluate_each_epoch = true;
+    std::vector<EpochReport> reports;
+    Trainer trainer(o, **model, dev, client, train, &test, nullptr,
+                    [&](const EpochReport& r) { reports.push_back(r); });
+    std::atomic<bool> stop{false};
+    ASSERT_TRUE(trainer.Run(stop).ok());
+    ASSERT_EQ(reports.size(), steps == 0 ? 3u : 2u) << steps;
+    for (size_t i = 0; i < reports.size(); ++i) {
+      EXPECT_EQ(reports[i].epoch, static_cast<int>(i) + 1);
+      EXPECT_EQ(reports[i].epochs, steps == 0 ? 3.0 : 2.5);
+      EXPECT_GT(reports[i].test_accuracy, 0.0);
+    }
+  }
+}
+
 TEST(Trainer, StopFlagCancels) {
   const ImageDataset train = SyntheticData(256, 4);
   Cluster c = StartCluster(1, 1, ConsistencyMode::kAsp);
