@@ -8,6 +8,11 @@ scenarios (no straggler, a persistent straggler, random jitter, ...), the update
 seeds; every combination is one run of ps_launch. Each run's files go to runs/sweeps/NAME/LABEL/;
 the sweep's results (table.md, summaries.jsonl, PNG plots) to the output folder.
 
+Runs are judged by the config's "metric": "accuracy" (the default), "auc" (click models) or
+"loss" (the test or validation loss: a language model's nats per token; lower is better), and
+"target" is the value whose time to reach the table reports ("target_accuracy" is the same for
+the accuracy).
+
 The runner checks every SSP run against the staleness bound (W-1)(2s+1) and exits 1, loudly,
 when a run breaks it or fails.
 
@@ -38,9 +43,41 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_TIMEOUT_S = 900
 
 
-# Keys of a sweep config: required, and all that are allowed.
-REQUIRED_KEYS = ("name", "target_accuracy", "modes", "scenarios")
-ALLOWED_KEYS = REQUIRED_KEYS + ("description", "common", "update_rules", "seeds")
+# Keys of a sweep config: required, and all that are allowed (one of target and target_accuracy
+# is required too).
+REQUIRED_KEYS = ("name", "modes", "scenarios")
+ALLOWED_KEYS = REQUIRED_KEYS + ("description", "common", "update_rules", "seeds", "metric",
+                                "target", "target_accuracy")
+
+
+class Metric:
+    """How a sweep judges its runs: the key of rank 0's evaluation lines, the key of summary.json
+    with the final value, its name in the table and plots, and whether higher is better."""
+
+    def __init__(self, name, eval_key, summary_key, title, higher_is_better):
+        self.name = name
+        self.eval_key = eval_key
+        self.summary_key = summary_key
+        self.title = title
+        self.higher_is_better = higher_is_better
+
+    def reached(self, value, target):
+        return value >= target if self.higher_is_better else value <= target
+
+
+METRICS = {
+    "accuracy": Metric("accuracy", "test_accuracy", "test_accuracy", "test accuracy", True),
+    "auc": Metric("auc", "test_auc", "test_auc", "test AUC", True),
+    "loss": Metric("loss", "test_loss", "final_loss", "test loss", False),
+}
+
+
+def metric_of(config):
+    return METRICS[config.get("metric", "accuracy")]
+
+
+def target_of(config):
+    return config["target"] if "target" in config else config["target_accuracy"]
 # Flags the runner sets itself, per run: a config that set them would be overridden.
 RUNNER_FLAGS = ("mode", "staleness", "update_rule", "seed", "metrics_dir", "quiet")
 
@@ -72,8 +109,16 @@ def check_config(config):
     if not isinstance(config["name"], str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", config["name"]):
         raise ConfigError(f"name {config['name']!r}: letters, digits, '_', '.' and '-' only "
                           "(it names the output folders)")
-    if not isinstance(config["target_accuracy"], (int, float)):
-        raise ConfigError("target_accuracy is a number")
+    metric = config.get("metric", "accuracy")
+    if metric not in METRICS:
+        raise ConfigError(f"metric {metric!r} is not one of {', '.join(METRICS)}")
+    if ("target" in config) == ("target_accuracy" in config):
+        raise ConfigError("give the target value once: target (or target_accuracy, for the "
+                          "accuracy)")
+    if "target_accuracy" in config and metric != "accuracy":
+        raise ConfigError(f"target_accuracy with metric {metric}: use target")
+    if isinstance(target_of(config), bool) or not isinstance(target_of(config), (int, float)):
+        raise ConfigError("the target is a number")
     for key in ("modes", "update_rules", "seeds"):
         if key in config and (not isinstance(config[key], list) or not config[key]):
             raise ConfigError(f"{key} is a non-empty list")
@@ -110,6 +155,15 @@ def check_flags(runs, bin_dir):
         if result.returncode != 0:
             why = (result.stderr or result.stdout).strip().removeprefix("ps_launch: ")
             raise ConfigError(f"run {run['label']}: ps_launch refuses its flags: {why}")
+
+
+def check_metric(runs, metric):
+    """Only a click model reports an AUC."""
+    if metric.name != "auc":
+        return
+    for run in runs:
+        if run["flags"].get("model", "mlp") != "dlrm":
+            raise ConfigError(f"run {run['label']}: metric auc needs a click model (model dlrm)")
 
 
 def launch_flags(run):
@@ -166,7 +220,7 @@ class Stop:
             self.child.send_signal(signal.SIGTERM)
 
 
-def run_one(run, bin_dir, run_dir, stop):
+def run_one(run, bin_dir, run_dir, stop, metric):
     shutil.rmtree(run_dir, ignore_errors=True)
     os.makedirs(run_dir)
     cmd = [os.path.join(bin_dir, "ps_launch"), f"--metrics_dir={run_dir}", "--quiet"]
@@ -189,19 +243,19 @@ def run_one(run, bin_dir, run_dir, stop):
         return run
     with open(os.path.join(run_dir, "summary.json")) as f:
         run["summary"] = json.load(f)
-    # Accuracy over the run: rank 0's periodic and end-of-epoch evaluations, then the final one.
-    curve = [(e["wall_s"], e["updates"], e["test_accuracy"])
+    # The metric over the run: rank 0's periodic and end-of-epoch evaluations, then the final one.
+    curve = [(e["wall_s"], e["updates"], e[metric.eval_key])
              for e in read_jsonl(os.path.join(run_dir, "worker-0.jsonl"))
-             if e.get("kind") in ("eval", "epoch")]
+             if e.get("kind") in ("eval", "epoch") and metric.eval_key in e]
     summary = run["summary"]
-    curve.append((summary["wall_seconds"], max(summary["versions"]), summary["test_accuracy"]))
+    curve.append((summary["wall_seconds"], max(summary["versions"]), summary[metric.summary_key]))
     run["curve"] = sorted(curve)
     return run
 
 
-def time_to_target(run, target):
-    for wall, _, acc in run.get("curve", []):
-        if acc >= target:
+def time_to_target(run, target, metric):
+    for wall, _, value in run.get("curve", []):
+        if metric.reached(value, target):
             return wall
     return None
 
@@ -219,16 +273,17 @@ def fmt(x, digits=3):
 
 
 def write_table(runs, config, path, not_done=()):
-    target = config["target_accuracy"]
+    target = target_of(config)
+    metric = metric_of(config)
     lines = [
         f"# Sweep `{config['name']}`",
         "",
         config.get("description", ""),
         "",
-        f"Target accuracy: {target}. Wait share: the part of the workers' step time their pulls"
+        f"Target {metric.title}: {target}. Wait share: the part of the workers' step time their pulls"
         " were held by the shards. Bound: (W-1)(2s+1) for SSP(s).",
         "",
-        "| scenario | mode | rule | seed | time to target (s) | wall (s) | final accuracy |"
+        f"| scenario | mode | rule | seed | time to target (s) | wall (s) | final {metric.title} |"
         " wait share | max staleness | mean staleness | bound | late | dropped |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -241,8 +296,8 @@ def write_table(runs, config, path, not_done=()):
         bound = check_bound(r)
         lines.append(
             f"| {r['scenario']} | {r['mode_name']} | {r['rule']} | {r['seed']} |"
-            f" {fmt(time_to_target(r, target), 1)} | {s['wall_seconds']:.1f} |"
-            f" {s['test_accuracy']:.4f} | {s['wait_share']:.3f} | {s['max_staleness']} |"
+            f" {fmt(time_to_target(r, target, metric), 1)} | {s['wall_seconds']:.1f} |"
+            f" {s[metric.summary_key]:.4f} | {s['wait_share']:.3f} | {s['max_staleness']} |"
             f" {s['mean_staleness']:.2f} | {'-' if bound is None else bound} |"
             f" {s.get('late_pushes', 0)} | {s.get('dropped_gradients', 0)} |")
     if not_done:
@@ -271,9 +326,11 @@ def panels(count, columns=4):
 def plot(runs, config, out_dir):
     scenarios = list(config["scenarios"].keys())
     ok = [r for r in runs if "summary" in r]
-    # Accuracy against wall-clock time and against updates, one panel per scenario.
-    for x_index, x_name, file_name in ((0, "wall-clock time (s)", "accuracy_vs_time.png"),
-                                       (1, "updates applied by a shard", "accuracy_vs_updates.png")):
+    # The metric against wall-clock time and against updates, one panel per scenario.
+    metric = metric_of(config)
+    for x_index, x_name, file_name in (
+            (0, "wall-clock time (s)", f"{metric.name}_vs_time.png"),
+            (1, "updates applied by a shard", f"{metric.name}_vs_updates.png")):
         fig, axes = panels(len(scenarios))
         for ax, scenario in zip(axes, scenarios):
             for r in ok:
@@ -285,10 +342,10 @@ def plot(runs, config, out_dir):
                 if len(config.get("seeds", [1])) > 1:
                     label += f" s{r['seed']}"
                 ax.plot(xs, ys, marker=".", label=label)
-            ax.axhline(config["target_accuracy"], color="grey", linestyle=":", linewidth=1)
+            ax.axhline(target_of(config), color="grey", linestyle=":", linewidth=1)
             ax.set_title(scenario)
             ax.set_xlabel(x_name)
-            ax.set_ylabel("test accuracy")
+            ax.set_ylabel(metric.title)
             legend(ax)
         fig.tight_layout()
         fig.savefig(os.path.join(out_dir, file_name), dpi=100)
@@ -357,6 +414,7 @@ def main():
             runs = [r for r in runs if args.only in r["label"]]
         if not runs:
             raise ConfigError("no run left" + (f" with --only {args.only}" if args.only else ""))
+        check_metric(runs, metric_of(config))
         check_flags(runs, args.bin_dir)
     except (OSError, json.JSONDecodeError, ConfigError) as e:
         print(f"run_sweep: {args.config}: {e}", file=sys.stderr)
@@ -373,7 +431,7 @@ def main():
     for i, run in enumerate(runs, 1):
         if stop.signal is not None:
             break
-        run_one(run, args.bin_dir, os.path.join(runs_dir, run["label"]), stop)
+        run_one(run, args.bin_dir, os.path.join(runs_dir, run["label"]), stop, metric_of(config))
         if stop.signal is not None and run["exit_code"] != 0:
             run.pop("exit_code")  # stopped by the signal: not done, not failed
             break
@@ -387,7 +445,8 @@ def main():
         if bound is not None and s["max_staleness"] > bound:
             problems.append(f"{run['label']}: max staleness {s['max_staleness']} exceeds the SSP"
                             f" bound {bound}")
-        print(f"[{i}/{len(runs)}] {run['label']}: accuracy {s['test_accuracy']:.4f}"
+        metric = metric_of(config)
+        print(f"[{i}/{len(runs)}] {run['label']}: {metric.title} {s[metric.summary_key]:.4f}"
               f"  wall {s['wall_seconds']:.1f}s  wait share {s['wait_share']:.3f}"
               f"  max staleness {s['max_staleness']}"
               + ("" if bound is None else f" (bound {bound})"), flush=True)

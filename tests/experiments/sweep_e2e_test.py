@@ -2,6 +2,7 @@
 
 - a small sweep (3 modes x 2 scenarios of 2 workers and 1 shard) writes its table, summaries and
   plots, with every SSP run within its staleness bound;
+- a sweep judged by the loss (lower is better) reports and plots the loss;
 - bad configs exit 2 before anything runs or is written, saying what is wrong;
 - SIGTERM stops the sweep: the run in progress ends with its processes, the finished runs are
   written, the runs not done are named, and it exits 1.
@@ -98,6 +99,33 @@ class SweepTest(unittest.TestCase):
             with open(os.path.join(self.out, png), "rb") as f:
                 self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n", png)
 
+    def test_a_sweep_judged_by_the_loss_reports_the_loss(self):
+        config = json.loads(json.dumps(SMALL))
+        del config["target_accuracy"]
+        config.update(metric="loss", target=10.0, modes=["asp"], scenarios={"none": {}})
+        result = self.sweep(config)
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        with open(os.path.join(self.out, "summaries.jsonl")) as f:
+            [run] = [json.loads(line) for line in f]
+        loss = run["summary"]["final_loss"]
+        with open(os.path.join(self.runs, run["label"], "worker-0.jsonl")) as f:
+            evals = [json.loads(line) for line in f if '"kind":"eval"' in line]
+        self.assertGreater(len(evals), 0)
+        with open(os.path.join(self.out, "table.md")) as f:
+            table = f.read()
+        self.assertIn("Target test loss: 10.0.", table)
+        self.assertIn("| time to target (s) | wall (s) | final test loss |", table)
+        [row] = [line for line in table.splitlines() if line.startswith("| none |")]
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        # Every loss is below 10: the target is reached at the first evaluation.
+        self.assertEqual(cells[4], f"{evals[0]['wall_s']:.1f}", table)
+        self.assertEqual(cells[6], f"{loss:.4f}", table)
+        self.assertIn(f"test loss {loss:.4f}", result.stdout)
+        for png in ("loss_vs_time.png", "loss_vs_updates.png"):
+            with open(os.path.join(self.out, png), "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n", png)
+        self.assertFalse(os.path.exists(os.path.join(self.out, "accuracy_vs_time.png")))
+
     def test_bad_configs_exit_2_before_anything_runs(self):
         def changed(**edits):
             config = json.loads(json.dumps(SMALL))
@@ -121,7 +149,13 @@ class SweepTest(unittest.TestCase):
             (changed(common={**SMALL["common"], "backup_workers": 2}),
              "backup_workers must be in [0, num_workers), got 2"),
             (changed(modes=["bsp", "ssp:x"]), "unknown mode 'ssp:x'"),
-            (changed(target_accuracy=None), "missing target_accuracy"),
+            (changed(target_accuracy=None), "give the target value once: target"),
+            (changed(target=0.5), "give the target value once: target"),
+            (changed(target_accuracy="high"), "the target is a number"),
+            (changed(metric="perplexity"), "metric 'perplexity' is not one of accuracy, auc, loss"),
+            (changed(metric="loss"), "target_accuracy with metric loss: use target"),
+            (changed(metric="auc", target_accuracy=None, target=0.7),
+             "run none__bsp__plain__seed1: metric auc needs a click model (model dlrm)"),
             (changed(seed=[1]), "unknown key(s) seed"),
             (changed(scenarios={"none": {"mode": "asp"}}), "none: mode are set by the runner"),
             (changed(name="../elsewhere"), "name '../elsewhere'"),
