@@ -40,8 +40,13 @@ Schedule ChooseSchedule(const ScheduleRequest& request, ConsistencyMode mode, in
 }
 
 std::string ScheduleShortfall(const ScheduleRequest& request, ConsistencyMode mode, int staleness) {
-  if (request.priority) return "";
-  if (mode == ConsistencyMode::kBsp && (request.overlap || request.async_push)) {
+  // ASP with a bound to spare serves every request; what another mode picks differently is what
+  // it left out.
+  if (ChooseSchedule(request, mode, staleness) ==
+      ChooseSchedule(request, ConsistencyMode::kAsp, 1)) {
+    return "";
+  }
+  if (mode == ConsistencyMode::kBsp) {
     const char* flags = request.overlap && request.async_push ? "--overlap and --async_push"
                         : request.overlap                     ? "--overlap"
                                                               : "--async_push";
@@ -49,13 +54,9 @@ std::string ScheduleShortfall(const ScheduleRequest& request, ConsistencyMode mo
                         " left out under BSP: the pull of step c+1 waits for the round this "
                         "worker's push of step c completes, so there is nothing to overlap");
   }
-  if (request.overlap && request.async_push && request.push_pull && mode == ConsistencyMode::kSsp &&
-      staleness < 1) {
-    return "the PushPull pipeline left out under SSP with --staleness 0 (its pull of step c+2, "
-           "sent with the push of step c, would wait for this worker's own push of step c+1): "
-           "separate pulls and pushes instead";
-  }
-  return "";
+  return "the PushPull pipeline left out under SSP with --staleness 0 (its pull of step c+2, sent "
+         "with the push of step c, would wait for this worker's own push of step c+1): separate "
+         "pulls and pushes instead";
 }
 
 bool CarriesRows(Schedule schedule) { return schedule != Schedule::kPriority; }
