@@ -5,7 +5,8 @@
 // `slowdown` times as long), transient jitter (with probability p a step takes `factor` times as
 // long, decided by (seed, rank, step) so that runs repeat), and one pause of a given length at a
 // given step. Times are relative to the worker's normal step time: an exponential moving average
-// of its steps' own work (pull, compute, push) without injected delay.
+// of its steps' own work (pull, compute, push) without injected delay and without the time the
+// shards held its pulls for other workers (whose injected delays that time holds).
 
 #include <cstdint>
 
@@ -31,7 +32,8 @@ class DelayInjector {
  public:
   explicit DelayInjector(const DelayOptions& options) : options_(options) {}
 
-  // Takes the un-delayed work time of `step` and returns the delay to add to it.
+  // Takes the worker's own un-delayed work time of `step` (not the time it waited for others)
+  // and returns the delay to add to it.
   absl::Duration DelayFor(int64_t step, absl::Duration work);
   // Whether `step` is one of the random slow steps.
   bool Jittered(int64_t step) const;

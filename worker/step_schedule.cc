@@ -1,5 +1,6 @@
 #include "worker/step_schedule.h"
 
+#include <algorithm>
 #include <future>
 #include <optional>
 #include <utility>
@@ -82,10 +83,15 @@ struct Computed {
 // Computes step `step`'s gradient of `weights` into `gradient`, then sleeps the injected delay:
 // it stands for slower computation, so it comes before the push, and the gradient arrives late
 // and staler, as a slow worker's would.
+// The delay scales this worker's own work: the step so far and the last push, less the time the
+// shards held the pull that brought `weights` (`pulled.server_wait`: waiting for other workers,
+// whose injected delays it holds; counted, a delay would feed every other worker's, and under
+// BSP the run would slow down step after step). A prefetch may have waited out part of that
+// hold before the step began, so the own work is never taken below the compute.
 // With a sparse table, `rows` are the step's and `row_grads` receive their gradients.
 absl::StatusOr<Computed> ComputeStep(const StepEnvironment& env, int64_t step, absl::Time start,
-                                     absl::Span<const float> weights, absl::Span<float> gradient,
-                                     absl::Span<const float> rows = {},
+                                     const PullStats& pulled, absl::Span<const float> weights,
+                                     absl::Span<float> gradient, absl::Span<const float> rows = {},
                                      absl::Span<float> row_grads = {}) {
   Computed c;
   c.computing = absl::Now();
@@ -95,8 +101,10 @@ absl::StatusOr<Computed> ComputeStep(const StepEnvironment& env, int64_t step, a
     ASSIGN_OR_RETURN(c.batch, env.gradient.Compute(step, weights, gradient));
   }
   c.computed = absl::Now();
-  const absl::Duration delay =
-      env.delays.DelayFor(step, (c.computed - start) + env.accounting.last_push());
+  const absl::Duration own_work =
+      std::max(c.computed - c.computing,
+               (c.computed - start) + env.accounting.last_push() - pulled.server_wait);
+  const absl::Duration delay = env.delays.DelayFor(step, own_work);
   if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
   c.pushing = absl::Now();
   return c;
@@ -134,7 +142,7 @@ class SequentialSchedule final : public StepSchedule {
       ASSIGN_OR_RETURN(pulled, env_.client.PullWithRows(step, /*no_wait=*/false, weights, rows));
     }
     rows_.grads.resize(rows_.values.size());
-    ASSIGN_OR_RETURN(const Computed c, ComputeStep(env_, step, start, weights, gradient,
+    ASSIGN_OR_RETURN(const Computed c, ComputeStep(env_, step, start, pulled, weights, gradient,
                                                    rows_.values, absl::MakeSpan(rows_.grads)));
     const int count = static_cast<int>(c.batch.count);
     std::vector<RowsToPush> push_rows;
@@ -215,8 +223,8 @@ class DoubleBufferedSchedule final : public StepSchedule {
     out.keys = weights_->keys;
     out.row_grads.resize(weights_->rows.size());
     ASSIGN_OR_RETURN(const Computed c,
-                     ComputeStep(env_, step, start, weights_->weights, out.gradient, weights_->rows,
-                                 absl::MakeSpan(out.row_grads)));
+                     ComputeStep(env_, step, start, pulled, weights_->weights, out.gradient,
+                                 weights_->rows, absl::MakeSpan(out.row_grads)));
     const int count = static_cast<int>(c.batch.count);
     const std::vector<RowsToPush> push_rows = RowsToPushOf(out);
     if (!async_push_) {

@@ -136,6 +136,8 @@ struct WorkerRun {
   bool shared_memory = false;
   CallCounts* counts = nullptr;  // receives the client calls the trainer made (gRPC)
   Device* device = nullptr;      // CpuDevice if null
+  DelayOptions delays;           // its rank and seed are the run's
+  TrainStats* stats = nullptr;   // receives the trainer's stats after the run
 
   WorkerRun& Rank(int r) { return rank = r, *this; }
   WorkerRun& Batch(int b) { return batch = b, *this; }
@@ -152,6 +154,8 @@ struct WorkerRun {
   WorkerRun& SharedMemory(bool on = true) { return shared_memory = on, *this; }
   WorkerRun& Counts(CallCounts* c) { return counts = c, *this; }
   WorkerRun& OnDevice(Device* d) { return device = d, *this; }
+  WorkerRun& Delays(const DelayOptions& d) { return delays = d, *this; }
+  WorkerRun& Stats(TrainStats* s) { return stats = s, *this; }
 };
 
 // Trains `run` on the cluster's MLP (16 -> 8 -> 4, seed 5); returns the status of Run().
@@ -168,6 +172,9 @@ absl::Status TrainWorker(const Cluster& cluster, const Dataset& train, const Wor
   o.seed = 5;
   o.schedule = ScheduleRequest{run.overlap, run.async_push, run.push_pull, run.priority};
   o.priority_min_part = 0;  // one part per layer, however small: these tests are about pieces
+  o.delays = run.delays;
+  o.delays.rank = run.rank;
+  o.delays.seed = o.seed;
   std::atomic<bool> stop{false};
   if (run.in_process) {
     std::vector<Shard*> shards;
@@ -175,7 +182,9 @@ absl::Status TrainWorker(const Cluster& cluster, const Dataset& train, const Wor
     InProcessClient client(shards, (*model)->layout().fingerprint(), (*model)->layout().total(),
                            /*incarnation=*/100 + run.rank, run.faults);
     Trainer trainer(o, **model, dev, client, train, nullptr, nullptr, nullptr);
-    return trainer.Run(stop);
+    const absl::Status status = trainer.Run(stop);
+    if (run.stats != nullptr) *run.stats = trainer.stats();
+    return status;
   }
   GrpcClientOptions co;
   co.servers = cluster.addresses;
@@ -770,6 +779,41 @@ TEST(Trainer, EveryScheduleSurvivesAnAbortedCallAndALostReply) {
       lost.drop_push_reply = call;
       EXPECT_EQ(run(ConsistencyMode::kAsp, r, &lost).second, 1) << "lost reply " << call;
     }
+  }
+}
+
+// A straggler's delay scales its own work, not the time the shards held its pulls for the
+// others: counted, a pause of another worker would come back as this worker's delay, step after
+// step (under BSP with jitter on every worker, the run slowed down many times over).
+TEST(Trainer, InjectedDelaysScaleAWorkersOwnWorkNotItsWaitForOthers) {
+  const ImageDataset train = SyntheticData(256, 3);
+  for (const bool push_pull : {true, false}) {
+    SCOPED_TRACE(push_pull ? "one PushPull per step" : "a pull and a push per step");
+    Cluster c = StartCluster(1, 2, ConsistencyMode::kBsp);
+    ASSERT_EQ(c.servers.size(), 1u);
+    DelayOptions straggler;
+    straggler.slowdown = 2;  // each step's delay: the worker's normal step time
+    DelayOptions pausing;
+    pausing.pause_step = 1;
+    pausing.pause = absl::Milliseconds(600);
+    TrainStats straggler_stats;
+    std::thread other([&] {
+      EXPECT_TRUE(
+          TrainWorker(c, train, WorkerRun().Rank(1).PushPull(push_pull).InProcess().Delays(pausing))
+              .ok());
+    });
+    ASSERT_TRUE(
+        TrainWorker(c, train,
+                    WorkerRun().Rank(0).PushPull(push_pull).InProcess().Delays(straggler).Stats(
+                        &straggler_stats))
+            .ok());
+    other.join();
+    // 16 steps of a 16 -> 8 -> 4 MLP in process: the straggler's own work is well under a
+    // millisecond a step. Its pull of step 2 was held about 600 ms for rank 1's pause; had that
+    // counted, the moving average (a tenth of the newest step) would have added about 60 ms to
+    // the next step's delay, and 60 x 0.9^k to each later one: over 400 ms in all.
+    EXPECT_EQ(straggler_stats.steps, 16);
+    EXPECT_LT(straggler_stats.injected, absl::Milliseconds(150));
   }
 }
 
