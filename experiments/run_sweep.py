@@ -26,10 +26,12 @@ writes the results of the finished runs, names the runs not done and exits 1.
 import argparse
 import itertools
 import json
+import math
 import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -272,6 +274,92 @@ def fmt(x, digits=3):
     return "-" if x is None else f"{x:.{digits}f}"
 
 
+# Two-sided 95 % points of Student's t distribution for 1 to 30 degrees of freedom; beyond 30, the
+# normal distribution's 1.960 (within 2 % of t's).
+T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+       2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+       2.052, 2.048, 2.045, 2.042)
+
+
+def mean_and_ci(values):
+    """(mean, sample standard deviation, half-width of the 95 % confidence interval of the mean by
+    Student's t) of two or more values; (value, None, None) of one, None of none."""
+    if not values:
+        return None
+    mean = sum(values) / len(values)
+    if len(values) == 1:
+        return mean, None, None
+    dof = len(values) - 1
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / dof)
+    t = T95[dof - 1] if dof <= len(T95) else 1.960
+    return mean, sd, t * sd / math.sqrt(len(values))
+
+
+def fmt_ci(stats, digits=4, sign=""):
+    """'mean ± half-width' ('mean' of one value, '-' of none)."""
+    if stats is None:
+        return "-"
+    mean, _, half = stats
+    return f"{mean:{sign}.{digits}f}" + ("" if half is None else f" ± {half:.{digits}f}")
+
+
+def seeds_table(runs, config):
+    """The table across seeds: one row per scenario, mode and rule (in the sweep's order) with the
+    final metric's mean and 95 % interval over the seeds whose run finished, and its difference to
+    the scenario's first mode with the plain rule (BSP in the shipped configs), paired by seed: a
+    seed fixes the initial weights, the sample order and the injected delays, so the same seed
+    under two modes differs only by the mode (and the timing). An interval of the difference
+    that excludes 0 is a difference the seeds resolve."""
+    metric = metric_of(config)
+    target = target_of(config)
+    groups = {}
+    for r in runs:
+        groups.setdefault((r["scenario"], r["mode_name"], r["rule"]), []).append(r)
+    reference = {}
+    for (scenario, mode_name, rule), group in groups.items():
+        if rule == "plain":
+            reference.setdefault(scenario, (mode_name, group))
+    lines = [
+        "",
+        "## Across seeds",
+        "",
+        f"Final {metric.title}: mean ± the half-width of its 95 % confidence interval (Student's "
+        "t) over the seeds whose run finished, and the sample standard deviation. Difference: "
+        "to the scenario's first mode (in the table), paired by seed; an interval that excludes "
+        "0 is a difference the seeds resolve. Time to target: the median over the runs that "
+        "reached it.",
+        "",
+        f"| scenario | mode | rule | runs | final {metric.title} | sd | difference | reached target"
+        " | time to target (s) | wall (s) | wait share | max staleness |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (scenario, mode_name, rule), group in groups.items():
+        done = [r for r in group if "summary" in r]
+        finals = [r["summary"][metric.summary_key] for r in done]
+        stats = mean_and_ci(finals)
+        ref_mode, ref_group = reference.get(scenario, (None, []))
+        if ref_group is group or ref_mode is None:
+            difference = "-"
+        else:
+            ref_by_seed = {r["seed"]: r["summary"][metric.summary_key] for r in ref_group
+                           if "summary" in r}
+            paired = [r["summary"][metric.summary_key] - ref_by_seed[r["seed"]] for r in done
+                      if r["seed"] in ref_by_seed]
+            difference = (fmt_ci(mean_and_ci(paired), sign="+") + f" vs {ref_mode}"
+                          if paired else "-")
+        times = [t for t in (time_to_target(r, target, metric) for r in done) if t is not None]
+        median_time = statistics.median(times) if times else None
+        wall = statistics.mean(r["summary"]["wall_seconds"] for r in done) if done else None
+        wait = statistics.mean(r["summary"]["wait_share"] for r in done) if done else None
+        max_staleness = max((r["summary"]["max_staleness"] for r in done), default="-")
+        lines.append(
+            f"| {scenario} | {mode_name} | {rule} | {len(done)} of {len(group)} |"
+            f" {fmt_ci(stats)} | {fmt(stats[1] if stats else None, 4)} | {difference} |"
+            f" {len(times)} of {len(done)} | {fmt(median_time, 1)} | {fmt(wall, 1)} |"
+            f" {fmt(wait)} | {max_staleness} |")
+    return lines
+
+
 def write_table(runs, config, path, not_done=()):
     target = target_of(config)
     metric = metric_of(config)
@@ -302,6 +390,8 @@ def write_table(runs, config, path, not_done=()):
             f" {s.get('late_pushes', 0)} | {s.get('dropped_gradients', 0)} |")
     if not_done:
         lines += ["", f"Not run (the sweep was stopped): {', '.join(not_done)}."]
+    if len(config.get("seeds", [1])) > 1:
+        lines += seeds_table(runs, config)
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 

@@ -3,6 +3,8 @@
 - a small sweep (3 modes x 2 scenarios of 2 workers and 1 shard) writes its table, summaries and
   plots, with every SSP run within its staleness bound;
 - a sweep judged by the loss (lower is better) reports and plots the loss;
+- a sweep over several seeds adds a table of means, 95 % intervals and differences paired by
+  seed, which the test recomputes from the runs' own summaries;
 - bad configs exit 2 before anything runs or is written, saying what is wrong;
 - SIGTERM stops the sweep: the run in progress ends with its processes, the finished runs are
   written, the runs not done are named, and it exits 1.
@@ -11,6 +13,7 @@ Needs the built binaries (PS_BIN_DIR) and Debian's python3-matplotlib
 (scripts/setup.sh with INSTALL_TEST_PACKAGES=1 installs it). Run by ctest as sweep_e2e_test.
 """
 import json
+import math
 import os
 import shutil
 import signal
@@ -23,6 +26,8 @@ import unittest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("PS_BIN_DIR", os.path.join(ROOT, "build", "bin"))
 SWEEP = os.path.join(ROOT, "experiments", "run_sweep.py")
+sys.path.insert(0, os.path.dirname(SWEEP))
+import run_sweep  # noqa: E402  (found through the path above)
 
 SMALL = {
     "name": "small",
@@ -50,6 +55,23 @@ def processes_naming(text):
         except OSError:
             pass
     return pids
+
+
+class SeedStatisticsTest(unittest.TestCase):
+    def test_mean_and_interval_follow_students_t(self):
+        mean, sd, half = run_sweep.mean_and_ci([1.0, 2.0, 3.0, 4.0])
+        self.assertEqual(mean, 2.5)
+        self.assertAlmostEqual(sd, math.sqrt(5 / 3), places=12)
+        self.assertAlmostEqual(half, 3.182 * math.sqrt(5 / 3) / 2, places=12)  # t(3) = 3.182
+        _, _, half = run_sweep.mean_and_ci([0.0, 1.0])
+        self.assertAlmostEqual(half, 12.706 * math.sqrt(0.5) / math.sqrt(2), places=12)
+        _, sd, half = run_sweep.mean_and_ci([float(i % 2) for i in range(40)])  # 39: the normal's
+        self.assertAlmostEqual(half, 1.960 * sd / math.sqrt(40), places=12)
+        self.assertEqual(run_sweep.mean_and_ci([0.25]), (0.25, None, None))
+        self.assertIsNone(run_sweep.mean_and_ci([]))
+        self.assertEqual(run_sweep.fmt_ci((0.02, 0.01, 0.125), sign="+"), "+0.0200 ± 0.1250")
+        self.assertEqual(run_sweep.fmt_ci((0.85, None, None)), "0.8500")
+        self.assertEqual(run_sweep.fmt_ci(None), "-")
 
 
 class SweepTest(unittest.TestCase):
@@ -125,6 +147,36 @@ class SweepTest(unittest.TestCase):
             with open(os.path.join(self.out, png), "rb") as f:
                 self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n", png)
         self.assertFalse(os.path.exists(os.path.join(self.out, "accuracy_vs_time.png")))
+
+    def test_a_sweep_over_seeds_reports_means_intervals_and_paired_differences(self):
+        config = json.loads(json.dumps(SMALL))
+        config.update(modes=["bsp", "asp"], scenarios={"none": {}}, seeds=[1, 2, 3])
+        result = self.sweep(config)
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        with open(os.path.join(self.out, "summaries.jsonl")) as f:
+            runs = [json.loads(line) for line in f]
+        final = {(r["mode_name"], r["seed"]): r["summary"]["test_accuracy"] for r in runs}
+        self.assertEqual(len(final), 6)
+        with open(os.path.join(self.out, "table.md")) as f:
+            table = f.read()
+        seeds_part = table.split("## Across seeds", 1)[1]
+        rows = {line.split("|")[2].strip(): [c.strip() for c in line.strip("|").split("|")]
+                for line in seeds_part.splitlines() if line.startswith("| none |")}
+        self.assertEqual(sorted(rows), ["asp", "bsp"], table)
+
+        def interval(values, sign=""):
+            mean = sum(values) / 3
+            sd = math.sqrt(sum((v - mean) ** 2 for v in values) / 2)
+            return f"{mean:{sign}.4f} ± {4.303 * sd / math.sqrt(3):.4f}", f"{sd:.4f}"  # t(2)
+
+        for mode in ("bsp", "asp"):
+            cells = rows[mode]
+            self.assertEqual(cells[3], "3 of 3", table)
+            self.assertEqual((cells[4], cells[5]),
+                             interval([final[(mode, seed)] for seed in (1, 2, 3)]), table)
+        self.assertEqual(rows["bsp"][6], "-", table)
+        paired = [final[("asp", seed)] - final[("bsp", seed)] for seed in (1, 2, 3)]
+        self.assertEqual(rows["asp"][6], interval(paired, sign="+")[0] + " vs bsp", table)
 
     def test_bad_configs_exit_2_before_anything_runs(self):
         def changed(**edits):
