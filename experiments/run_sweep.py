@@ -423,15 +423,18 @@ def plot(runs, config, out_dir):
             (1, "updates applied by a shard", f"{metric.name}_vs_updates.png")):
         fig, axes = panels(len(scenarios))
         for ax, scenario in zip(axes, scenarios):
+            # One colour per mode and rule; its seeds share it, and the legend names it once.
+            colours = {}
             for r in ok:
                 if r["scenario"] != scenario:
                     continue
                 xs = [p[x_index] for p in r["curve"]]
                 ys = [p[2] for p in r["curve"]]
                 label = r["mode_name"] + ("" if r["rule"] == "plain" else f" {r['rule']}")
-                if len(config.get("seeds", [1])) > 1:
-                    label += f" s{r['seed']}"
-                ax.plot(xs, ys, marker=".", label=label)
+                first = label not in colours
+                colours.setdefault(label, f"C{len(colours) % 10}")
+                ax.plot(xs, ys, marker=".", color=colours[label], alpha=0.8,
+                        label=label if first else None)
             ax.axhline(target_of(config), color="grey", linestyle=":", linewidth=1)
             ax.set_title(scenario)
             ax.set_xlabel(x_name)
