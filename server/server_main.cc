@@ -46,8 +46,8 @@ ABSL_FLAG(int32_t, health_port, -1,
 namespace {
 
 int ShardId() {
-  const int flag = absl::GetFlag(FLAGS_shard_id);
-  return flag >= 0 ? flag : ps::IndexFromEnvironment("POD_NAME", true).value_or(0);
+  return ps::IndexFromFlagOrEnvironment("shard_id", absl::GetFlag(FLAGS_shard_id), "POD_NAME",
+                                        /*ordinal_of_name=*/true);
 }
 
 absl::StatusOr<ps::ShardServerOptions> OptionsFromFlags() {

@@ -348,9 +348,8 @@ int main(int argc, char** argv) {
       "  ps_worker --rank 0 --servers 127.0.0.1:5000,127.0.0.1:5001 --epochs 5 --batch_size 32\n"
       "  ps_worker --evaluate --servers ... --summary_out result.json");
   const bool evaluate = absl::GetFlag(FLAGS_evaluate);
-  const int rank = absl::GetFlag(FLAGS_rank) >= 0
-                       ? absl::GetFlag(FLAGS_rank)
-                       : ps::IndexFromEnvironment("JOB_COMPLETION_INDEX", false).value_or(0);
+  const int rank = ps::IndexFromFlagOrEnvironment(
+      "rank", absl::GetFlag(FLAGS_rank), "JOB_COMPLETION_INDEX", /*ordinal_of_name=*/false);
   ps::SetUpLogging(evaluate ? "eval" : absl::StrCat("worker-", rank),
                    absl::GetFlag(FLAGS_log_level));
   auto device = ps::CreateDevice(absl::GetFlag(FLAGS_device), rank);

@@ -215,4 +215,15 @@ std::optional<int> IndexFromEnvironment(const char* name, bool ordinal_of_name) 
   return index;
 }
 
+int IndexFromFlagOrEnvironment(const char* flag, int value, const char* name,
+                               bool ordinal_of_name) {
+  if (value >= 0) return value;
+  if (value != -1) {
+    std::fprintf(stderr, "--%s %d: give an index >= 0, or -1 to take it from $%s\n", flag, value,
+                 name);
+    std::exit(kExitConfigurationError);
+  }
+  return IndexFromEnvironment(name, ordinal_of_name).value_or(0);
+}
+
 }  // namespace ps

@@ -67,6 +67,11 @@ std::optional<int> OrdinalOfName(const std::string& name);
 // Empty when unset; INVALID values exit with code 2 and a message.
 std::optional<int> IndexFromEnvironment(const char* name, bool ordinal_of_name);
 
+// An index flag's value (`flag` names it: --rank, --shard_id): `value` when it is >= 0; at -1 the
+// index the environment variable `name` gives (IndexFromEnvironment), else 0. Below -1 exits with
+// code 2 and a message, as a bad value in the environment does.
+int IndexFromFlagOrEnvironment(const char* flag, int value, const char* name, bool ordinal_of_name);
+
 }  // namespace ps
 
 #endif  // PS_COMMON_CLI_CLI_H_

@@ -73,6 +73,22 @@ TEST(IndexFromEnvironmentDeathTest, ABadValueExitsWithCode2) {
               "expected NAME-N");
 }
 
+TEST(IndexFromFlagOrEnvironment, TakesTheFlagThenTheEnvironmentThenZero) {
+  ::setenv("PS_TEST_INDEX", "7", 1);
+  EXPECT_EQ(IndexFromFlagOrEnvironment("rank", 3, "PS_TEST_INDEX", false), 3);
+  EXPECT_EQ(IndexFromFlagOrEnvironment("rank", 0, "PS_TEST_INDEX", false), 0);
+  EXPECT_EQ(IndexFromFlagOrEnvironment("rank", -1, "PS_TEST_INDEX", false), 7);
+  ::unsetenv("PS_TEST_INDEX");
+  EXPECT_EQ(IndexFromFlagOrEnvironment("rank", -1, "PS_TEST_INDEX", false), 0);
+}
+
+TEST(IndexFromFlagOrEnvironmentDeathTest, ANegativeIndexOtherThanMinusOneExitsWithCode2) {
+  ::setenv("PS_TEST_POD", "ps-4", 1);
+  EXPECT_EXIT(IndexFromFlagOrEnvironment("shard_id", -2, "PS_TEST_POD", true),
+              testing::ExitedWithCode(2),
+              "--shard_id -2: give an index >= 0, or -1 to take it from \\$PS_TEST_POD");
+}
+
 TEST(RefuseBadCommandLineFlags, TakesFlagsInEveryFormAndLeavesWhatFollowsDoubleDash) {
   Check({"--cli_test_steps", "5", "one", "--nocli_test_switch", "--help", "--", "--not_ours"});
   EXPECT_EQ(absl::GetFlag(FLAGS_cli_test_steps), 5);
