@@ -327,7 +327,7 @@ def seeds_table(runs, config):
         "t) over the seeds whose run finished, and the sample standard deviation. Difference: "
         "to the scenario's first mode (in the table), paired by seed; an interval that excludes "
         "0 is a difference the seeds resolve. Time to target: the median over the runs that "
-        "reached it.",
+        "reached it. Wall time: mean ± the half-width of its 95 % interval.",
         "",
         f"| scenario | mode | rule | runs | final {metric.title} | sd | difference | reached target"
         " | time to target (s) | wall (s) | wait share | max staleness |",
@@ -349,13 +349,13 @@ def seeds_table(runs, config):
                           if paired else "-")
         times = [t for t in (time_to_target(r, target, metric) for r in done) if t is not None]
         median_time = statistics.median(times) if times else None
-        wall = statistics.mean(r["summary"]["wall_seconds"] for r in done) if done else None
+        wall = mean_and_ci([r["summary"]["wall_seconds"] for r in done])
         wait = statistics.mean(r["summary"]["wait_share"] for r in done) if done else None
         max_staleness = max((r["summary"]["max_staleness"] for r in done), default="-")
         lines.append(
             f"| {scenario} | {mode_name} | {rule} | {len(done)} of {len(group)} |"
             f" {fmt_ci(stats)} | {fmt(stats[1] if stats else None, 4)} | {difference} |"
-            f" {len(times)} of {len(done)} | {fmt(median_time, 1)} | {fmt(wall, 1)} |"
+            f" {len(times)} of {len(done)} | {fmt(median_time, 1)} | {fmt_ci(wall, 1)} |"
             f" {fmt(wait)} | {max_staleness} |")
     return lines
 

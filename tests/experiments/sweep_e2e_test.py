@@ -164,16 +164,22 @@ class SweepTest(unittest.TestCase):
                 for line in seeds_part.splitlines() if line.startswith("| none |")}
         self.assertEqual(sorted(rows), ["asp", "bsp"], table)
 
-        def interval(values, sign=""):
+        wall = {(r["mode_name"], r["seed"]): r["summary"]["wall_seconds"] for r in runs}
+
+        def interval(values, sign="", digits=4):
             mean = sum(values) / 3
             sd = math.sqrt(sum((v - mean) ** 2 for v in values) / 2)
-            return f"{mean:{sign}.4f} ± {4.303 * sd / math.sqrt(3):.4f}", f"{sd:.4f}"  # t(2)
+            half = 4.303 * sd / math.sqrt(3)  # t(2)
+            return f"{mean:{sign}.{digits}f} ± {half:.{digits}f}", f"{sd:.{digits}f}"
 
         for mode in ("bsp", "asp"):
             cells = rows[mode]
             self.assertEqual(cells[3], "3 of 3", table)
             self.assertEqual((cells[4], cells[5]),
                              interval([final[(mode, seed)] for seed in (1, 2, 3)]), table)
+            self.assertEqual(cells[9],
+                             interval([wall[(mode, seed)] for seed in (1, 2, 3)], digits=1)[0],
+                             table)
         self.assertEqual(rows["bsp"][6], "-", table)
         paired = [final[("asp", seed)] - final[("bsp", seed)] for seed in (1, 2, 3)]
         self.assertEqual(rows["asp"][6], interval(paired, sign="+")[0] + " vs bsp", table)
