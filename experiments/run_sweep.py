@@ -368,8 +368,8 @@ def write_table(runs, config, path, not_done=()):
         "",
         config.get("description", ""),
         "",
-        f"Target {metric.title}: {target}. Wait share: the part of the workers' step time their pulls"
-        " were held by the shards. Bound: (W-1)(2s+1) for SSP(s).",
+        f"Target {metric.title}: {target}. Wait share: the part of the workers' step time their"
+        " pulls were held by the shards. Bound: (W-1)(2s+1) for SSP(s).",
         "",
         f"| scenario | mode | rule | seed | time to target (s) | wall (s) | final {metric.title} |"
         " wait share | max staleness | mean staleness | bound | late | dropped |",
