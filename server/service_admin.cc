@@ -36,9 +36,10 @@ grpc::Status ParameterServerService::HandleRegister(const ps::v1::RegisterReques
 grpc::Status ParameterServerService::HandleHeartbeat(const ps::v1::HeartbeatRequest& req,
                                                      ps::v1::HeartbeatResponse* resp) {
   resp->set_lease_ms(absl::ToInt64Milliseconds(shard_.options().lease));
+  const Caller caller{req.rank(), req.incarnation(), req.shard_incarnation()};
+  if (req.leaving()) return ToGrpcStatus(shard_.Leave(caller));
   return ToGrpcStatus(
-      shard_.Heartbeat(Caller{req.rank(), req.incarnation(), req.shard_incarnation()},
-                       WorkPlan{req.plan().steps(), req.plan().samples_per_step()}));
+      shard_.Heartbeat(caller, WorkPlan{req.plan().steps(), req.plan().samples_per_step()}));
 }
 
 grpc::Status ParameterServerService::HandleAttachSharedMemory(

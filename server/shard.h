@@ -177,6 +177,12 @@ class Shard {
   // registered; ABORTED if its lease expired or the incarnations differ (the worker must
   // Register again).
   absl::Status Heartbeat(const Caller& caller, const WorkPlan& plan = {});
+  // Ends `caller`'s lease now, as if it had expired (the lease thread expires it, closes a BSP
+  // round that waited only for it and answers the pulls it held): the worker stops for good.
+  // What it pushed stays applied; under BSP the rounds closed without it count as its skipped
+  // steps, as after an expiry. OK when the lease had ended already (safe to retry); ABORTED when
+  // another process holds the rank or the shard restarted (that lease is not the caller's).
+  absl::Status Leave(const Caller& caller);
 
   struct InitResult {
     bool already_initialized = false;

@@ -107,6 +107,17 @@ absl::Status Shard::Heartbeat(const Caller& caller, const WorkPlan& plan) {
   return absl::OkStatus();
 }
 
+absl::Status Shard::Leave(const Caller& caller) {
+  RETURN_IF_ERROR(CheckRank(caller.rank));
+  absl::MutexLock lock(&mu_);
+  if (shutdown_) return absl::UnavailableError("shard is shutting down");
+  RETURN_IF_ERROR(CheckIncarnation(caller));
+  if (controller_.state(caller.rank) != WorkerState::kLive) return absl::OkStatus();
+  lease_deadline_[caller.rank] = absl::InfinitePast();
+  lease_changed_ = true;  // the lease thread expires it now, as any other
+  return absl::OkStatus();
+}
+
 absl::Status Shard::CheckLive(int rank, absl::StatusCode if_pending) const {
   switch (controller_.state(rank)) {
     case WorkerState::kPending:

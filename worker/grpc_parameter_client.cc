@@ -457,7 +457,11 @@ void GrpcParameterClient::FillPlan(ps::v1::WorkPlan* plan) const {
   plan->set_samples_per_step(samples_per_step_);
 }
 
-absl::Status GrpcParameterClient::Heartbeat() {
+absl::Status GrpcParameterClient::Heartbeat() { return Beat(/*leaving=*/false); }
+
+absl::Status GrpcParameterClient::Leave() { return Beat(/*leaving=*/true); }
+
+absl::Status GrpcParameterClient::Beat(bool leaving) {
   std::vector<ps::v1::HeartbeatRequest> requests(stubs_.size());
   const std::vector<uint64_t> shard_incarnation = shard_incarnations();
   for (size_t s = 0; s < requests.size(); ++s) {
@@ -465,6 +469,7 @@ absl::Status GrpcParameterClient::Heartbeat() {
     requests[s].set_incarnation(options_.incarnation);
     requests[s].set_shard_incarnation(shard_incarnation[s]);
     FillPlan(requests[s].mutable_plan());
+    requests[s].set_leaving(leaving);
   }
   // A beat is due every lease/3: a shard that does not answer within that is skipped until the
   // next beat, so each shard's lease depends on that shard alone.

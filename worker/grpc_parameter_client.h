@@ -112,6 +112,7 @@ class GrpcParameterClient final : public ParameterClient {
 
   absl::StatusOr<ClusterInfo> Register(int rank, absl::Duration timeout) override;
   absl::Status Heartbeat() override;
+  absl::Status Leave() override;
   void SetWorkPlan(int64_t steps, int64_t samples_per_step) override;
   absl::Status Init(absl::Span<const float> params) override;
   absl::StatusOr<PullStats> Pull(int64_t clock, bool no_wait, absl::Span<float> params) override;
@@ -280,6 +281,8 @@ class GrpcParameterClient final : public ParameterClient {
   // Cancels the calls in flight to `shard` as the shard would (CANCELLED, which this client
   // retries): for calls that wait on a process that is gone.
   void CancelCallsTo(int shard);
+  // One heartbeat to every shard, renewing the lease or (`leaving`) ending it.
+  absl::Status Beat(bool leaving);
   // The declared work, as sent with Register and Heartbeat.
   void FillPlan(ps::v1::WorkPlan* plan) const;
   std::vector<int> EveryShard() const;  // {0, 1, ..., S-1}

@@ -31,13 +31,16 @@ class HeartbeatThread {
       }
     });
   }
-  ~HeartbeatThread() {
+  ~HeartbeatThread() { Stop(); }
+  // Stops the beats (before a worker leaves the job: a beat after that would be refused);
+  // returns once no beat is in flight. Idempotent.
+  void Stop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       done_ = true;
     }
     cv_.notify_all();
-    thread_.join();
+    if (thread_.joinable()) thread_.join();
   }
   HeartbeatThread(const HeartbeatThread&) = delete;
   HeartbeatThread& operator=(const HeartbeatThread&) = delete;

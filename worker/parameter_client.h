@@ -134,6 +134,12 @@ class ParameterClient {
   // Renews this worker's lease on every shard. One attempt per shard, all at once and each
   // with a short deadline: a shard that is down never delays the others' leases.
   virtual absl::Status Heartbeat() = 0;
+  // Ends this worker's lease on every shard now, as if it had expired: for a worker that stops
+  // for good before the steps it declared (its time budget), so that no BSP round and no SSP
+  // pull waits for it until its lease runs out. What it pushed stays applied; a later Register
+  // brings the rank back. One attempt per shard, as Heartbeat; a shard that misses it expires
+  // the lease on its own. The heartbeats must have stopped first (the next would be refused).
+  virtual absl::Status Leave() = 0;
   // Declares the work this worker will do (steps > 0 pushes, samples each); every later
   // Register and Heartbeat carries it, so the shards can account for it (ShardReport::Worker).
   virtual void SetWorkPlan(int64_t steps, int64_t samples_per_step) = 0;

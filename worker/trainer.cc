@@ -325,8 +325,18 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
     ASSIGN_OR_RETURN(cluster, Rejoin(s, steps->weights()));
     step = cluster.resume_clock;
   }
+  if (step < total_steps) {
+    // Stopped for good on the time budget, with every push acknowledged: leave the job, so that
+    // no BSP round and no SSP pull of the others waits out this worker's lease. Then a prefetch
+    // still in flight is answered once the others allow it.
+    heartbeat.Stop();
+    if (const absl::Status left = client_.Leave(); !left.ok()) {
+      spdlog::warn("rank {} could not leave every shard (its lease there runs out instead): {}",
+                   options_.rank, left.ToString());
+    }
+  }
   steps->Drain();  // a prefetch is never started past the last step; this is for the budget
-  spdlog::info("rank {} finished {} steps in {:.1f}s", options_.rank, total_steps,
+  spdlog::info("rank {} finished {} of its {} steps in {:.1f}s", options_.rank, step, total_steps,
                absl::ToDoubleSeconds(absl::Now() - accounting.start()));
   return absl::OkStatus();
 }

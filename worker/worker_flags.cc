@@ -54,7 +54,8 @@ ABSL_FLAG(double, clip_norm, 0,
 ABSL_FLAG(int64_t, eval_every, 0,
           "Rank 0 also measures test accuracy every this many steps (0: only at epoch ends).");
 ABSL_FLAG(double, max_seconds, 0,
-          "Stop training successfully after this many seconds (0: run every epoch).");
+          "Stop training successfully after this many seconds (0: run every epoch); the worker "
+          "then leaves the job, so that no other worker waits for it.");
 ABSL_FLAG(std::string, jitter, "",
           "PROBABILITY:FACTOR: each step, with that probability, takes FACTOR times the normal "
           "step time (seeded by --seed, rank and step).");

@@ -239,6 +239,55 @@ TEST(Shard, ExpiredLeaseLetsTheBspRoundCompleteWithoutTheSilentWorker) {
   EXPECT_EQ(again->clock, 1);
 }
 
+// A worker that stops for good (its time budget) leaves: its lease ends at once, so the BSP round
+// and the SSP pull that waited for it go on without waiting out a 30 s lease.
+TEST(Shard, ALeavingWorkerEndsItsLeaseAtOnce) {
+  for (ConsistencyMode mode : {ConsistencyMode::kBsp, ConsistencyMode::kSsp}) {
+    SCOPED_TRACE(ConsistencyModeName(mode));
+    auto shard = MakeShard(mode, 2, 0, absl::Seconds(30));
+    InitAndRegister(*shard, 2);
+    ASSERT_TRUE(shard->Push(PushOf(0, 0, 0, {2, 2, 2, 2})).ok());
+    std::vector<float> out;
+    absl::StatusOr<Shard::PullResult> held;
+    std::thread waiter([&] { held = PullOf(*shard, 0, 1, absl::Now() + absl::Seconds(20), &out); });
+    absl::SleepFor(absl::Milliseconds(50));
+    EXPECT_TRUE(shard->Leave(Caller{1}).ok());
+    waiter.join();
+    ASSERT_TRUE(held.ok()) << held.status();
+    // BSP: the round of the one push (its mean), lr 1; SSP: the push applied at once.
+    EXPECT_EQ(out, (std::vector<float>{-1, 0, 1, 2}));
+    EXPECT_EQ(shard->GetStatus().workers[1].state, WorkerState::kExpired);
+    EXPECT_TRUE(shard->Leave(Caller{1}).ok());  // safe to retry
+    EXPECT_EQ(shard->Heartbeat(Caller{1}).code(), absl::StatusCode::kAborted);
+    auto again = shard->Register(1, kFp);  // a later Register brings the rank back
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->clock, mode == ConsistencyMode::kBsp ? 1 : 0);
+  }
+}
+
+// Leave ends only the caller's own lease: not one that another process of the rank holds, nor
+// one granted by an earlier incarnation of the shard.
+TEST(Shard, LeaveEndsOnlyTheCallersOwnLease) {
+  ShardOptions o = SgdShard(ConsistencyMode::kBsp, 2);
+  o.incarnation = 9;
+  o.lease = absl::Seconds(60);
+  auto shard = CreateShard(o);
+  const std::vector<float> init = {1, 2, 3, 4};
+  ASSERT_TRUE(shard->Init(kFp, 4, KeyRange{0, 4}, init).ok());
+  ASSERT_TRUE(shard->Register(1, kFp, /*incarnation=*/7).ok());
+  EXPECT_EQ(shard->Leave(Caller{1, 8}).code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(shard->Leave(Caller{1, 7, 8}).code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(shard->Leave(Caller{2, 7}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(shard->GetStatus().workers[1].state, WorkerState::kLive);
+  EXPECT_TRUE(shard->Leave(Caller{1, 7, 9}).ok());
+  // The lease thread expires it, long before the lease would have run out.
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (shard->GetStatus().workers[1].state != WorkerState::kExpired && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(shard->GetStatus().workers[1].state, WorkerState::kExpired);
+}
+
 // Regression: an expiring lease under ASP once applied an empty "round" (0/0) and filled the
 // weights with NaN.
 TEST(Shard, LeaseExpiryOutsideBspChangesNoWeights) {

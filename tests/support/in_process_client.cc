@@ -89,6 +89,14 @@ absl::Status InProcessClient::Heartbeat() {
   return first;
 }
 
+absl::Status InProcessClient::Leave() {
+  absl::Status first;
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    first.Update(shards_[s]->Leave(caller(static_cast<int>(s))));
+  }
+  return first;
+}
+
 void InProcessClient::SetWorkPlan(int64_t steps, int64_t samples_per_step) {
   std::lock_guard<std::mutex> lock(mu_);
   plan_ = WorkPlan{steps, samples_per_step};

@@ -45,6 +45,7 @@ class InProcessClient final : public ParameterClient {
 
   absl::StatusOr<ClusterInfo> Register(int rank, absl::Duration timeout) override;
   absl::Status Heartbeat() override;
+  absl::Status Leave() override;
   void SetWorkPlan(int64_t steps, int64_t samples_per_step) override;
   absl::Status Init(absl::Span<const float> params) override;
   absl::StatusOr<PullStats> Pull(int64_t clock, bool no_wait, absl::Span<float> params) override;

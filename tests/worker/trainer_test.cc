@@ -48,11 +48,13 @@ struct Cluster {
   std::vector<std::string> addresses;
 };
 
-Cluster StartCluster(int shards, int workers, ConsistencyMode mode, int staleness = 0) {
+Cluster StartCluster(int shards, int workers, ConsistencyMode mode, int staleness = 0,
+                     absl::Duration lease = ShardOptions().lease) {
   Cluster c;
   for (int s = 0; s < shards; ++s) {
     ShardServerOptions o = SgdShardServer(mode, workers, s, shards);
     o.shard.consistency.staleness = staleness;
+    o.shard.lease = lease;
     o.shard.optimizer.lr = 0.1f;
     c.servers.push_back(StartShardServer(o));
     if (c.servers.back() == nullptr) return c;
@@ -78,6 +80,7 @@ class CountingClient final : public ParameterClient {
     return inner_.Register(rank, timeout);
   }
   absl::Status Heartbeat() override { return inner_.Heartbeat(); }
+  absl::Status Leave() override { return inner_.Leave(); }
   void SetWorkPlan(int64_t steps, int64_t samples_per_step) override {
     inner_.SetWorkPlan(steps, samples_per_step);
   }
@@ -138,6 +141,8 @@ struct WorkerRun {
   Device* device = nullptr;      // CpuDevice if null
   DelayOptions delays;           // its rank and seed are the run's
   TrainStats* stats = nullptr;   // receives the trainer's stats after the run
+  absl::Duration budget = absl::InfiniteDuration();        // TrainerOptions::max_duration
+  absl::Duration pull_timeout = absl::InfiniteDuration();  // gRPC: the client's, if finite
 
   WorkerRun& Rank(int r) { return rank = r, *this; }
   WorkerRun& Batch(int b) { return batch = b, *this; }
@@ -156,6 +161,8 @@ struct WorkerRun {
   WorkerRun& OnDevice(Device* d) { return device = d, *this; }
   WorkerRun& Delays(const DelayOptions& d) { return delays = d, *this; }
   WorkerRun& Stats(TrainStats* s) { return stats = s, *this; }
+  WorkerRun& Budget(absl::Duration d) { return budget = d, *this; }
+  WorkerRun& PullTimeout(absl::Duration d) { return pull_timeout = d, *this; }
 };
 
 // Trains `run` on the cluster's MLP (16 -> 8 -> 4, seed 5); returns the status of Run().
@@ -175,6 +182,7 @@ absl::Status TrainWorker(const Cluster& cluster, const Dataset& train, const Wor
   o.delays = run.delays;
   o.delays.rank = run.rank;
   o.delays.seed = o.seed;
+  o.max_duration = run.budget;
   std::atomic<bool> stop{false};
   if (run.in_process) {
     std::vector<Shard*> shards;
@@ -195,12 +203,15 @@ absl::Status TrainWorker(const Cluster& cluster, const Dataset& train, const Wor
   co.connections = run.connections;
   co.shared_memory = run.shared_memory;
   co.shared_memory_slots = run.overlap || run.async_push ? 2 : 1;
+  if (run.pull_timeout != absl::InfiniteDuration()) co.pull_timeout = run.pull_timeout;
   auto client = GrpcParameterClient::Create(co);
   EXPECT_TRUE(client.ok());
   CallCounts unused;
   CountingClient counting(**client, run.counts != nullptr ? *run.counts : unused);
   Trainer trainer(o, **model, dev, counting, train, nullptr, nullptr, nullptr);
-  return trainer.Run(stop);
+  const absl::Status status = trainer.Run(stop);
+  if (run.stats != nullptr) *run.stats = trainer.stats();
+  return status;
 }
 
 std::vector<float> AllWeights(Cluster& c) {
@@ -814,6 +825,44 @@ TEST(Trainer, InjectedDelaysScaleAWorkersOwnWorkNotItsWaitForOthers) {
     // about 100 ms to the next step's delay, and 100 x 0.9^k to each later one: over 700 ms.
     EXPECT_EQ(straggler_stats.steps, 16);
     EXPECT_LT(straggler_stats.injected, absl::Milliseconds(300));
+  }
+}
+
+// A worker stopped by its time budget leaves the job: the other, which runs all its steps, goes
+// on without it at once. Before, its pulls waited for the budgeted worker's lease to run out (here
+// 120 s, so the 5 s pull deadline fails the run).
+TEST(Trainer, AWorkerStoppedByItsTimeBudgetLeavesAndNoOneWaitsForIt) {
+  const ImageDataset train = SyntheticData(512, 3);  // 2 epochs of 16 steps of 16 per worker
+  struct Case {
+    ConsistencyMode mode;
+    int staleness;
+    bool overlap, async_push;  // both: the pipeline (SSP with s >= 1)
+  };
+  for (const Case& k :
+       {Case{ConsistencyMode::kBsp, 0, false, false}, Case{ConsistencyMode::kBsp, 0, true, false},
+        Case{ConsistencyMode::kSsp, 0, false, false}, Case{ConsistencyMode::kSsp, 0, true, false},
+        Case{ConsistencyMode::kSsp, 1, true, true}}) {
+    SCOPED_TRACE(absl::StrCat(ConsistencyModeName(k.mode), " s=", k.staleness,
+                              k.overlap ? " overlap" : "", k.async_push ? " async_push" : ""));
+    Cluster c = StartCluster(1, 2, k.mode, k.staleness, /*lease=*/absl::Seconds(120));
+    ASSERT_EQ(c.servers.size(), 1u);
+    const WorkerRun schedule =
+        WorkerRun().Overlap(k.overlap).AsyncPush(k.async_push).PullTimeout(absl::Seconds(5));
+    TrainStats budgeted, whole;
+    std::thread stopping([&] {
+      EXPECT_TRUE(
+          TrainWorker(c, train,
+                      WorkerRun(schedule).Rank(0).Budget(absl::Milliseconds(1)).Stats(&budgeted))
+              .ok());
+    });
+    const absl::Status status = TrainWorker(c, train, WorkerRun(schedule).Rank(1).Stats(&whole));
+    stopping.join();
+    EXPECT_TRUE(status.ok()) << status;
+    EXPECT_LT(budgeted.steps, 32);
+    EXPECT_EQ(whole.steps, 32);
+    const ShardStatus report = c.servers[0]->shard().GetStatus();
+    EXPECT_EQ(report.workers[0].state, WorkerState::kExpired);
+    EXPECT_EQ(report.workers[1].clock, 32);
   }
 }
 
