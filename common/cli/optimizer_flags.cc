@@ -32,8 +32,9 @@ ABSL_FLAG(std::string, lr_scaling, "linear",
           "With --base_batch: linear (lr x effective / base; Goyal et al. 2017, for SGD) or sqrt "
           "(lr x sqrt(effective / base); the rule for Adam and AdaGrad, Malladi et al. 2022).");
 ABSL_FLAG(int64_t, effective_batch, 0,
-          "Samples behind one update: per-worker batch x accumulation x workers (BSP) or "
-          "per-worker batch x accumulation (SSP/ASP, one push per update).");
+          "Samples behind one update: per-worker batch x accumulation x the pushes a round "
+          "averages (BSP: workers less backup workers) or per-worker batch x accumulation "
+          "(SSP/ASP, one push per update); ps_launch sets it.");
 ABSL_FLAG(int64_t, warmup_updates, 0, "Linear learning-rate warmup over this many updates.");
 ABSL_FLAG(int32_t, apply_threads, 0,
           "Threads of one update of a large slice (blocks of at least 2^20 elements); 0: all "

@@ -199,14 +199,17 @@ absl::StatusOr<ClusterSpec> ClusterSpecFromFlags(const std::vector<std::string>&
   RETURN_IF_ERROR(CheckSecurityFiles());
   spec.record_updates = absl::GetFlag(FLAGS_replayable);
   ASSIGN_OR_RETURN(spec.workload, WorkloadFromFlags());
-  // Samples behind one update of a shard: the whole global batch under BSP, one worker's push
-  // otherwise. The linear scaling rule scales the learning rate by it. A cosine schedule's end
+  // Samples behind one update of a shard: under BSP the pushes a round averages (every worker's,
+  // less the backup workers', whose round closes without the last ones), otherwise one worker's
+  // push. The scaling rules scale the learning rate by it. A cosine schedule's end
   // (--decay_updates 0) is the shards' to find: the run's last update, from the work the workers
   // declare.
   ASSIGN_OR_RETURN(const ConsistencyMode mode, ParseConsistencyMode(absl::GetFlag(FLAGS_mode)));
   spec.bsp = mode == ConsistencyMode::kBsp;
   spec.per_push = int64_t{spec.workload.batch_size} * spec.workload.accumulate;
-  spec.update_batch = spec.bsp ? spec.per_push * spec.workers : spec.per_push;
+  // A backup count out of range is refused with the shards' options below.
+  const int pushes_per_round = std::max(1, spec.workers - absl::GetFlag(FLAGS_backup_workers));
+  spec.update_batch = spec.bsp ? spec.per_push * pushes_per_round : spec.per_push;
   if (absl::GetFlag(FLAGS_effective_batch) == 0) {
     absl::SetFlag(&FLAGS_effective_batch, spec.update_batch);
   }

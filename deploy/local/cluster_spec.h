@@ -23,7 +23,7 @@ struct ClusterSpec {
   OptimizerOptions optimizer;  // as the shards will apply it (after linear scaling)
   bool bsp = true;
   int64_t per_push = 0;      // samples behind one worker's push: batch x accumulation
-  int64_t update_batch = 0;  // samples behind one shard update: BSP's global batch, else per_push
+  int64_t update_batch = 0;  // samples behind one shard update: a BSP round's, else per_push
   bool require_all_work = true;
   std::vector<double> slowdown;    // per rank (--straggler)
   std::vector<std::string> pause;  // per rank, STEP:SECONDS or empty (--pause_worker)

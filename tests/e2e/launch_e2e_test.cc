@@ -307,6 +307,24 @@ TEST(LaunchFlags, AShardThatCannotMakeItsCheckpointFolderExits2) {
   EXPECT_TRUE(ProcessesMentioning(dir).empty());
 }
 
+// Under BSP with backup workers a round closes without the last pushes, so the learning rate is
+// scaled from the samples of the pushes it averages: 3 of 4 workers' batches of 32.
+TEST_F(LaunchE2e, ABspRoundWithBackupWorkersScalesTheRateByThePushesItAverages) {
+  const std::string dir = RunDir("dry_run_backup");
+  for (const auto& [backup, effective] :
+       std::vector<std::pair<std::string, std::string>>{{"0", "128"}, {"1", "96"}}) {
+    const std::string out = dir + "/commands-" + backup + ".txt";
+    ASSERT_EQ(RunTool({BinDir() + "/ps_launch", "--dry_run", "--shards=1", "--workers=4",
+                       "--mode=bsp", "--backup_workers=" + backup, "--base_batch=32",
+                       "--data=fashion-mnist:" + DataDir(), "--metrics_dir=" + dir + "/run"},
+                      out),
+              0)
+        << ReadAll(out);
+    EXPECT_TRUE(absl::StrContains(ReadAll(out), " --effective_batch=" + effective + " "))
+        << ReadAll(out);
+  }
+}
+
 // --dry_run prints the command line of every process the run would start, in a form a shell
 // reads back word for word, has worker 0 check its flags and data, and writes nothing.
 TEST_F(LaunchE2e, DryRunPrintsEveryCommandAndChecksTheWorkersFlagsAndData) {
