@@ -320,8 +320,15 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
       ++step;
       continue;
     }
+    if (!absl::IsAborted(s)) {
+      // A final error (a refused push, a deadline, a shard gone for good): what is still in
+      // flight would be thrown away, and a prefetch may wait for this very worker's push that
+      // failed, until its deadline. End it now instead of waiting.
+      client_.Cancel();
+      steps->Drain();
+      return s;
+    }
     steps->Drain();
-    if (!absl::IsAborted(s)) return s;
     ASSIGN_OR_RETURN(cluster, Rejoin(s, steps->weights()));
     step = cluster.resume_clock;
   }

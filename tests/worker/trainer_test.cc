@@ -65,10 +65,12 @@ Cluster StartCluster(int shards, int workers, ConsistencyMode mode, int stalenes
 
 // The calls a trainer made, passed on to the real client. The PushPull numbered
 // `abort_push_pull` (1-based; 0: none) is answered ABORTED without reaching the shards, as after
-// a shard restart.
+// a shard restart; the Push numbered `refuse_push` INVALID_ARGUMENT, as a non-finite gradient.
+// `pull_deadlines` counts the pulls that ran out their deadline.
 struct CallCounts {
-  std::atomic<int> pulls{0}, pushes{0}, push_pulls{0};
+  std::atomic<int> pulls{0}, pushes{0}, push_pulls{0}, pull_deadlines{0};
   int abort_push_pull = 0;
+  int refuse_push = 0;
 };
 class CountingClient final : public ParameterClient {
  public:
@@ -87,11 +89,15 @@ class CountingClient final : public ParameterClient {
   absl::Status Init(absl::Span<const float> params) override { return inner_.Init(params); }
   absl::StatusOr<PullStats> Pull(int64_t clock, bool no_wait, absl::Span<float> params) override {
     ++counts_.pulls;
-    return inner_.Pull(clock, no_wait, params);
+    absl::StatusOr<PullStats> pulled = inner_.Pull(clock, no_wait, params);
+    if (absl::IsDeadlineExceeded(pulled.status())) ++counts_.pull_deadlines;
+    return pulled;
   }
   absl::StatusOr<PushStats> Push(int64_t clock, const std::vector<int64_t>& base_versions,
                                  int num_samples, absl::Span<const float> gradient) override {
-    ++counts_.pushes;
+    if (++counts_.pushes == counts_.refuse_push) {
+      return absl::InvalidArgumentError("injected: the gradient contains NaN or Inf");
+    }
     return inner_.Push(clock, base_versions, num_samples, gradient);
   }
   absl::StatusOr<PushPullStats> PushPull(int64_t clock, const std::vector<int64_t>& base_versions,
@@ -864,6 +870,21 @@ TEST(Trainer, AWorkerStoppedByItsTimeBudgetLeavesAndNoOneWaitsForIt) {
     EXPECT_EQ(report.workers[0].state, WorkerState::kExpired);
     EXPECT_EQ(report.workers[1].clock, 32);
   }
+}
+
+// A worker whose push is refused for good stops at once: its prefetch, which under SSP 0 waits
+// for this worker's own push that failed, is cancelled instead of running out its deadline.
+TEST(Trainer, AFinalErrorCancelsWhatIsInFlightInsteadOfWaitingForIt) {
+  const ImageDataset train = SyntheticData(256, 3);
+  Cluster c = StartCluster(1, 1, ConsistencyMode::kSsp, /*staleness=*/0);
+  ASSERT_EQ(c.servers.size(), 1u);
+  CallCounts counts;
+  counts.refuse_push = 3;  // step 2's, while step 3's weights are being prefetched
+  const absl::Status status =
+      TrainWorker(c, train, WorkerRun().Overlap().Counts(&counts).PullTimeout(absl::Seconds(3)));
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_EQ(counts.pushes.load(), 3);
+  EXPECT_EQ(counts.pull_deadlines.load(), 0);
 }
 
 TEST(Trainer, LearnsTheSyntheticTask) {
