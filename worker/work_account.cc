@@ -41,13 +41,17 @@ WorkAccount AccountWork(const std::vector<ShardReport>& reports) {
       live = live || w.state == "live";
       pending = pending || w.state == "pending";
     }
-    if (work.planned_steps == 0) work.planned_steps = job_steps;
+    const bool declared = work.planned_steps > 0;
+    if (!declared) work.planned_steps = job_steps;
     if (work.samples_per_step == 0) work.samples_per_step = job_samples;
     if (reports.empty()) min_applied = min_clock = 0;
     work.gradients_expected = shards * work.planned_steps;
     work.steps_skipped = std::max<int64_t>(0, work.planned_steps - min_applied);
     work.samples_skipped = work.steps_skipped * work.samples_per_step;
-    const bool finished = work.planned_steps > 0 && min_clock >= work.planned_steps;
+    // A live rank that has not declared its own work may push on past the others' plans (ranks
+    // may differ by the last partial batch): only its own word, or its leaving, ends its part.
+    const bool finished =
+        work.planned_steps > 0 && min_clock >= work.planned_steps && (declared || !live);
     work.state = finished ? "finished" : live ? "live" : pending ? "pending" : "gone";
     account.job_done = account.job_done && (work.state == "finished" || work.state == "gone");
     account.gradients_expected += work.gradients_expected;

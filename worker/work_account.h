@@ -6,11 +6,12 @@
 // train all of its work uses this to say exactly what was skipped and to fail when anything was.
 //
 // Per rank r over S shards: its planned steps P (as it declared; a rank that never declared is
-// taken to owe what the others declared, since every rank of a job pushes the same number of
-// steps), gradients expected S x P, gradients applied (every shard's count: applied alone or
-// within a BSP round), and steps skipped P - min over shards of the applied ones: a step some
-// shard never applied is not fully trained. Its samples skipped are those steps x its samples
-// per step.
+// taken to owe the most any rank declared, as the ranks of ps_worker push the same number of
+// steps; a live one that has not declared is never taken as finished, since a Python rank may
+// take more steps than the others), gradients expected S x P, gradients applied (every shard's
+// count: applied alone or within a BSP round), and steps skipped P - min over shards of the applied
+// ones: a step some shard never applied is not fully trained. Its samples skipped are those steps x
+// its samples per step.
 
 #include <cstdint>
 #include <string>

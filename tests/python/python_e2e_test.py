@@ -1,6 +1,7 @@
 """End to end: ps_launch --python runs examples/fashion_mnist_mlp.py as every worker, on
 Debian's Fashion-MNIST, under SSP(2) and ASP with 3 workers for 5 epochs (the acceptance runs of
-docs/python.md), and pipelined under SSP(2), and refuses bad command lines with exit code 2.
+docs/python.md), and pipelined under SSP(2); ranks of uneven steps under BSP and SSP(0); and
+refuses bad command lines with exit code 2.
 
     PYTHONPATH=build/python PS_BIN_DIR=build/bin PS_SOURCE_DIR=. python3 -m unittest python_e2e_test
 """
@@ -92,6 +93,47 @@ class PythonWorkers(unittest.TestCase):
                 self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
                 with open(f"{tmp}/threads", encoding="utf-8") as f:
                     self.assertEqual(f.read(), want)
+
+    def test_ranks_with_fewer_steps_leave_and_no_one_waits_for_them(self):
+        # Ranks of uneven steps, as a loader that keeps the last partial batch gives them. The
+        # lease (300 s) outlasts the pull timeout (20 s): a finished rank that stayed in the job
+        # would hold the others' BSP round or SSP 0 bound until rank 0 gave up.
+        script = (
+            "import json, sys, torch, ps_train.torch as pst\n"
+            "rank = pst.init(pull_timeout_s=20.0)['rank']\n"
+            "steps = int(sys.argv[1].split(',')[rank])\n"
+            "m = torch.nn.Linear(3, 2)\n"
+            "opt = pst.ServerOptimizer(m, batch_size=1, steps=steps)\n"
+            "for _ in range(steps):\n"
+            "    opt.zero_grad()\n"
+            "    m(torch.ones(1, 3)).sum().backward()\n"
+            "    opt.step()\n"
+            "work = pst.finish()\n"
+            "if rank == 0:\n"
+            "    json.dump(work, open(sys.argv[2], 'w'))\n")
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "worker.py")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(script)
+            for mode in (["--mode=bsp"], ["--mode=ssp", "--staleness=0"]):
+                for steps in ("3,8", "8,3"):
+                    with self.subTest(mode=mode, steps=steps):
+                        name = f"{mode[0][7:]}-{steps.replace(',', '-')}"
+                        result = f"{tmp}/{name}.json"
+                        run = launch(["--workers=2", "--shards=2", "--lease_ms=300000",
+                                      "--lr_schedule=constant", f"--metrics_dir={tmp}/{name}",
+                                      "--quiet"] + mode + ["--python", path, "--", steps, result],
+                                     timeout=120)
+                        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+                        with open(result, encoding="utf-8") as f:
+                            work = json.load(f)
+                        self.assertTrue(work["job_done"], work)
+                        # Every push of both ranks reached both shards; nothing was skipped.
+                        self.assertEqual(work["gradients_expected"], 2 * 11, work)
+                        self.assertEqual(work["gradients_applied"], 2 * 11)
+                        self.assertEqual([(w["rank"], w["state"], w["steps_skipped"])
+                                          for w in work["workers"]],
+                                         [(0, "finished", 0), (1, "finished", 0)])
 
     def test_bad_command_lines_exit_2(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -71,5 +71,21 @@ TEST(WorkAccount, ARankThatNeverDeclaredOwesTheJobsSteps) {
   EXPECT_TRUE(a.finished_at_restore);
 }
 
+// Rank 1 has not declared yet and has passed rank 0's 3 steps: it may still push (a Python rank
+// declares at finish()), so the job stays open until it declares or goes.
+TEST(WorkAccount, ALiveRankThatHasNotDeclaredIsNotTakenAsFinished) {
+  EXPECT_FALSE(AccountWork({Shard({W(0, "expired", 3, 3, 3), W(1, "live", 5, 5, 0)})}).job_done);
+  const WorkAccount declared =
+      AccountWork({Shard({W(0, "expired", 3, 3, 3), W(1, "expired", 8, 8, 8)})});
+  EXPECT_TRUE(declared.job_done);
+  EXPECT_EQ(declared.gradients_expected, 11);
+  EXPECT_EQ(declared.workers[1].state, "finished");
+  const WorkAccount gone =
+      AccountWork({Shard({W(0, "expired", 3, 3, 3), W(1, "expired", 5, 5, 0)})});
+  EXPECT_TRUE(gone.job_done);
+  EXPECT_EQ(gone.workers[1].state, "finished");
+  EXPECT_EQ(gone.workers[1].planned_steps, 3);
+}
+
 }  // namespace
 }  // namespace ps

@@ -78,6 +78,9 @@ py::dict Worker::Register() {
 
 void Worker::DeclareWork(int64_t steps, int64_t samples_per_step) {
   client_->SetWorkPlan(steps, samples_per_step);
+  // On the shards now, not at the next beat (a third of a lease away): the work account must
+  // not judge this rank by the others' plans meanwhile, and a cosine schedule ends by it.
+  if (heartbeat_ != nullptr) RunStatusInterruptibly([this] { return client_->Heartbeat(); });
 }
 
 py::dict Worker::InitAndPull() {
@@ -170,7 +173,16 @@ py::dict Worker::Finish(int64_t samples_per_step, double wait_s) {
   // brought become the current ones.
   if (in_flight_.has_value()) Settle();
   client_->SetWorkPlan(clock_, samples_per_step);
+  heartbeat_.reset();
   RunStatusInterruptibly([this] { return client_->Heartbeat(); });
+  // With its plan on the shards, this worker leaves the job: the others stop waiting for its
+  // clock (a BSP round, an SSP bound) at once, instead of while it waits for them below or, once
+  // it has exited, until its lease runs out. What follows needs no lease: the shards' reports and
+  // an observer's pull. A failed leave only costs the others that lease.
+  if (const absl::Status left = client_->Leave(); !left.ok()) {
+    spdlog::warn("rank {}: leaving the job failed ({}); the others wait for its lease",
+                 config_.rank, left.ToString());
+  }
   const absl::Time deadline = absl::Now() + absl::Seconds(wait_s);
   WorkAccount work;
   for (;;) {
@@ -190,7 +202,6 @@ py::dict Worker::Finish(int64_t samples_per_step, double wait_s) {
     RunInterruptibly<PullStats>(
         [this] { return client_->Pull(clock_, /*no_wait=*/true, Weights()); });
   }
-  heartbeat_.reset();
   return WorkAccountDict(work);
 }
 

@@ -54,8 +54,8 @@ class Worker {
   // heartbeats. Returns what the shards said about the cluster.
   py::dict Register();
 
-  // Declares the work this rank will do (steps pushes of samples_per_step samples each); sent with
-  // every later heartbeat.
+  // Declares the work this rank will do (steps pushes of samples_per_step samples each): beaten to
+  // the shards at once when registered, and sent with every later heartbeat.
   void DeclareWork(int64_t steps, int64_t samples_per_step);
 
   // Offers the weights buffer as the initial values (the first offer wins), then pulls the
@@ -106,7 +106,8 @@ class Worker {
 
   // Declares the steps this rank pushed as its work and, when `wait_s` > 0, waits up to that long
   // until no worker can add to the job, pulls the shards' final weights into the weights buffer,
-  // and returns the job's work account (what was trained, what skipped). Stops the heartbeats.
+  // and returns the job's work account (what was trained, what skipped). Stops the heartbeats and
+  // leaves the job first, so no worker waits for this one's clock once it is here.
   py::dict Finish(int64_t samples_per_step, double wait_s);
 
   py::array_t<float> WeightsArray(int set, py::object self) {

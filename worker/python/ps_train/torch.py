@@ -487,7 +487,9 @@ def status():
 
 
 def finish(wait_s=None, require_all_work=None):
-    """Ends this worker: declares the steps it pushed as its work and stops its heartbeats.
+    """Ends this worker: declares the steps it pushed as its work, stops its heartbeats and
+    leaves the job, so a worker with more steps to go no longer waits for this one's clock (a BSP
+    round, an SSP bound): ranks may take different numbers of steps.
 
     Rank 0 then waits (up to wait_s, default the pull timeout; PsError DEADLINE_EXCEEDED naming
     the workers still expected after that) until no worker can add to the job, pulls the final
