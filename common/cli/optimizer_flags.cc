@@ -28,9 +28,10 @@ ABSL_FLAG(double, lr_step_gamma, 0.1, "Step schedule: the factor of each decay, 
 ABSL_FLAG(int64_t, base_batch, 0,
           "Learning-rate scaling: when > 0, the peak learning rate is --lr scaled by "
           "--lr_scaling from this batch to --effective_batch.");
-ABSL_FLAG(std::string, lr_scaling, "linear",
-          "With --base_batch: linear (lr x effective / base; Goyal et al. 2017, for SGD) or sqrt "
-          "(lr x sqrt(effective / base); the rule for Adam and AdaGrad, Malladi et al. 2022).");
+ABSL_FLAG(std::string, lr_scaling, "auto",
+          "With --base_batch: linear (lr x effective / base; Goyal et al. 2017, for SGD), sqrt "
+          "(lr x sqrt(effective / base); the rule for Adam and AdaGrad, Malladi et al. 2022) or "
+          "auto (the --optimizer's own: linear for sgd and momentum, sqrt for the others).");
 ABSL_FLAG(int64_t, effective_batch, 0,
           "Samples behind one update: per-worker batch x accumulation x the pushes a round "
           "averages (BSP: workers less backup workers) or per-worker batch x accumulation "
@@ -57,7 +58,8 @@ absl::StatusOr<OptimizerOptions> OptimizerOptionsFromFlags() {
   o.apply_threads = absl::GetFlag(FLAGS_apply_threads);
   const int64_t base_batch = absl::GetFlag(FLAGS_base_batch);
   if (base_batch < 0) return absl::InvalidArgumentError("--base_batch must be >= 0");
-  ASSIGN_OR_RETURN(const LrScaling scaling, ParseLrScaling(absl::GetFlag(FLAGS_lr_scaling)));
+  ASSIGN_OR_RETURN(const LrScaling chosen, ParseLrScaling(absl::GetFlag(FLAGS_lr_scaling)));
+  const LrScaling scaling = ResolveLrScaling(chosen, o.kind);
   if (base_batch > 0) {
     const int64_t effective = absl::GetFlag(FLAGS_effective_batch);
     if (effective <= 0) {

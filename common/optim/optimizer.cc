@@ -22,8 +22,8 @@ constexpr EnumName<OptimizerKind> kOptimizerNames[] = {{OptimizerKind::kSgd, "sg
 constexpr EnumName<LrSchedule> kScheduleNames[] = {{LrSchedule::kConstant, "constant"},
                                                    {LrSchedule::kCosine, "cosine"},
                                                    {LrSchedule::kStep, "step"}};
-constexpr EnumName<LrScaling> kScalingNames[] = {{LrScaling::kLinear, "linear"},
-                                                 {LrScaling::kSqrt, "sqrt"}};
+constexpr EnumName<LrScaling> kScalingNames[] = {
+    {LrScaling::kLinear, "linear"}, {LrScaling::kSqrt, "sqrt"}, {LrScaling::kAuto, "auto"}};
 
 }  // namespace
 
@@ -55,6 +55,20 @@ absl::StatusOr<LrScaling> ParseLrScaling(const std::string& name) {
 }
 
 std::string LrScalingName(LrScaling scaling) { return NameIn(kScalingNames, scaling); }
+
+LrScaling ResolveLrScaling(LrScaling rule, OptimizerKind kind) {
+  if (rule != LrScaling::kAuto) return rule;
+  switch (kind) {
+    case OptimizerKind::kSgd:
+    case OptimizerKind::kMomentum:
+      return LrScaling::kLinear;
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW:
+    case OptimizerKind::kAdagrad:
+      return LrScaling::kSqrt;
+  }
+  return LrScaling::kLinear;
+}
 
 absl::Status ValidateOptimizerOptions(const OptimizerOptions& o) {
   if (o.apply_threads < 0) {

@@ -27,8 +27,10 @@ enum class LrSchedule { kConstant, kCosine, kStep };
 // How the peak learning rate follows the samples behind one update when a base batch is given:
 // linear, lr x update_batch / base_batch (Goyal et al. 2017, for SGD and momentum); or by the
 // square root, lr x sqrt(update_batch / base_batch) (Krizhevsky 2014, Hoffer et al. 2017; the
-// rule Malladi et al. 2022 derive for Adam and other adaptive methods).
-enum class LrScaling { kLinear, kSqrt };
+// rule Malladi et al. 2022 derive for Adam and other adaptive methods); or, `auto`, the rule of
+// the optimizer in use (ResolveLrScaling), which is what docs/experiments.md measures to win for
+// each: linear for sgd and momentum, the square root for adam, adamw and adagrad.
+enum class LrScaling { kLinear, kSqrt, kAuto };
 
 absl::StatusOr<OptimizerKind> ParseOptimizerKind(const std::string& name);
 std::string OptimizerKindName(OptimizerKind kind);
@@ -39,6 +41,8 @@ absl::StatusOr<LrSchedule> ParseLrSchedule(const std::string& name);
 std::string LrScheduleName(LrSchedule schedule);
 absl::StatusOr<LrScaling> ParseLrScaling(const std::string& name);
 std::string LrScalingName(LrScaling scaling);
+// `rule` itself, or for kAuto the rule that fits `kind`: never kAuto.
+LrScaling ResolveLrScaling(LrScaling rule, OptimizerKind kind);
 
 struct OptimizerOptions {
   OptimizerKind kind = OptimizerKind::kSgd;
@@ -112,7 +116,7 @@ class Optimizer {
 };
 
 // `lr` scaled by `rule` from `base_batch` to `update_batch`, the number of samples behind one
-// update. base_batch <= 0 leaves lr as is.
+// update. base_batch <= 0 leaves lr as is. `rule` is resolved (kLinear or kSqrt).
 double ScaledLr(double lr, int64_t update_batch, int64_t base_batch, LrScaling rule);
 
 // The update at which a cosine schedule reaches zero for a run of `steps` steps per worker:

@@ -62,6 +62,9 @@ WorkerTotals TotalsOf(const std::string& path) {
 // The run's configuration, as the shards and workers got it.
 nlohmann::json Configuration(const ClusterSpec& spec) {
   const OptimizerOptions& o = spec.optimizer;
+  // The rule that scaled the rate, `auto` resolved (the flag was checked when the spec was made).
+  const LrScaling scaling = ResolveLrScaling(
+      ParseLrScaling(absl::GetFlag(FLAGS_lr_scaling)).value_or(LrScaling::kAuto), o.kind);
   return {{"mode", absl::GetFlag(FLAGS_mode)},
           {"staleness", absl::GetFlag(FLAGS_staleness)},
           {"shards", spec.shards},
@@ -78,7 +81,7 @@ nlohmann::json Configuration(const ClusterSpec& spec) {
           {"lr", absl::GetFlag(FLAGS_lr)},
           {"lr_effective", o.lr},
           {"base_batch", absl::GetFlag(FLAGS_base_batch)},
-          {"lr_scaling", absl::GetFlag(FLAGS_lr_scaling)},
+          {"lr_scaling", LrScalingName(scaling)},
           {"update_batch", spec.update_batch},
           {"warmup_updates", o.warmup_updates},
           {"lr_schedule", LrScheduleName(o.schedule)},

@@ -120,6 +120,27 @@ TEST_F(LaunchE2e, SspStalenessStaysWithinTheBoundWithAStraggler) {
   EXPECT_TRUE(ProcessesMentioning(dir).empty());
 }
 
+// With --base_batch and no --lr_scaling, each optimizer's rate grows by its own rule: BSP
+// rounds of 2 x 16 over a base of 16 give Adam sqrt(2) x its rate and momentum SGD 2 x.
+TEST_F(LaunchE2e, TheDefaultScalingRuleIsTheOptimizersOwn) {
+  struct Case {
+    std::string optimizer, lr, rule;
+    double lr_effective;
+  };
+  for (const Case& c : {Case{"adam", "0.001", "sqrt", 0.001 * std::sqrt(2.0)},
+                        Case{"momentum", "0.01", "linear", 0.02}}) {
+    const std::string dir = RunDir("default_scaling_" + c.optimizer);
+    ASSERT_EQ(RunLaunch(dir, With(Common("256"), {"--workers=2", "--mode=bsp", "--epochs=1",
+                                                  "--batch_size=16", "--base_batch=16",
+                                                  "--optimizer=" + c.optimizer, "--lr=" + c.lr})),
+              0)
+        << ReadAll(dir + "/launch.log");
+    const std::string summary = ReadAll(dir + "/summary.json");
+    EXPECT_TRUE(absl::StrContains(summary, "\"lr_scaling\":\"" + c.rule + "\"")) << summary;
+    EXPECT_NEAR(Field(summary, "lr_effective"), c.lr_effective, 1e-6 * c.lr_effective) << summary;
+  }
+}
+
 // ASP: the fast worker's pulls never wait, however slow the other worker is.
 TEST_F(LaunchE2e, AspNeverBlocksAPull) {
   const std::string dir = RunDir("asp");

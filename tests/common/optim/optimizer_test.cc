@@ -143,11 +143,25 @@ TEST(ScaledLr, SqrtScalesByTheSquareRootOfTheRatio) {
 }
 
 TEST(LrScaling, NamesRoundTripAndUnknownOnesAreRefused) {
-  for (LrScaling rule : {LrScaling::kLinear, LrScaling::kSqrt}) {
+  for (LrScaling rule : {LrScaling::kLinear, LrScaling::kSqrt, LrScaling::kAuto}) {
     EXPECT_EQ(*ParseLrScaling(LrScalingName(rule)), rule);
   }
   EXPECT_EQ(LrScalingName(LrScaling::kSqrt), "sqrt");
+  EXPECT_EQ(LrScalingName(LrScaling::kAuto), "auto");
   EXPECT_EQ(ParseLrScaling("quadratic").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// auto: linear for the plain gradient methods, the square root for the adaptive ones (the rules
+// docs/experiments.md measures to win for each); a named rule stays what it is.
+TEST(LrScaling, AutoTakesTheOptimizersOwnRule) {
+  for (OptimizerKind kind : AllOptimizerKinds()) {
+    const bool adaptive = kind != OptimizerKind::kSgd && kind != OptimizerKind::kMomentum;
+    EXPECT_EQ(ResolveLrScaling(LrScaling::kAuto, kind),
+              adaptive ? LrScaling::kSqrt : LrScaling::kLinear)
+        << OptimizerKindName(kind);
+    EXPECT_EQ(ResolveLrScaling(LrScaling::kLinear, kind), LrScaling::kLinear);
+    EXPECT_EQ(ResolveLrScaling(LrScaling::kSqrt, kind), LrScaling::kSqrt);
+  }
 }
 
 TEST(DelayCompensate, AddsLambdaGSquaredTimesDrift) {
