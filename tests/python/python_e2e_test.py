@@ -22,6 +22,14 @@ def launch(args, timeout=600):
                           text=True, timeout=timeout)
 
 
+def write_script(folder, text):
+    """A worker script of the test's own, as folder/worker.py; returns its path."""
+    path = os.path.join(folder, "worker.py")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
+
+
 class PythonWorkers(unittest.TestCase):
     def train(self, mode_flags, example_args=()):
         with tempfile.TemporaryDirectory() as tmp:
@@ -79,9 +87,7 @@ class PythonWorkers(unittest.TestCase):
             "pst.finish()\n"
             "open(sys.argv[1], 'w').write(os.environ['OPENBLAS_NUM_THREADS'])\n")
         with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "worker.py")
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(script)
+            path = write_script(tmp, script)
             for inherited, want in ((None, "1"), ("3", "3")):
                 env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
                 if inherited:
@@ -112,9 +118,7 @@ class PythonWorkers(unittest.TestCase):
             "if rank == 0:\n"
             "    json.dump(work, open(sys.argv[2], 'w'))\n")
         with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "worker.py")
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(script)
+            path = write_script(tmp, script)
             for mode in (["--mode=bsp"], ["--mode=ssp", "--staleness=0"]):
                 for steps in ("3,8", "8,3"):
                     with self.subTest(mode=mode, steps=steps):
