@@ -125,7 +125,10 @@ def main():
         return
     test_x, test_y = load(args.data, "test", args.test_limit)
     with torch.no_grad():
-        accuracy = (model(test_x).argmax(1) == test_y).float().mean().item()
+        logits = model(test_x)
+        accuracy = (logits.argmax(1) == test_y).float().mean().item()
+        test_loss = loss_fn(logits, test_y).item()
+    pst.report_result(test_accuracy=accuracy, test_loss=test_loss)  # into ps_launch's summary
     print(f"test_accuracy {accuracy:.4f}  max_staleness {max_staleness}  "
           f"gradients {work['gradients_applied']}/{work['gradients_expected']}", flush=True)
     if args.result:

@@ -16,6 +16,10 @@
 
 namespace ps {
 
+// In the run folder: where a --python job's rank 0 writes the job's report at ps_train's finish()
+// (PS_JOB_REPORT; worker/job_report.h), which summary.json takes in.
+inline constexpr char kJobReportFile[] = "job_report.json";
+
 struct ClusterSpec {
   int shards = 2;
   int workers = 2;

@@ -129,14 +129,13 @@ int StopShards(Supervisor& supervisor, const std::vector<Supervisor::Member>& sh
 // ps_train.torch.finish() failed the job if work it had to do was skipped.
 int FinishPythonRun(const ps::ClusterSpec& spec, const ps::RunOutcome& outcome,
                     Supervisor& supervisor, const std::vector<Supervisor::Member>& shards) {
-  nlohmann::json summary = {{"python", spec.python_script},
-                            {"shards", spec.shards},
-                            {"workers", spec.workers},
-                            {"wall_s", absl::ToDoubleSeconds(outcome.train_wall)},
-                            {"worker_restarts", outcome.worker_restarts},
-                            {"shard_restarts", outcome.shard_restarts}};
+  absl::StatusOr<nlohmann::json> summary = ps::SummarizePythonRun(spec, outcome);
+  if (!summary.ok()) return Stop(supervisor, summary.status());
+  if (summary->contains("job_report")) {
+    std::fprintf(stderr, "ps_launch: %s\n", summary->value("job_report", "").c_str());
+  }
   const std::string summary_path = spec.RunFile("summary.json");
-  const absl::Status written = ps::WriteWholeFile(summary_path, summary.dump() + "\n");
+  const absl::Status written = ps::WriteWholeFile(summary_path, summary->dump() + "\n");
   if (!written.ok()) return Stop(supervisor, written);
   if (StopShards(supervisor, shards) != 0) return 1;
   std::printf("done: %d Python workers in %.1fs; summary in %s\n", spec.workers,

@@ -1,6 +1,7 @@
 #include "deploy/local/run_summary.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -149,6 +150,28 @@ absl::StatusOr<nlohmann::json> SummarizeRun(const ClusterSpec& spec, const RunOu
   if (eval.contains("val_loss")) summary["tokens_per_sec"] = samples / wall_s;
   // eval.json's fields (test_accuracy, final_loss, staleness, the work account, ...) complete it.
   summary.update(eval);
+  return summary;
+}
+
+absl::StatusOr<nlohmann::json> SummarizePythonRun(const ClusterSpec& spec,
+                                                  const RunOutcome& outcome) {
+  nlohmann::json summary = {{"python", spec.python_script},
+                            {"shards", spec.shards},
+                            {"workers", spec.workers},
+                            {"wall_s", absl::ToDoubleSeconds(outcome.train_wall)},
+                            {"worker_restarts", outcome.worker_restarts},
+                            {"shard_restarts", outcome.shard_restarts}};
+  const std::string report_path = spec.RunFile(kJobReportFile);
+  if (!std::filesystem::exists(report_path)) {
+    summary["job_report"] = absl::StrCat("no job report (", report_path,
+                                         "): rank 0 did not call ps_train.torch.finish(), so "
+                                         "there is no staleness or work account");
+    return summary;
+  }
+  const nlohmann::json report = nlohmann::json::parse(ReadFile(report_path), nullptr,
+                                                      /*allow_exceptions=*/false);
+  if (!report.is_object()) return absl::DataLossError(absl::StrCat(report_path, " is malformed"));
+  summary.update(report);
   return summary;
 }
 

@@ -25,6 +25,14 @@ struct RunOutcome {
 absl::StatusOr<nlohmann::json> SummarizeRun(const ClusterSpec& spec, const RunOutcome& outcome,
                                             const std::string& eval_path);
 
+// The summary of a finished --python run: its shape and wall time, and the job's report that
+// rank 0's ps_train.torch.finish() wrote (kJobReportFile: staleness, counters, the work account,
+// and the measures the script added with report_result()). A script that never called finish()
+// leaves none: the summary's "job_report" then says so. DATA_LOSS when the report is there but
+// not a JSON object.
+absl::StatusOr<nlohmann::json> SummarizePythonRun(const ClusterSpec& spec,
+                                                  const RunOutcome& outcome);
+
 // Writes <run_dir>/replay.cmd: the ps_replay command that reproduces the run from the shards'
 // update records (ps_launch --replayable).
 absl::Status WriteReplayCommand(const ClusterSpec& spec, int64_t decay_updates);

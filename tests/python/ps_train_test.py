@@ -4,6 +4,7 @@ Run by ctest (python_package_test) with PYTHONPATH=build/python and PS_BIN_DIR=b
     PYTHONPATH=build/python:tests/python PS_BIN_DIR=build/bin python3 -m unittest ps_train_test
 """
 
+import json
 import os
 import signal
 import shutil
@@ -454,6 +455,40 @@ class Pipeline(unittest.TestCase):
         self.assertEqual([s.rolled_back for s in seen], [0] * steps)
         self.assertEqual(seen[-1].rejoins, 1)
         self.assertEqual((work["gradients_applied"], work["gradients_expected"]), (steps, steps))
+
+
+class JobReport(unittest.TestCase):
+    def test_finish_writes_the_report_and_report_result_adds_the_scripts_measures(self):
+        with tempfile.TemporaryDirectory() as tmp, Shards(1, 1, SGD, tmp) as cluster:
+            path = os.path.join(tmp, "job_report.json")
+            os.environ["PS_JOB_REPORT"] = path  # as ps_launch sets it
+            try:
+                pst.init(servers=cluster.servers, rank=0, num_workers=1, retry_s=1)
+                model = torch.nn.Linear(3, 2)
+                opt = pst.ServerOptimizer(model, batch_size=1)
+                for _ in range(3):
+                    opt.zero_grad()
+                    model(torch.ones(1, 3)).sum().backward()
+                    opt.step()
+                with self.assertRaisesRegex(RuntimeError, "call finish"):
+                    pst.report_result(test_accuracy=0.5)
+                pst.finish(wait_s=10)
+                for bad in (float("nan"), float("inf"), "0.5", True, None):
+                    with self.assertRaisesRegex(ValueError, "not a finite number"):
+                        pst.report_result(test_accuracy=bad)
+                pst.report_result(test_accuracy=0.75, test_loss=1)
+            finally:
+                del os.environ["PS_JOB_REPORT"]
+            with open(path, encoding="utf-8") as f:
+                report = json.load(f)
+        self.assertTrue(report["job_done"])
+        self.assertEqual((report["gradients_applied"], report["gradients_expected"]), (3, 3))
+        self.assertTrue(report["require_all_work"])  # BSP, the shard's default
+        self.assertEqual(report["versions"], [3])
+        self.assertEqual(report["max_staleness"], 0)
+        self.assertEqual([(w["rank"], w["state"], w["steps_skipped"]) for w in report["work"]],
+                         [(0, "finished", 0)])
+        self.assertEqual((report["test_accuracy"], report["test_loss"]), (0.75, 1.0))
 
 
 class Errors(unittest.TestCase):

@@ -1,7 +1,8 @@
 """End to end: ps_launch --python runs examples/fashion_mnist_mlp.py as every worker, on
 Debian's Fashion-MNIST, under SSP(2) and ASP with 3 workers for 5 epochs (the acceptance runs of
-docs/python.md), and pipelined under SSP(2); ranks of uneven steps under BSP and SSP(0); and
-refuses bad command lines with exit code 2.
+docs/python.md), and pipelined under SSP(2), each run's summary.json holding the job's report;
+ranks of uneven steps under BSP and SSP(0); a script that never calls finish(); and refuses bad
+command lines with exit code 2.
 
     PYTHONPATH=build/python PS_BIN_DIR=build/bin PS_SOURCE_DIR=. python3 -m unittest python_e2e_test
 """
@@ -50,6 +51,12 @@ class PythonWorkers(unittest.TestCase):
         steps = 3 * (60000 // (3 * 32)) * 5
         self.assertEqual(out["work"]["gradients_expected"], 2 * steps)
         self.assertEqual(out["work"]["gradients_applied"], 2 * steps)
+        # The summary holds the job's report (rank 0's finish()) and the script's measures.
+        self.assertEqual(summary["gradients_expected"], 2 * steps)
+        self.assertEqual(summary["gradients_applied"], 2 * steps)
+        self.assertEqual(summary["test_accuracy"], out["test_accuracy"])
+        self.assertEqual(summary["max_staleness"], max(
+            w["max_staleness"] for shard in out["status"] for w in shard["workers"]))
         return out
 
     def test_ssp_converges_within_its_bound(self):
@@ -138,6 +145,28 @@ class PythonWorkers(unittest.TestCase):
                         self.assertEqual([(w["rank"], w["state"], w["steps_skipped"])
                                           for w in work["workers"]],
                                          [(0, "finished", 0), (1, "finished", 0)])
+                        with open(f"{tmp}/{name}/summary.json", encoding="utf-8") as f:
+                            summary = json.load(f)
+                        self.assertEqual(summary["gradients_applied"], 2 * 11)
+                        self.assertNotIn("job_report", summary)
+
+    def test_a_script_without_finish_leaves_no_report_and_the_summary_says_so(self):
+        script = (
+            "import torch, ps_train.torch as pst\n"
+            "pst.init()\n"
+            "m = torch.nn.Linear(3, 2)\n"
+            "opt = pst.ServerOptimizer(m, batch_size=1, steps=1)\n"
+            "m(torch.ones(1, 3)).sum().backward()\n"
+            "opt.step()\n")
+        with tempfile.TemporaryDirectory() as tmp:
+            run = launch(["--workers=1", f"--metrics_dir={tmp}/run", "--quiet", "--python",
+                          write_script(tmp, script)], timeout=120)
+            self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+            self.assertIn("did not call ps_train.torch.finish()", run.stderr)
+            with open(f"{tmp}/run/summary.json", encoding="utf-8") as f:
+                summary = json.load(f)
+        self.assertIn("did not call ps_train.torch.finish()", summary["job_report"])
+        self.assertNotIn("gradients_applied", summary)
 
     def test_bad_command_lines_exit_2(self):
         with tempfile.TemporaryDirectory() as tmp:

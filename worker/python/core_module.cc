@@ -76,7 +76,8 @@ PYBIND11_MODULE(_core, m) {
       .def("finish_parts", &ps::Worker::FinishParts, py::arg("num_samples"))
       .def("pipelined_step", &ps::Worker::PipelinedStep, py::arg("num_samples"), py::arg("rows"))
       .def("status", &ps::Worker::Status)
-      .def("finish", &ps::Worker::Finish, py::arg("samples_per_step"), py::arg("wait_s"))
+      .def("finish", &ps::Worker::Finish, py::arg("samples_per_step"), py::arg("wait_s"),
+           py::arg("report_path") = "", py::arg("require_all_work") = false)
       .def("cancel", &ps::Worker::Cancel)
       .def(
           "weights_array",

@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/base/json_lines.h"
 #include "common/base/param_layout.h"
+#include "common/base/whole_file.h"
 #include "spdlog/spdlog.h"
+#include "worker/job_report.h"
 
 namespace ps {
 
@@ -167,7 +170,8 @@ std::vector<std::string> Worker::Status() {
   return ReportsJson(reports, config_.servers);
 }
 
-py::dict Worker::Finish(int64_t samples_per_step, double wait_s) {
+py::dict Worker::Finish(int64_t samples_per_step, double wait_s, const std::string& report_path,
+                        bool require_all_work) {
   RequireRegistered();
   // A pipelined push still travelling is part of the work: it lands first, and the weights it
   // brought become the current ones.
@@ -185,9 +189,9 @@ py::dict Worker::Finish(int64_t samples_per_step, double wait_s) {
   }
   const absl::Time deadline = absl::Now() + absl::Seconds(wait_s);
   WorkAccount work;
+  std::vector<ShardReport> reports;
   for (;;) {
-    const std::vector<ShardReport> reports =
-        RunInterruptibly<std::vector<ShardReport>>([this] { return client_->Status(); });
+    reports = RunInterruptibly<std::vector<ShardReport>>([this] { return client_->Status(); });
     work = AccountWork(reports);
     if (work.job_done || absl::Now() >= deadline) break;
     {
@@ -201,6 +205,12 @@ py::dict Worker::Finish(int64_t samples_per_step, double wait_s) {
     // The job's final weights into the parameters, for the caller's evaluation.
     RunInterruptibly<PullStats>(
         [this] { return client_->Pull(clock_, /*no_wait=*/true, Weights()); });
+  }
+  if (!report_path.empty() && wait_s > 0) {
+    JsonObject report;
+    report.Add("job_done", work.job_done);
+    AddJobReport(reports, work, require_all_work, &report);
+    ThrowIfError(WriteWholeFile(report_path, report.str() + "\n"));
   }
   return WorkAccountDict(work);
 }

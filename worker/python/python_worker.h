@@ -107,8 +107,11 @@ class Worker {
   // Declares the steps this rank pushed as its work and, when `wait_s` > 0, waits up to that long
   // until no worker can add to the job, pulls the shards' final weights into the weights buffer,
   // and returns the job's work account (what was trained, what skipped). Stops the heartbeats and
-  // leaves the job first, so no worker waits for this one's clock once it is here.
-  py::dict Finish(int64_t samples_per_step, double wait_s);
+  // leaves the job first, so no worker waits for this one's clock once it is here. With `wait_s` >
+  // 0 and a `report_path`, also writes the job's report there (job_report.h: staleness, counters,
+  // the work account, `require_all_work` as given) as one JSON object.
+  py::dict Finish(int64_t samples_per_step, double wait_s, const std::string& report_path,
+                  bool require_all_work);
 
   py::array_t<float> WeightsArray(int set, py::object self) {
     return ArrayOver(weights_sets_[CheckedSet(set)], self);

@@ -35,7 +35,8 @@ import torch
 from ps_train import _core
 from ps_train.errors import PsError
 
-__all__ = ["init", "ServerOptimizer", "Embedding", "StepStats", "finish", "status", "PsError"]
+__all__ = ["init", "ServerOptimizer", "Embedding", "StepStats", "finish", "report_result", "status",
+           "PsError"]
 
 _DEADLINE_EXCEEDED, _DATA_LOSS = 4, 15  # grpc.StatusCode's values
 
@@ -431,8 +432,9 @@ class ServerOptimizer:
         """Shards whose payloads move through shared memory with this worker."""
         return self._worker.shared_memory_shards
 
-    def _finish(self, wait_s):
-        work = self._worker.finish(self.batch_size * self.accumulate, wait_s)
+    def _finish(self, wait_s, report_path, require_all_work):
+        work = self._worker.finish(self.batch_size * self.accumulate, wait_s, report_path,
+                                   require_all_work)
         self._use_sets()  # a pipelined push landed and its weights became the current ones
         self._bind()
         return work
@@ -486,6 +488,30 @@ def status():
     return [json.loads(line) for line in _core.shard_status(_require_config())]
 
 
+def report_result(**measures):
+    """Adds the script's own measures of its model (numbers: test_accuracy=0.88, test_loss=...)
+    to the job's report that rank 0's finish() wrote, so that ps_launch's summary.json holds them
+    as it holds ps_worker's evaluation. Call it on rank 0 after finish(); elsewhere, or outside
+    ps_launch (no PS_JOB_REPORT), it does nothing. A measure that is not a finite number is
+    refused with ValueError."""
+    config = _require_config()
+    path = os.environ.get("PS_JOB_REPORT", "")
+    if config.rank != 0 or not path:
+        return
+    for name, value in measures.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+            raise ValueError(f"ps_train.report_result: {name}={value!r} is not a finite number")
+    if not os.path.exists(path):
+        raise RuntimeError("ps_train.report_result: call finish() first (it writes the report)")
+    with open(path, encoding="utf-8") as f:
+        report = json.load(f)
+    report.update({name: float(value) for name, value in measures.items()})
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(report, f)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
+
+
 def finish(wait_s=None, require_all_work=None):
     """Ends this worker: declares the steps it pushed as its work, stops its heartbeats and
     leaves the job, so a worker with more steps to go no longer waits for this one's clock (a BSP
@@ -498,19 +524,23 @@ def finish(wait_s=None, require_all_work=None):
     (require_all_work; default PS_REQUIRE_ALL_WORK, else true under BSP), it raises PsError
     DATA_LOSS saying what was skipped, so the job exits non-zero. Other ranks return their own
     part of the account without waiting.
+
+    Under ps_launch, rank 0 also writes the job's report (the shards' staleness statistics and
+    counters, and the work account) to PS_JOB_REPORT, which becomes part of summary.json, as a
+    ps_worker job's evaluation does; report_result() adds the script's own measures to it.
     """
     config = _require_config()
     if not _optimizers:
         raise RuntimeError("ps_train.finish: no ServerOptimizer was made in this process")
     if wait_s is None:
         wait_s = config.pull_timeout_s if config.rank == 0 else 0.0
+    if require_all_work is None:
+        mode = next(iter(_optimizers)).cluster["mode"]
+        require_all_work = _env_bool("PS_REQUIRE_ALL_WORK", mode == "bsp")
+    report = os.environ.get("PS_JOB_REPORT", "") if config.rank == 0 else ""
     work = None
     while _optimizers:
-        opt = _optimizers.pop()
-        work = opt._finish(wait_s)
-        mode = opt.cluster["mode"]
-    if require_all_work is None:
-        require_all_work = _env_bool("PS_REQUIRE_ALL_WORK", mode == "bsp")
+        work = _optimizers.pop()._finish(wait_s, report, require_all_work)
     if config.rank == 0 and wait_s > 0 and not work["job_done"]:
         waiting = ", ".join(f"{w['rank']} ({w['state']})" for w in work["workers"]
                             if w["state"] in ("live", "pending"))
