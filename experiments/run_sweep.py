@@ -8,6 +8,13 @@ scenarios (no straggler, a persistent straggler, random jitter, ...), the update
 seeds; every combination is one run of ps_launch. Each run's files go to runs/sweeps/NAME/LABEL/;
 the sweep's results (table.md, summaries.jsonl, PNG plots) to the output folder.
 
+A run may be a PyTorch script instead of ps_worker: "python": SCRIPT in "common" (or a
+scenario) runs `ps_launch --python SCRIPT -- ARGS --seed=N`, ARGS being "python_args" (a list;
+a scenario's come after the common ones) and N the run's seed, which the script takes. The script
+reports its measure with ps_train.torch.report_result() after finish() (docs/python.md); a run
+whose summary lacks it fails, naming it. Such runs have no wait share (the workers' step times
+are the script's).
+
 Runs are judged by the config's "metric": "accuracy" (the default), "auc" (click models) or
 "loss" (the test or validation loss: a language model's nats per token; lower is better), and
 "target" is the value whose time to reach the table reports ("target_accuracy" is the same for
@@ -138,6 +145,9 @@ def check_config(config):
         for mode in spec.get("only_modes", []):
             if mode not in config["modes"]:
                 raise ConfigError(f"scenario {name}: only_modes names {mode}, not among modes")
+        args = spec.get("python_args", [])
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            raise ConfigError(f"{name}: python_args is a list of strings")
 
 
 def check_flags(runs, bin_dir):
@@ -164,12 +174,14 @@ def check_metric(runs, metric):
     if metric.name != "auc":
         return
     for run in runs:
-        if run["flags"].get("model", "mlp") != "dlrm":
+        if "python" not in run["flags"] and run["flags"].get("model", "mlp") != "dlrm":
             raise ConfigError(f"run {run['label']}: metric auc needs a click model (model dlrm)")
 
 
 def launch_flags(run):
-    return [f"--{k}={v}" for k, v in run["flags"].items()]
+    """ps_launch's arguments for the run; a Python run's script arguments after `--`."""
+    args = [f"--{k}={v}" for k, v in run["flags"].items()]
+    return args + (["--"] + run["python_args"] if "python" in run["flags"] else [])
 
 
 def expand(config):
@@ -188,10 +200,21 @@ def expand(config):
                 continue
             flags = dict(config.get("common", {}))
             flags.update(spec)
-            flags.update({"mode": mode, "staleness": s, "update_rule": rule, "seed": seed})
+            flags.update({"mode": mode, "staleness": s, "update_rule": rule})
+            python_args = (config.get("common", {}).get("python_args", []) +
+                           spec.get("python_args", []))
+            flags.pop("python_args", None)
+            if "python" in flags:  # the script takes the seed; ps_launch's is ps_worker's
+                python_args = python_args + [f"--seed={seed}"]
+                # A path from the caller's folder, or else from the repository's.
+                if not os.path.exists(flags["python"]):
+                    flags["python"] = os.path.join(ROOT, flags["python"])
+            else:
+                flags["seed"] = seed
             label = f"{scenario}__{mode_name.replace(':', '')}__{rule}__seed{seed}"
             runs.append(dict(label=label, scenario=scenario, mode=mode, mode_name=mode_name,
-                             staleness=s, rule=rule, seed=seed, flags=flags))
+                             staleness=s, rule=rule, seed=seed, flags=flags,
+                             python_args=python_args))
     return runs
 
 
@@ -244,12 +267,17 @@ def run_one(run, bin_dir, run_dir, stop, metric):
     if code != 0:
         return run
     with open(os.path.join(run_dir, "summary.json")) as f:
-        run["summary"] = json.load(f)
+        summary = json.load(f)
+    if metric.summary_key not in summary:
+        run["error"] = (f"summary.json has no {metric.summary_key}" +
+                        (": the script reports it with ps_train.torch.report_result()"
+                         if "python" in run["flags"] else ""))
+        return run
+    run["summary"] = summary
     # The metric over the run: rank 0's periodic and end-of-epoch evaluations, then the final one.
     curve = [(e["wall_s"], e["updates"], e[metric.eval_key])
              for e in read_jsonl(os.path.join(run_dir, "worker-0.jsonl"))
              if e.get("kind") in ("eval", "epoch") and metric.eval_key in e]
-    summary = run["summary"]
     curve.append((summary["wall_seconds"], max(summary["versions"]), summary[metric.summary_key]))
     run["curve"] = sorted(curve)
     return run
@@ -350,7 +378,8 @@ def seeds_table(runs, config):
         times = [t for t in (time_to_target(r, target, metric) for r in done) if t is not None]
         median_time = statistics.median(times) if times else None
         wall = mean_and_ci([r["summary"]["wall_seconds"] for r in done])
-        wait = statistics.mean(r["summary"]["wait_share"] for r in done) if done else None
+        waits = [r["summary"]["wait_share"] for r in done if "wait_share" in r["summary"]]
+        wait = statistics.mean(waits) if waits else None
         max_staleness = max((r["summary"]["max_staleness"] for r in done), default="-")
         lines.append(
             f"| {scenario} | {mode_name} | {rule} | {len(done)} of {len(group)} |"
@@ -378,14 +407,15 @@ def write_table(runs, config, path, not_done=()):
     for r in runs:
         s = r.get("summary")
         if s is None:
+            why = r.get("error", f"exit {r['exit_code']}")
             lines.append(f"| {r['scenario']} | {r['mode_name']} | {r['rule']} | {r['seed']} |"
-                         f" FAILED (exit {r['exit_code']}) | | | | | | | | |")
+                         f" FAILED ({why}) | | | | | | | | |")
             continue
         bound = check_bound(r)
         lines.append(
             f"| {r['scenario']} | {r['mode_name']} | {r['rule']} | {r['seed']} |"
             f" {fmt(time_to_target(r, target, metric), 1)} | {s['wall_seconds']:.1f} |"
-            f" {s[metric.summary_key]:.4f} | {s['wait_share']:.3f} | {s['max_staleness']} |"
+            f" {s[metric.summary_key]:.4f} | {fmt(s.get('wait_share'))} | {s['max_staleness']} |"
             f" {s['mean_staleness']:.2f} | {'-' if bound is None else bound} |"
             f" {s.get('late_pushes', 0)} | {s.get('dropped_gradients', 0)} |")
     if not_done:
@@ -447,19 +477,20 @@ def plot(runs, config, out_dir):
     fig, ax = plt.subplots(figsize=(6, 4))
     for scenario in scenarios:
         ssp = sorted((r["staleness"], r["summary"]["wait_share"]) for r in ok
-                     if r["scenario"] == scenario and r["mode"] == "ssp" and r["rule"] == "plain")
+                     if r["scenario"] == scenario and r["mode"] == "ssp" and r["rule"] == "plain"
+                     and "wait_share" in r["summary"])
         if not ssp:
             continue
         line, = ax.plot([p[0] for p in ssp], [p[1] for p in ssp], marker="o", label=scenario)
         for mode, marker in (("bsp", "s"), ("asp", "^")):
             ref = [r["summary"]["wait_share"] for r in ok if r["scenario"] == scenario and
-                   r["mode"] == mode and r["rule"] == "plain"]
+                   r["mode"] == mode and r["rule"] == "plain" and "wait_share" in r["summary"]]
             if ref:
                 ax.scatter([-1 if mode == "bsp" else max(p[0] for p in ssp) + 1], [ref[0]],
                            marker=marker, color=line.get_color())
-    if not any(r["mode"] == "ssp" for r in ok):
-        ax.text(0.5, 0.5, "no SSP runs in this sweep", ha="center", va="center",
-                transform=ax.transAxes)
+    if not any(r["mode"] == "ssp" and "wait_share" in r["summary"] for r in ok):
+        ax.text(0.5, 0.5, "no SSP runs with a wait share in this sweep", ha="center",
+                va="center", transform=ax.transAxes)
     ax.set_xlabel("SSP staleness bound s  (square: BSP at left, triangle: ASP at right)")
     ax.set_ylabel("wait share of step time")
     legend(ax)
@@ -528,10 +559,11 @@ def main():
         if stop.signal is not None and run["exit_code"] != 0:
             run.pop("exit_code")  # stopped by the signal: not done, not failed
             break
-        if run["exit_code"] != 0:
-            problems.append(f"{run['label']}: ps_launch exited {run['exit_code']}"
+        if run["exit_code"] != 0 or "error" in run:
+            why = run.get("error", f"ps_launch exited {run['exit_code']}")
+            problems.append(f"{run['label']}: {why}"
                             f" (log: {os.path.join(runs_dir, run['label'], 'launch.log')})")
-            print(f"[{i}/{len(runs)}] {run['label']}: FAILED", flush=True)
+            print(f"[{i}/{len(runs)}] {run['label']}: FAILED ({why})", flush=True)
             continue
         s = run["summary"]
         bound = check_bound(run)
@@ -540,7 +572,7 @@ def main():
                             f" bound {bound}")
         metric = metric_of(config)
         print(f"[{i}/{len(runs)}] {run['label']}: {metric.title} {s[metric.summary_key]:.4f}"
-              f"  wall {s['wall_seconds']:.1f}s  wait share {s['wait_share']:.3f}"
+              f"  wall {s['wall_seconds']:.1f}s  wait share {fmt(s.get('wait_share'))}"
               f"  max staleness {s['max_staleness']}"
               + ("" if bound is None else f" (bound {bound})"), flush=True)
 

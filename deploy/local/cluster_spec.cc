@@ -133,13 +133,19 @@ std::vector<std::string> MetricsArgs(const ClusterSpec& spec, const std::string&
 // --python SCRIPT [ARGS]: the script, its arguments, and the package it imports. Stragglers and
 // pauses are injected by ps_worker, so a Python worker cannot take them.
 absl::Status ReadPythonWorker(const std::vector<std::string>& args, ClusterSpec* spec) {
+  const int64_t python_batch = absl::GetFlag(FLAGS_python_batch);
   if (spec->python_script.empty()) {
     if (!args.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "unexpected argument '", args[0], "' (only --python takes arguments: its script's)"));
     }
+    if (python_batch != 0) {
+      return absl::InvalidArgumentError(
+          "--python_batch is a --python script's; ps_worker's is --batch_size x --accumulate");
+    }
     return absl::OkStatus();
   }
+  if (python_batch < 0) return absl::InvalidArgumentError("--python_batch must be >= 0");
   if (!absl::GetFlag(FLAGS_straggler).empty() || !absl::GetFlag(FLAGS_pause_worker).empty()) {
     return absl::InvalidArgumentError(
         "--straggler and --pause_worker slow ps_worker down; a --python worker is the script's");
@@ -156,10 +162,12 @@ absl::Status ReadPythonWorker(const std::vector<std::string>& args, ClusterSpec*
         "script its options after --"));
   }
   // Only the script knows its batch, which the launcher would otherwise take from --batch_size.
-  if (absl::GetFlag(FLAGS_base_batch) > 0 && absl::GetFlag(FLAGS_effective_batch) == 0) {
+  if (absl::GetFlag(FLAGS_base_batch) > 0 && absl::GetFlag(FLAGS_effective_batch) == 0 &&
+      python_batch == 0) {
     return absl::InvalidArgumentError(
-        "--base_batch with --python needs --effective_batch: the samples behind one update, "
-        "which only the script knows");
+        "--base_batch with --python needs --python_batch (the samples of one push, from which "
+        "the launcher derives the samples behind one update) or --effective_batch (those "
+        "samples themselves): only the script knows its batch");
   }
   if (access(spec->python_script.c_str(), R_OK) != 0) {
     return absl::InvalidArgumentError(
@@ -206,7 +214,9 @@ absl::StatusOr<ClusterSpec> ClusterSpecFromFlags(const std::vector<std::string>&
   // declare.
   ASSIGN_OR_RETURN(const ConsistencyMode mode, ParseConsistencyMode(absl::GetFlag(FLAGS_mode)));
   spec.bsp = mode == ConsistencyMode::kBsp;
-  spec.per_push = int64_t{spec.workload.batch_size} * spec.workload.accumulate;
+  spec.per_push = spec.python_script.empty() || absl::GetFlag(FLAGS_python_batch) == 0
+                      ? int64_t{spec.workload.batch_size} * spec.workload.accumulate
+                      : absl::GetFlag(FLAGS_python_batch);
   // A backup count out of range is refused with the shards' options below.
   const int pushes_per_round = std::max(1, spec.workers - absl::GetFlag(FLAGS_backup_workers));
   spec.update_batch = spec.bsp ? spec.per_push * pushes_per_round : spec.per_push;

@@ -33,5 +33,9 @@ ABSL_FLAG(std::string, python, "",
           "PS_SERVERS, PS_RANK, PS_NUM_WORKERS and the security settings in its environment and "
           "build/python on its PYTHONPATH, for `import ps_train.torch` (docs/python.md). The "
           "script evaluates its own model; the job fails when a worker does.");
+ABSL_FLAG(int64_t, python_batch, 0,
+          "--python: the samples each push of the script carries (its batch x accumulation), "
+          "which the launcher cannot see; with it, --base_batch's --effective_batch is derived "
+          "as for ps_worker (under BSP, times the pushes a round averages). 0: not given.");
 ABSL_FLAG(std::string, python_bin, "/usr/bin/python3",
           "--python: the interpreter (Debian's python3 is the one that sees python3-torch).");

@@ -22,6 +22,7 @@ ABSL_DECLARE_FLAG(std::string, checkpoint_root);
 ABSL_DECLARE_FLAG(std::string, tls_dir);
 ABSL_DECLARE_FLAG(bool, serve_metrics);
 ABSL_DECLARE_FLAG(std::string, python);
+ABSL_DECLARE_FLAG(int64_t, python_batch);
 ABSL_DECLARE_FLAG(std::string, python_bin);
 
 #endif  // PS_DEPLOY_LOCAL_LAUNCH_FLAGS_H_

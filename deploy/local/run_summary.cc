@@ -158,7 +158,7 @@ absl::StatusOr<nlohmann::json> SummarizePythonRun(const ClusterSpec& spec,
   nlohmann::json summary = {{"python", spec.python_script},
                             {"shards", spec.shards},
                             {"workers", spec.workers},
-                            {"wall_s", absl::ToDoubleSeconds(outcome.train_wall)},
+                            {"wall_seconds", absl::ToDoubleSeconds(outcome.train_wall)},
                             {"worker_restarts", outcome.worker_restarts},
                             {"shard_restarts", outcome.shard_restarts}};
   const std::string report_path = spec.RunFile(kJobReportFile);

@@ -6,6 +6,9 @@
 - a sweep over several seeds adds a table of means, 95 % intervals and differences paired by
   seed, which the test recomputes from the runs' own summaries;
 - bad configs exit 2 before anything runs or is written, saying what is wrong;
+- a sweep of a PyTorch script (examples/fashion_mnist_mlp.py) as every worker gives each run its
+  seed as the script's argument and reads the measure the script reported; a script that reports
+  none fails its run, saying how to report it;
 - SIGTERM stops the sweep: the run in progress ends with its processes, the finished runs are
   written, the runs not done are named, and it exits 1.
 
@@ -40,6 +43,19 @@ SMALL = {
     "update_rules": ["plain"],
     "seeds": [1],
 }
+PYTHON = {
+    "name": "python",
+    "description": "The PyTorch example as 2 workers, 1 shard, 1 920 images for one epoch.",
+    "target_accuracy": 0.5,
+    "common": {"shards": 1, "workers": 2, "python": "examples/fashion_mnist_mlp.py",
+               "python_args": ["--epochs", "1", "--train_limit", "1920", "--test_limit", "500"]},
+    "modes": ["bsp", "asp"],
+    "scenarios": {"none": {}},
+    "seeds": [1, 2],
+}
+PYTHON_EXAMPLE = os.path.join(ROOT, "examples", "fashion_mnist_mlp.py")
+PACKAGE_BUILT = os.path.exists(
+    os.path.join(os.path.dirname(BIN), "python", "ps_train", "__init__.py"))
 LABELS = [f"{scenario}__{mode}__plain__seed1" for scenario in ("none", "straggler")
           for mode in ("bsp", "ssp1", "asp")]
 
@@ -184,6 +200,61 @@ class SweepTest(unittest.TestCase):
         paired = [final[("asp", seed)] - final[("bsp", seed)] for seed in (1, 2, 3)]
         self.assertEqual(rows["asp"][6], interval(paired, sign="+")[0] + " vs bsp", table)
 
+    def test_a_python_run_gets_its_seed_as_the_scripts_argument(self):
+        runs = run_sweep.expand(PYTHON)
+        self.assertEqual([run_sweep.launch_flags(r)[-8:] for r in runs][:2], [
+            ["--", "--epochs", "1", "--train_limit", "1920", "--test_limit", "500",
+             f"--seed={seed}"] for seed in (1, 2)])
+        for r in runs:
+            self.assertNotIn("seed", r["flags"])  # ps_launch's --seed is ps_worker's
+            self.assertEqual(r["flags"]["python"],
+                             os.path.join(ROOT, "examples", "fashion_mnist_mlp.py"))
+
+    @unittest.skipUnless(PACKAGE_BUILT, "the Python package is not built (a sanitizer build)")
+    def test_a_sweep_of_a_pytorch_script_reads_what_the_script_reports(self):
+        result = self.sweep(PYTHON)
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        with open(os.path.join(self.out, "summaries.jsonl")) as f:
+            runs = [json.loads(line) for line in f]
+        self.assertEqual([(r["mode_name"], r["seed"]) for r in runs],
+                         [("bsp", 1), ("bsp", 2), ("asp", 1), ("asp", 2)])
+        for r in runs:
+            s = r["summary"]
+            # 1 920 images, 2 workers of batch 32: 30 steps each, all applied on the one shard.
+            self.assertEqual((s["gradients_applied"], s["gradients_expected"]), (60, 60))
+            self.assertGreater(s["test_accuracy"], 0.5, r["label"])
+            self.assertEqual(s["python"], PYTHON_EXAMPLE)
+        self.assertEqual(runs[0]["summary"]["max_staleness"], 0)
+        with open(os.path.join(self.out, "table.md")) as f:
+            table = f.read()
+        self.assertNotIn("FAILED", table)
+        # No wait share: the workers' step times are the script's.
+        [row] = [line for line in table.splitlines() if line.startswith("| none | bsp | plain | 1 |")]
+        self.assertEqual(row.split("|")[8].strip(), "-", table)
+
+    @unittest.skipUnless(PACKAGE_BUILT, "the Python package is not built (a sanitizer build)")
+    def test_a_script_that_reports_no_measure_fails_its_run_saying_how_to_report_it(self):
+        script = os.path.join(self.dir, "silent.py")
+        with open(script, "w") as f:
+            f.write("import argparse, torch, ps_train.torch as pst\n"
+                    "parser = argparse.ArgumentParser()\n"
+                    "parser.add_argument('--seed')\n"
+                    "parser.parse_args()\n"
+                    "pst.init()\n"
+                    "m = torch.nn.Linear(3, 2)\n"
+                    "opt = pst.ServerOptimizer(m, batch_size=1, steps=1)\n"
+                    "m(torch.ones(1, 3)).sum().backward()\n"
+                    "opt.step()\n"
+                    "pst.finish()\n")
+        config = dict(PYTHON, modes=["asp"], seeds=[1],
+                      common={"shards": 1, "workers": 1, "python": script})
+        result = self.sweep(config)
+        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        self.assertIn("summary.json has no test_accuracy: the script reports it with "
+                      "ps_train.torch.report_result()", result.stdout + result.stderr)
+        with open(os.path.join(self.out, "table.md")) as f:
+            self.assertIn("FAILED (summary.json has no test_accuracy", f.read())
+
     def test_bad_configs_exit_2_before_anything_runs(self):
         def changed(**edits):
             config = json.loads(json.dumps(SMALL))
@@ -219,6 +290,8 @@ class SweepTest(unittest.TestCase):
             (changed(name="../elsewhere"), "name '../elsewhere'"),
             (changed(scenarios={"none": {"only_modes": ["ssp:4"]}}),
              "only_modes names ssp:4, not among modes"),
+            (changed(scenarios={"none": {"python_args": "--epochs 1"}}),
+             "none: python_args is a list of strings"),
         ]
         for config, message in cases:
             with self.subTest(message=message):

@@ -168,6 +168,16 @@ class PythonWorkers(unittest.TestCase):
         self.assertIn("did not call ps_train.torch.finish()", summary["job_report"])
         self.assertNotIn("gradients_applied", summary)
 
+    def test_the_scripts_batch_gives_the_samples_behind_one_update(self):
+        # 3 workers pushing 32 samples each: a BSP round averages 96, an SSP or ASP update 32.
+        for mode, effective in (("bsp", 96), ("asp", 32)):
+            with tempfile.TemporaryDirectory() as tmp:
+                run = launch(["--dry_run", "--workers=3", f"--mode={mode}", "--base_batch=32",
+                              "--python_batch=32", f"--metrics_dir={tmp}/run", "--python",
+                              EXAMPLE])
+            self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+            self.assertIn(f" --effective_batch={effective} ", run.stdout, mode)
+
     def test_bad_command_lines_exit_2(self):
         with tempfile.TemporaryDirectory() as tmp:
             missing = launch([f"--metrics_dir={tmp}", "--python", f"{tmp}/none.py"])
@@ -185,7 +195,10 @@ class PythonWorkers(unittest.TestCase):
             self.assertIn("--device, --epochs, --overlap set ps_worker's training", dropped.stderr)
             scaled = launch([f"--metrics_dir={tmp}", "--base_batch=32", "--python", EXAMPLE])
             self.assertEqual(scaled.returncode, 2, scaled.stderr)
-            self.assertIn("--base_batch with --python needs --effective_batch", scaled.stderr)
+            self.assertIn("--base_batch with --python needs --python_batch", scaled.stderr)
+            stray_batch = launch([f"--metrics_dir={tmp}", "--python_batch=32"])
+            self.assertEqual(stray_batch.returncode, 2, stray_batch.stderr)
+            self.assertIn("--python_batch is a --python script's", stray_batch.stderr)
             self.assertFalse(os.listdir(tmp), "a refused command line made the run folder")
 
 
