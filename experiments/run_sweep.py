@@ -12,8 +12,8 @@ A run may be a PyTorch script instead of ps_worker: "python": SCRIPT in "common"
 scenario) runs `ps_launch --python SCRIPT -- ARGS --seed=N`, ARGS being "python_args" (a list;
 a scenario's come after the common ones) and N the run's seed, which the script takes. The script
 reports its measure with ps_train.torch.report_result() after finish() (docs/python.md); a run
-whose summary lacks it fails, naming it. Such runs have no wait share (the workers' step times
-are the script's).
+whose summary lacks it fails, naming it. Such runs have no curve over time: the script's
+evaluations are its own.
 
 Runs are judged by the config's "metric": "accuracy" (the default), "auc" (click models) or
 "loss" (the test or validation loss: a language model's nats per token; lower is better), and
@@ -378,8 +378,7 @@ def seeds_table(runs, config):
         times = [t for t in (time_to_target(r, target, metric) for r in done) if t is not None]
         median_time = statistics.median(times) if times else None
         wall = mean_and_ci([r["summary"]["wall_seconds"] for r in done])
-        waits = [r["summary"]["wait_share"] for r in done if "wait_share" in r["summary"]]
-        wait = statistics.mean(waits) if waits else None
+        wait = statistics.mean(r["summary"]["wait_share"] for r in done) if done else None
         max_staleness = max((r["summary"]["max_staleness"] for r in done), default="-")
         lines.append(
             f"| {scenario} | {mode_name} | {rule} | {len(done)} of {len(group)} |"
@@ -415,7 +414,7 @@ def write_table(runs, config, path, not_done=()):
         lines.append(
             f"| {r['scenario']} | {r['mode_name']} | {r['rule']} | {r['seed']} |"
             f" {fmt(time_to_target(r, target, metric), 1)} | {s['wall_seconds']:.1f} |"
-            f" {s[metric.summary_key]:.4f} | {fmt(s.get('wait_share'))} | {s['max_staleness']} |"
+            f" {s[metric.summary_key]:.4f} | {s['wait_share']:.3f} | {s['max_staleness']} |"
             f" {s['mean_staleness']:.2f} | {'-' if bound is None else bound} |"
             f" {s.get('late_pushes', 0)} | {s.get('dropped_gradients', 0)} |")
     if not_done:
@@ -477,20 +476,19 @@ def plot(runs, config, out_dir):
     fig, ax = plt.subplots(figsize=(6, 4))
     for scenario in scenarios:
         ssp = sorted((r["staleness"], r["summary"]["wait_share"]) for r in ok
-                     if r["scenario"] == scenario and r["mode"] == "ssp" and r["rule"] == "plain"
-                     and "wait_share" in r["summary"])
+                     if r["scenario"] == scenario and r["mode"] == "ssp" and r["rule"] == "plain")
         if not ssp:
             continue
         line, = ax.plot([p[0] for p in ssp], [p[1] for p in ssp], marker="o", label=scenario)
         for mode, marker in (("bsp", "s"), ("asp", "^")):
             ref = [r["summary"]["wait_share"] for r in ok if r["scenario"] == scenario and
-                   r["mode"] == mode and r["rule"] == "plain" and "wait_share" in r["summary"]]
+                   r["mode"] == mode and r["rule"] == "plain"]
             if ref:
                 ax.scatter([-1 if mode == "bsp" else max(p[0] for p in ssp) + 1], [ref[0]],
                            marker=marker, color=line.get_color())
-    if not any(r["mode"] == "ssp" and "wait_share" in r["summary"] for r in ok):
-        ax.text(0.5, 0.5, "no SSP runs with a wait share in this sweep", ha="center",
-                va="center", transform=ax.transAxes)
+    if not any(r["mode"] == "ssp" for r in ok):
+        ax.text(0.5, 0.5, "no SSP runs in this sweep", ha="center", va="center",
+                transform=ax.transAxes)
     ax.set_xlabel("SSP staleness bound s  (square: BSP at left, triangle: ASP at right)")
     ax.set_ylabel("wait share of step time")
     legend(ax)
@@ -572,7 +570,7 @@ def main():
                             f" bound {bound}")
         metric = metric_of(config)
         print(f"[{i}/{len(runs)}] {run['label']}: {metric.title} {s[metric.summary_key]:.4f}"
-              f"  wall {s['wall_seconds']:.1f}s  wait share {fmt(s.get('wait_share'))}"
+              f"  wall {s['wall_seconds']:.1f}s  wait share {s['wait_share']:.3f}"
               f"  max staleness {s['max_staleness']}"
               + ("" if bound is None else f" (bound {bound})"), flush=True)
 

@@ -49,7 +49,7 @@ WorkerTotals TotalsOf(const std::string& path) {
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object() || j.value("kind", "") != "step") continue;
     t.samples += j.value("samples", int64_t{0});
-    t.losses.push_back(j.value("loss", 0.0));
+    if (j.contains("loss")) t.losses.push_back(j.value("loss", 0.0));  // not a Python worker's
     t.step_ms += j.value("step_ms", 0.0);
     t.server_wait_ms += j.value("server_wait_ms", 0.0);
     if (j.contains("unique_keys")) {
@@ -58,6 +58,43 @@ WorkerTotals TotalsOf(const std::string& path) {
     }
   }
   return t;
+}
+
+// What the workers' "step" lines (worker-R.jsonl) say over a run of `wall_s` seconds: samples
+// and samples per second, the wait share (the part of each worker's step time its pulls spent
+// held by the shards; and per worker), the mean unique keys per step of a sparse model, and the
+// training loss at the end (the mean over the last tenth of each worker's steps) when the lines
+// carry one.
+nlohmann::json WorkersThroughput(const ClusterSpec& spec, double wall_s) {
+  int64_t samples = 0, sparse_steps = 0, unique_keys = 0;
+  double step_ms = 0, wait_ms = 0;
+  double tail_loss = 0;
+  int64_t tail_steps = 0;
+  std::vector<double> wait_shares;
+  for (int r = 0; r < spec.workers; ++r) {
+    const WorkerTotals t = TotalsOf(spec.RunFile(absl::StrCat("worker-", r, ".jsonl")));
+    samples += t.samples;
+    step_ms += t.step_ms;
+    wait_ms += t.server_wait_ms;
+    sparse_steps += t.sparse_steps;
+    unique_keys += t.unique_keys;
+    const size_t tail = std::max<size_t>(1, t.losses.size() / 10);
+    for (size_t i = t.losses.size() > tail ? t.losses.size() - tail : 0; i < t.losses.size(); ++i) {
+      tail_loss += t.losses[i];
+      ++tail_steps;
+    }
+    wait_shares.push_back(t.step_ms > 0 ? t.server_wait_ms / t.step_ms : 0.0);
+  }
+  nlohmann::json out = {{"samples", samples},
+                        {"samples_per_sec", samples / wall_s},
+                        {"wall_seconds", wall_s},
+                        {"wait_share", step_ms > 0 ? wait_ms / step_ms : 0.0},
+                        {"worker_wait_share", wait_shares}};
+  if (sparse_steps > 0) {
+    out["unique_keys_per_step"] = static_cast<double>(unique_keys) / sparse_steps;
+  }
+  if (tail_steps > 0) out["train_loss"] = tail_loss / tail_steps;
+  return out;
 }
 
 // The run's configuration, as the shards and workers got it.
@@ -104,27 +141,6 @@ absl::StatusOr<nlohmann::json> SummarizeRun(const ClusterSpec& spec, const RunOu
   if (!eval.is_object() || !eval.contains("versions") || !eval["versions"].is_array()) {
     return absl::DataLossError(absl::StrCat(eval_path, " is malformed"));
   }
-  // Wait share: the part of each worker's step time its pulls spent held by the shards.
-  int64_t samples = 0, sparse_steps = 0, unique_keys = 0;
-  double step_ms = 0, wait_ms = 0;
-  // The training loss at the end: the mean over the last tenth of each worker's steps.
-  double tail_loss = 0;
-  int64_t tail_steps = 0;
-  std::vector<double> wait_shares;
-  for (int r = 0; r < spec.workers; ++r) {
-    const WorkerTotals t = TotalsOf(spec.RunFile(absl::StrCat("worker-", r, ".jsonl")));
-    samples += t.samples;
-    step_ms += t.step_ms;
-    wait_ms += t.server_wait_ms;
-    sparse_steps += t.sparse_steps;
-    unique_keys += t.unique_keys;
-    const size_t tail = std::max<size_t>(1, t.losses.size() / 10);
-    for (size_t i = t.losses.size() > tail ? t.losses.size() - tail : 0; i < t.losses.size(); ++i) {
-      tail_loss += t.losses[i];
-      ++tail_steps;
-    }
-    wait_shares.push_back(t.step_ms > 0 ? t.server_wait_ms / t.step_ms : 0.0);
-  }
   const double wall_s = absl::ToDoubleSeconds(outcome.train_wall);
   // Updates per second of each shard, from the versions the final evaluation read.
   std::vector<double> shard_rates;
@@ -134,20 +150,12 @@ absl::StatusOr<nlohmann::json> SummarizeRun(const ClusterSpec& spec, const RunOu
   nlohmann::json summary = Configuration(spec);
   // The cosine schedule's end the shards used (the run's last update unless --decay_updates).
   summary["decay_updates"] = eval.value("decay_updates", int64_t{0});
-  summary["samples"] = samples;
-  summary["samples_per_sec"] = samples / wall_s;
-  summary["wall_seconds"] = wall_s;
-  summary["wait_share"] = step_ms > 0 ? wait_ms / step_ms : 0.0;
-  summary["worker_wait_share"] = wait_shares;
+  summary.update(WorkersThroughput(spec, wall_s));
   summary["shard_updates_per_sec"] = shard_rates;
   summary["worker_restarts"] = outcome.worker_restarts;
   summary["shard_restarts"] = outcome.shard_restarts;
-  if (sparse_steps > 0) {
-    summary["unique_keys_per_step"] = static_cast<double>(unique_keys) / sparse_steps;
-  }
-  if (tail_steps > 0) summary["train_loss"] = tail_loss / tail_steps;
   // A language model's predictions are its tokens.
-  if (eval.contains("val_loss")) summary["tokens_per_sec"] = samples / wall_s;
+  if (eval.contains("val_loss")) summary["tokens_per_sec"] = summary["samples_per_sec"];
   // eval.json's fields (test_accuracy, final_loss, staleness, the work account, ...) complete it.
   summary.update(eval);
   return summary;
@@ -158,9 +166,9 @@ absl::StatusOr<nlohmann::json> SummarizePythonRun(const ClusterSpec& spec,
   nlohmann::json summary = {{"python", spec.python_script},
                             {"shards", spec.shards},
                             {"workers", spec.workers},
-                            {"wall_seconds", absl::ToDoubleSeconds(outcome.train_wall)},
                             {"worker_restarts", outcome.worker_restarts},
                             {"shard_restarts", outcome.shard_restarts}};
+  summary.update(WorkersThroughput(spec, absl::ToDoubleSeconds(outcome.train_wall)));
   const std::string report_path = spec.RunFile(kJobReportFile);
   if (!std::filesystem::exists(report_path)) {
     summary["job_report"] = absl::StrCat("no job report (", report_path,

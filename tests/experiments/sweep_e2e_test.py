@@ -222,15 +222,17 @@ class SweepTest(unittest.TestCase):
             s = r["summary"]
             # 1 920 images, 2 workers of batch 32: 30 steps each, all applied on the one shard.
             self.assertEqual((s["gradients_applied"], s["gradients_expected"]), (60, 60))
+            self.assertEqual(s["samples"], 1920, r["label"])
+            self.assertTrue(0 <= s["wait_share"] < 1, r["label"])
             self.assertGreater(s["test_accuracy"], 0.5, r["label"])
             self.assertEqual(s["python"], PYTHON_EXAMPLE)
         self.assertEqual(runs[0]["summary"]["max_staleness"], 0)
         with open(os.path.join(self.out, "table.md")) as f:
             table = f.read()
         self.assertNotIn("FAILED", table)
-        # No wait share: the workers' step times are the script's.
+        # The wait share, from the workers' step lines (ps_train writes them under ps_launch).
         [row] = [line for line in table.splitlines() if line.startswith("| none | bsp | plain | 1 |")]
-        self.assertEqual(row.split("|")[8].strip(), "-", table)
+        self.assertEqual(row.split("|")[8].strip(), f"{runs[0]['summary']['wait_share']:.3f}", table)
 
     @unittest.skipUnless(PACKAGE_BUILT, "the Python package is not built (a sanitizer build)")
     def test_a_script_that_reports_no_measure_fails_its_run_saying_how_to_report_it(self):

@@ -55,6 +55,10 @@ class PythonWorkers(unittest.TestCase):
         self.assertEqual(summary["gradients_expected"], 2 * steps)
         self.assertEqual(summary["gradients_applied"], 2 * steps)
         self.assertEqual(summary["test_accuracy"], out["test_accuracy"])
+        # And what the workers' step lines say: every sample once, and the time pulls waited.
+        self.assertEqual(summary["samples"], steps * 32)
+        self.assertEqual(len(summary["worker_wait_share"]), 3)
+        self.assertTrue(0 <= summary["wait_share"] < 1, summary)
         self.assertEqual(summary["max_staleness"], max(
             w["max_staleness"] for shard in out["status"] for w in shard["workers"]))
         return out

@@ -257,6 +257,12 @@ class ServerOptimizer:
         self.param_groups = [{"params": self._params}]
         self._micro = 0  # micro-batches of the current accumulation window pushed into the grads
         self._last_return = time.perf_counter()
+        self._last_push_return = self._last_return
+        # Under ps_launch (PS_METRICS_FILE): one "step" line per push, as ps_worker writes them,
+        # from which the run's summary takes its samples per second and wait share. Appended:
+        # a restarted worker goes on with its own file.
+        path = os.environ.get("PS_METRICS_FILE", "")
+        self._metrics = open(path, "a", buffering=1, encoding="utf-8") if path else None
         self._parts = []
         if overlap:
             self._install_hooks(min_part_bytes)
@@ -417,7 +423,15 @@ class ServerOptimizer:
                 result = self._worker.step(samples, self._take_row_grads())
         self._bind()
         self._last_return = time.perf_counter()
-        return StepStats(pushed=True, compute_ms=compute_ms, **result)
+        stats = StepStats(pushed=True, compute_ms=compute_ms, **result)
+        if self._metrics is not None:
+            # The whole step, its micro-batches' compute included, since the last push returned.
+            self._metrics.write(json.dumps({
+                "kind": "step", "step": stats.step, "samples": samples,
+                "step_ms": 1000.0 * (self._last_return - self._last_push_return),
+                "server_wait_ms": stats.server_wait_ms, "staleness": stats.staleness}) + "\n")
+        self._last_push_return = self._last_return
+        return stats
 
     def state_dict(self):
         return {"step": self._worker.clock}
