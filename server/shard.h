@@ -11,6 +11,7 @@
 // caller.
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -57,6 +58,14 @@ struct ShardSnapshot {
   int64_t base_version = -1;
   std::string payload;
 };
+
+// Drops from `queue` (oldest first, as the chain made them) the snapshots that a newer one in it
+// makes needless, so that a writer slower than the updates writes the newest state next and the
+// queue never holds more than two. A full snapshot is the whole state: everything before the
+// newest full one goes. An incremental one holds every change since its base: after the newest
+// full one (or from the front, when there is none) only the newest incremental one stays; its base
+// is that full one, or one the writer has already taken. Returns how many were dropped.
+int DropSupersededSnapshots(std::deque<ShardSnapshot>* queue);
 
 struct ShardOptions {
   int shard_id = 0;  // 0 <= shard_id < num_shards

