@@ -10,7 +10,8 @@ The shards hold the weights and apply the updates with their optimizer; this scr
 computes gradients, and a worker started again (Docker, Kubernetes) resumes at the step the
 shards hold for its rank. Worker r trains on every W-th sample of each epoch's shuffled order, starting
 at r, so the W workers together see each sample once per epoch. Rank 0 measures the final
-weights on the test set and prints `test_accuracy A` (and writes --result as JSON).
+weights on the test set and prints `test_accuracy A` (and writes --result as JSON); with
+--eval_each_epoch it also measures its weights after each epoch, the run's curve.
 """
 
 import argparse
@@ -81,12 +82,16 @@ def main():
     parser.add_argument("--test_limit", type=int, default=0)
     parser.add_argument("--seed", type=int, default=int(os.environ.get("PS_SEED", 1)))
     parser.add_argument("--result", default="", help="rank 0 writes its result here as JSON")
+    parser.add_argument("--eval_each_epoch", action="store_true",
+                        help="rank 0 measures its weights on the test set after each epoch "
+                             "(the run's curve in ps_launch's metrics; the others wait for it)")
     args = parser.parse_args()
 
     torch.set_num_threads(1)  # one core per worker process
     info = pst.init()  # PS_SERVERS, PS_RANK, PS_NUM_WORKERS from ps_launch
     rank, workers = info["rank"], max(1, info["num_workers"])
     train_x, train_y = load(args.data, "train", args.train_limit)
+    test_x, test_y = load(args.data, "test", args.test_limit) if rank == 0 else (None, None)
     torch.manual_seed(args.seed)  # every rank starts alike; the first to reach the shards wins
     model = mlp([int(h) for h in args.hidden.split(",") if h])
     per_step = args.batch_size * args.accumulate
@@ -95,6 +100,13 @@ def main():
                               pipeline=args.pipeline, batch_size=args.batch_size,
                               steps=steps_per_epoch * args.epochs)
     loss_fn = torch.nn.CrossEntropyLoss()
+
+    def evaluate():
+        with torch.no_grad():
+            logits = model(test_x)
+            return ((logits.argmax(1) == test_y).float().mean().item(),
+                    loss_fn(logits, test_y).item())
+
     start = time.time()
     max_staleness = 0
     # The steps this rank pushed before: a restarted worker resumes where the shards hold it,
@@ -113,21 +125,20 @@ def main():
             opt.zero_grad()
             loss = loss_fn(model(train_x[batch]), train_y[batch])
             loss.backward()
-            stats = opt.step()
+            stats = opt.step(loss=loss)  # into the step lines: the summary's train_loss
             max_staleness = max(max_staleness, stats.staleness)
             loss_sum += loss.item()
             batches += 1
         print(f"rank {rank} epoch {epoch + 1} train_loss "
               f"{loss_sum / max(1, batches):.4f} "
               f"elapsed {time.time() - start:.1f}s", flush=True)
+        if rank == 0 and args.eval_each_epoch:
+            accuracy, test_loss = evaluate()  # the weights this rank pulled last
+            pst.report_eval(test_accuracy=accuracy, test_loss=test_loss)
     work = pst.finish()  # rank 0: waits for the others; its parameters hold the final weights
     if rank != 0:
         return
-    test_x, test_y = load(args.data, "test", args.test_limit)
-    with torch.no_grad():
-        logits = model(test_x)
-        accuracy = (logits.argmax(1) == test_y).float().mean().item()
-        test_loss = loss_fn(logits, test_y).item()
+    accuracy, test_loss = evaluate()
     pst.report_result(test_accuracy=accuracy, test_loss=test_loss)  # into ps_launch's summary
     print(f"test_accuracy {accuracy:.4f}  max_staleness {max_staleness}  "
           f"gradients {work['gradients_applied']}/{work['gradients_expected']}", flush=True)

@@ -12,8 +12,8 @@ A run may be a PyTorch script instead of ps_worker: "python": SCRIPT in "common"
 scenario) runs `ps_launch --python SCRIPT -- ARGS --seed=N`, ARGS being "python_args" (a list;
 a scenario's come after the common ones) and N the run's seed, which the script takes. The script
 reports its measure with ps_train.torch.report_result() after finish() (docs/python.md); a run
-whose summary lacks it fails, naming it. Such runs have no curve over time: the script's
-evaluations are its own.
+whose summary lacks it fails, naming it. The run's curve over time has the points the script
+records with ps_train.torch.report_eval() during training (rank 0's), then the final one.
 
 Runs are judged by the config's "metric": "accuracy" (the default), "auc" (click models) or
 "loss" (the test or validation loss: a language model's nats per token; lower is better), and
@@ -580,7 +580,7 @@ def main():
         for r in done:
             f.write(json.dumps({k: r.get(k) for k in
                                 ("label", "scenario", "mode_name", "rule", "seed", "exit_code",
-                                 "summary")}) + "\n")
+                                 "summary", "curve")}) + "\n")
     write_table(done, config, os.path.join(out_dir, "table.md"), not_done)
     plot(done, config, out_dir)
     print(f"sweep {name} done in {time.time() - sweep_start:.0f}s: {out_dir}/table.md and plots",

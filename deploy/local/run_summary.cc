@@ -49,7 +49,8 @@ WorkerTotals TotalsOf(const std::string& path) {
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object() || j.value("kind", "") != "step") continue;
     t.samples += j.value("samples", int64_t{0});
-    if (j.contains("loss")) t.losses.push_back(j.value("loss", 0.0));  // not a Python worker's
+    // ps_worker's lines always have a loss; a Python worker's when its step() was given one.
+    if (j.contains("loss")) t.losses.push_back(j.value("loss", 0.0));
     t.step_ms += j.value("step_ms", 0.0);
     t.server_wait_ms += j.value("server_wait_ms", 0.0);
     if (j.contains("unique_keys")) {

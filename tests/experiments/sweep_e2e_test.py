@@ -48,7 +48,8 @@ PYTHON = {
     "description": "The PyTorch example as 2 workers, 1 shard, 1 920 images for one epoch.",
     "target_accuracy": 0.5,
     "common": {"shards": 1, "workers": 2, "python": "examples/fashion_mnist_mlp.py",
-               "python_args": ["--epochs", "1", "--train_limit", "1920", "--test_limit", "500"]},
+               "python_args": ["--epochs", "1", "--train_limit", "1920", "--test_limit", "500",
+                               "--eval_each_epoch"]},
     "modes": ["bsp", "asp"],
     "scenarios": {"none": {}},
     "seeds": [1, 2],
@@ -202,9 +203,9 @@ class SweepTest(unittest.TestCase):
 
     def test_a_python_run_gets_its_seed_as_the_scripts_argument(self):
         runs = run_sweep.expand(PYTHON)
-        self.assertEqual([run_sweep.launch_flags(r)[-8:] for r in runs][:2], [
+        self.assertEqual([run_sweep.launch_flags(r)[-9:] for r in runs][:2], [
             ["--", "--epochs", "1", "--train_limit", "1920", "--test_limit", "500",
-             f"--seed={seed}"] for seed in (1, 2)])
+             "--eval_each_epoch", f"--seed={seed}"] for seed in (1, 2)])
         for r in runs:
             self.assertNotIn("seed", r["flags"])  # ps_launch's --seed is ps_worker's
             self.assertEqual(r["flags"]["python"],
@@ -226,7 +227,16 @@ class SweepTest(unittest.TestCase):
             self.assertTrue(0 <= s["wait_share"] < 1, r["label"])
             self.assertGreater(s["test_accuracy"], 0.5, r["label"])
             self.assertEqual(s["python"], PYTHON_EXAMPLE)
+            # The script's losses (opt.step(loss=...)) and its evaluation after the epoch
+            # (pst.report_eval), then the final point.
+            self.assertGreater(s["train_loss"], 0, r["label"])
+            self.assertEqual(len(r["curve"]), 2, r["label"])
+            self.assertLess(r["curve"][0][0], r["curve"][1][0], r["label"])
         self.assertEqual(runs[0]["summary"]["max_staleness"], 0)
+        # Under BSP rank 0's weights after its last step are the final ones: the epoch's point
+        # is the final measure, at the last of the 30 rounds.
+        for bsp in runs[:2]:
+            self.assertEqual(bsp["curve"][0][1:], [30, bsp["summary"]["test_accuracy"]])
         with open(os.path.join(self.out, "table.md")) as f:
             table = f.read()
         self.assertNotIn("FAILED", table)

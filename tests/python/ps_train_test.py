@@ -491,6 +491,62 @@ class JobReport(unittest.TestCase):
         self.assertEqual((report["test_accuracy"], report["test_loss"]), (0.75, 1.0))
 
 
+class StepLines(unittest.TestCase):
+    """Under ps_launch (PS_METRICS_FILE) each push writes a step line, with the window's mean
+    loss when step() was given losses, and report_eval() a point of the run's curve."""
+
+    def test_losses_and_evaluations_reach_the_metrics_file(self):
+        with tempfile.TemporaryDirectory() as tmp, Shards(1, 1, SGD, tmp) as cluster:
+            path = os.path.join(tmp, "worker-0.jsonl")
+            os.environ["PS_METRICS_FILE"] = path  # as ps_launch sets it
+            try:
+                pst.init(servers=cluster.servers, rank=0, num_workers=1, retry_s=1)
+                model = torch.nn.Linear(3, 2)
+                opt = pst.ServerOptimizer(model, accumulate=2, batch_size=4)
+
+                def backward():
+                    model(torch.ones(4, 3)).sum().backward()
+
+                def closure():
+                    backward()
+                    return torch.tensor(5.0)
+
+                # Each window: the losses of its two calls (None: not given).
+                for first, second in ((1.0, torch.tensor(3.0)), (None, float("nan")),
+                                      (closure, float("inf"))):
+                    opt.zero_grad()
+                    if callable(first):
+                        opt.step(closure=first)
+                    else:
+                        backward()
+                        opt.step(loss=first)
+                    backward()
+                    opt.step(loss=second)
+                for bad, error in ((torch.ones(2), ValueError), ("1.0", TypeError),
+                                   (True, TypeError)):
+                    with self.assertRaises(error):
+                        opt.step(loss=bad)
+                with self.assertRaisesRegex(ValueError, "at least one measure"):
+                    pst.report_eval()
+                with self.assertRaisesRegex(ValueError, "not a finite number"):
+                    pst.report_eval(test_accuracy=float("nan"))
+                pst.report_eval(test_accuracy=0.5, test_loss=2)
+                pst.finish(wait_s=10)
+            finally:
+                del os.environ["PS_METRICS_FILE"]
+            with open(path, encoding="utf-8") as f:
+                lines = [json.loads(line) for line in f]
+        steps = [line for line in lines if line["kind"] == "step"]
+        self.assertEqual([(s["step"], s["samples"], s.get("loss")) for s in steps],
+                         [(0, 8, 2.0), (1, 8, None), (2, 8, 5.0)])
+        evals = [line for line in lines if line["kind"] == "eval"]
+        self.assertEqual(len(evals), 1)
+        self.assertEqual({k: v for k, v in evals[0].items() if k != "wall_s"},
+                         {"kind": "eval", "rank": 0, "step": 3, "updates": 3,
+                          "test_accuracy": 0.5, "test_loss": 2.0})
+        self.assertGreater(evals[0]["wall_s"], 0)
+
+
 class Errors(unittest.TestCase):
     """Every failure is a PsError with the gRPC code and the shard's message, never a hang."""
 

@@ -59,6 +59,9 @@ class PythonWorkers(unittest.TestCase):
         self.assertEqual(summary["samples"], steps * 32)
         self.assertEqual(len(summary["worker_wait_share"]), 3)
         self.assertTrue(0 <= summary["wait_share"] < 1, summary)
+        # The example gives step() its losses: cross-entropy of 10 classes, below ln 10 once
+        # trained.
+        self.assertTrue(0 < summary["train_loss"] < 0.6, summary)
         self.assertEqual(summary["max_staleness"], max(
             w["max_staleness"] for shard in out["status"] for w in shard["workers"]))
         return out

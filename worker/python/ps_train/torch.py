@@ -22,6 +22,7 @@ shard's message (docs/python.md).
 """
 
 import json
+import math
 import os
 import signal
 import threading
@@ -35,14 +36,16 @@ import torch
 from ps_train import _core
 from ps_train.errors import PsError
 
-__all__ = ["init", "ServerOptimizer", "Embedding", "StepStats", "finish", "report_result", "status",
-           "PsError"]
+__all__ = ["init", "ServerOptimizer", "Embedding", "StepStats", "finish", "report_eval",
+           "report_result", "status", "PsError"]
 
 _DEADLINE_EXCEEDED, _DATA_LOSS = 4, 15  # grpc.StatusCode's values
 
 _config = None  # the WorkerConfig of init()
-# The live ServerOptimizers of this process, for finish(); one that is dropped unregisters
-# nothing, its heartbeats stop, and its lease runs out on the shards.
+_started = time.perf_counter()  # init()'s time: report_eval's wall_s counts from it
+# The live ServerOptimizers made since init(), for finish(); one that is dropped unregisters
+# nothing, its heartbeats stop, and its lease runs out on the shards. Those of an earlier init()
+# belong to that job (other shards, perhaps gone): finish() leaves them alone.
 _optimizers = weakref.WeakSet()
 
 
@@ -136,6 +139,9 @@ def init(servers=None, rank=None, num_workers=None, *, token_file=None, tls_ca=N
     c.retry_s = retry_s if retry_s is not None else float(_env_int(["PS_RETRY_S"], 60))
     c.max_rejoins = max_rejoins
     _config = c
+    global _started, _optimizers
+    _started = time.perf_counter()
+    _optimizers = weakref.WeakSet()
     if (threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL):
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
@@ -256,6 +262,7 @@ class ServerOptimizer:
         self._bind()
         self.param_groups = [{"params": self._params}]
         self._micro = 0  # micro-batches of the current accumulation window pushed into the grads
+        self._loss_sum, self._losses = 0.0, 0  # the finite losses step() was given since the push
         self._last_return = time.perf_counter()
         self._last_push_return = self._last_return
         # Under ps_launch (PS_METRICS_FILE): one "step" line per push, as ps_worker writes them,
@@ -388,12 +395,30 @@ class ServerOptimizer:
                 pending.clear()
             self._bind()
 
-    def step(self, closure=None):
+    def step(self, closure=None, loss=None):
         """Pushes the gradient (every accumulate-th call) and pulls the fresh weights into the
-        parameters, waiting as the consistency mode says. Returns a StepStats."""
+        parameters, waiting as the consistency mode says. Returns a StepStats.
+
+        loss: the micro-batch's mean loss (a number or a one-element tensor; a closure's return
+        when none is given). Under ps_launch the step's line then carries the mean over its
+        window (the non-finite ones left out), and the run's summary a train_loss."""
         if closure is not None:
             with torch.enable_grad():
-                closure()
+                returned = closure()
+            if loss is None:
+                loss = returned
+        if loss is not None:
+            if isinstance(loss, torch.Tensor):
+                if loss.numel() != 1:
+                    raise ValueError(f"step(loss=...) takes the mean loss, one number, not a "
+                                     f"tensor of shape {tuple(loss.shape)}")
+                loss = loss.item()
+            if isinstance(loss, bool) or not isinstance(loss, (int, float)):
+                raise TypeError(f"step(loss=...) takes a number or a one-element tensor, not "
+                                f"{type(loss).__name__}")
+            if math.isfinite(loss):
+                self._loss_sum += loss
+                self._losses += 1
         start = time.perf_counter()
         compute_ms = 1000.0 * (start - self._last_return)
         self._micro += 1
@@ -426,10 +451,13 @@ class ServerOptimizer:
         stats = StepStats(pushed=True, compute_ms=compute_ms, **result)
         if self._metrics is not None:
             # The whole step, its micro-batches' compute included, since the last push returned.
-            self._metrics.write(json.dumps({
-                "kind": "step", "step": stats.step, "samples": samples,
-                "step_ms": 1000.0 * (self._last_return - self._last_push_return),
-                "server_wait_ms": stats.server_wait_ms, "staleness": stats.staleness}) + "\n")
+            line = {"kind": "step", "step": stats.step, "samples": samples,
+                    "step_ms": 1000.0 * (self._last_return - self._last_push_return),
+                    "server_wait_ms": stats.server_wait_ms, "staleness": stats.staleness}
+            if self._losses > 0:
+                line["loss"] = self._loss_sum / self._losses
+            self._metrics.write(json.dumps(line) + "\n")
+        self._loss_sum, self._losses = 0.0, 0
         self._last_push_return = self._last_return
         return stats
 
@@ -451,6 +479,9 @@ class ServerOptimizer:
                                    require_all_work)
         self._use_sets()  # a pipelined push landed and its weights became the current ones
         self._bind()
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None
         return work
 
 
@@ -502,6 +533,36 @@ def status():
     return [json.loads(line) for line in _core.shard_status(_require_config())]
 
 
+def _check_measures(caller, measures):
+    for name, value in measures.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+            raise ValueError(f"ps_train.{caller}: {name}={value!r} is not a finite number")
+
+
+def report_eval(**measures):
+    """Records an evaluation made during training (numbers: test_accuracy=0.85, test_loss=...)
+    as a point of the run's curve: under ps_launch, a line of this worker's PS_METRICS_FILE with
+    the time since init() and the shards' updates so far, as ps_worker's --eval_every writes.
+    A staleness sweep draws rank 0's points and takes its time to a target accuracy from them.
+    Outside ps_launch it does nothing. ValueError for no measure or one that is not a finite
+    number."""
+    config = _require_config()
+    if not measures:
+        raise ValueError("ps_train.report_eval: give at least one measure (test_accuracy=...)")
+    _check_measures("report_eval", measures)
+    path = os.environ.get("PS_METRICS_FILE", "")
+    if not path:
+        return
+    wall_s = time.perf_counter() - _started
+    updates = max(shard["version"] for shard in status())
+    step = max((opt.clock for opt in _optimizers), default=0)
+    line = {"kind": "eval", "rank": config.rank, "step": step, "updates": updates}
+    line.update({name: float(value) for name, value in measures.items()})
+    line["wall_s"] = wall_s
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
+
+
 def report_result(**measures):
     """Adds the script's own measures of its model (numbers: test_accuracy=0.88, test_loss=...)
     to the job's report that rank 0's finish() wrote, so that ps_launch's summary.json holds them
@@ -509,12 +570,10 @@ def report_result(**measures):
     ps_launch (no PS_JOB_REPORT), it does nothing. A measure that is not a finite number is
     refused with ValueError."""
     config = _require_config()
+    _check_measures("report_result", measures)
     path = os.environ.get("PS_JOB_REPORT", "")
     if config.rank != 0 or not path:
         return
-    for name, value in measures.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
-            raise ValueError(f"ps_train.report_result: {name}={value!r} is not a finite number")
     if not os.path.exists(path):
         raise RuntimeError("ps_train.report_result: call finish() first (it writes the report)")
     with open(path, encoding="utf-8") as f:
@@ -545,7 +604,7 @@ def finish(wait_s=None, require_all_work=None):
     """
     config = _require_config()
     if not _optimizers:
-        raise RuntimeError("ps_train.finish: no ServerOptimizer was made in this process")
+        raise RuntimeError("ps_train.finish: no ServerOptimizer was made since init()")
     if wait_s is None:
         wait_s = config.pull_timeout_s if config.rank == 0 else 0.0
     if require_all_work is None:
