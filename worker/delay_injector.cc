@@ -1,6 +1,11 @@
 #include "worker/delay_injector.h"
 
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/base/random.h"
 
 namespace ps {
@@ -23,6 +28,30 @@ absl::Status ValidateDelayOptions(const DelayOptions& o) {
         absl::StrCat("jitter factor must be >= 1, got ", o.jitter_factor));
   }
   if (o.pause < absl::ZeroDuration()) return absl::InvalidArgumentError("pause must be >= 0");
+  return absl::OkStatus();
+}
+
+absl::Status ParseJitter(absl::string_view source, absl::string_view text, DelayOptions* options) {
+  if (text.empty()) return absl::OkStatus();
+  const std::vector<std::string> parts = absl::StrSplit(text, ':');
+  if (parts.size() != 2 || !absl::SimpleAtod(parts[0], &options->jitter_probability) ||
+      !absl::SimpleAtod(parts[1], &options->jitter_factor)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, " '", text, "' must be PROBABILITY:FACTOR, e.g. 0.1:4"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParsePause(absl::string_view source, absl::string_view text, DelayOptions* options) {
+  if (text.empty()) return absl::OkStatus();
+  const std::vector<std::string> parts = absl::StrSplit(text, ':');
+  double seconds = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &options->pause_step) ||
+      !absl::SimpleAtod(parts[1], &seconds) || options->pause_step < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, " '", text, "' must be STEP:SECONDS, e.g. 100:5"));
+  }
+  options->pause = absl::Seconds(seconds);
   return absl::OkStatus();
 }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace ps {
@@ -27,6 +28,12 @@ struct DelayOptions {
 
 // INVALID_ARGUMENT naming the option when one is out of range.
 absl::Status ValidateDelayOptions(const DelayOptions& options);
+
+// "PROBABILITY:FACTOR" into the jitter options and "STEP:SECONDS" into the pause; "" leaves them
+// as they are. INVALID_ARGUMENT naming `source` (the flag or variable) and the form expected.
+// ps_worker's --jitter and --pause, and a Python worker's PS_JITTER and PS_PAUSE.
+absl::Status ParseJitter(absl::string_view source, absl::string_view text, DelayOptions* options);
+absl::Status ParsePause(absl::string_view source, absl::string_view text, DelayOptions* options);
 
 class DelayInjector {
  public:

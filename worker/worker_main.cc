@@ -171,26 +171,8 @@ absl::StatusOr<ps::GrpcClientOptions> ClientOptionsFromFlags(const ps::Model& mo
 absl::StatusOr<ps::DelayOptions> DelayOptionsFromFlags() {
   ps::DelayOptions d;
   d.slowdown = absl::GetFlag(FLAGS_slowdown);
-  const std::string jitter = absl::GetFlag(FLAGS_jitter);
-  if (!jitter.empty()) {
-    std::vector<std::string> parts = absl::StrSplit(jitter, ':');
-    if (parts.size() != 2 || !absl::SimpleAtod(parts[0], &d.jitter_probability) ||
-        !absl::SimpleAtod(parts[1], &d.jitter_factor)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--jitter '", jitter, "' must be PROBABILITY:FACTOR, e.g. 0.1:4"));
-    }
-  }
-  const std::string pause = absl::GetFlag(FLAGS_pause);
-  if (!pause.empty()) {
-    std::vector<std::string> parts = absl::StrSplit(pause, ':');
-    double seconds = 0;
-    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &d.pause_step) ||
-        !absl::SimpleAtod(parts[1], &seconds) || d.pause_step < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--pause '", pause, "' must be STEP:SECONDS, e.g. 100:5"));
-    }
-    d.pause = absl::Seconds(seconds);
-  }
+  RETURN_IF_ERROR(ps::ParseJitter("--jitter", absl::GetFlag(FLAGS_jitter), &d));
+  RETURN_IF_ERROR(ps::ParsePause("--pause", absl::GetFlag(FLAGS_pause), &d));
   return d;
 }
 

@@ -130,8 +130,9 @@ std::vector<std::string> MetricsArgs(const ClusterSpec& spec, const std::string&
           absl::StrCat("--metrics_port_file=", spec.RunFile(name + ".metrics_port"))};
 }
 
-// --python SCRIPT [ARGS]: the script, its arguments, and the package it imports. Stragglers and
-// pauses are injected by ps_worker, so a Python worker cannot take them.
+// --python SCRIPT [ARGS]: the script, its arguments, and the package it imports. Stragglers,
+// jitter and pauses reach a Python worker as PS_SLOWDOWN, PS_JITTER and PS_PAUSE (ps_train
+// injects them as ps_worker does).
 absl::Status ReadPythonWorker(const std::vector<std::string>& args, ClusterSpec* spec) {
   const int64_t python_batch = absl::GetFlag(FLAGS_python_batch);
   if (spec->python_script.empty()) {
@@ -146,14 +147,12 @@ absl::Status ReadPythonWorker(const std::vector<std::string>& args, ClusterSpec*
     return absl::OkStatus();
   }
   if (python_batch < 0) return absl::InvalidArgumentError("--python_batch must be >= 0");
-  if (!absl::GetFlag(FLAGS_straggler).empty() || !absl::GetFlag(FLAGS_pause_worker).empty()) {
-    return absl::InvalidArgumentError(
-        "--straggler and --pause_worker slow ps_worker down; a --python worker is the script's");
-  }
   // The workload's and ps_worker's flags are not the script's: dropped silently, a --device or
   // an --epochs would look applied and not be.
   std::vector<std::string> dropped = ChangedFlagsOf("common/cli/workload_flags.cc");
-  for (std::string& name : ChangedFlagsOf("worker/worker_flags.cc")) dropped.push_back(name);
+  for (std::string& name : ChangedFlagsOf("worker/worker_flags.cc")) {
+    if (name != "jitter") dropped.push_back(name);  // PS_JITTER
+  }
   std::sort(dropped.begin(), dropped.end());
   if (!dropped.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -319,6 +318,9 @@ std::vector<std::string> PythonWorkerCommand(const ClusterSpec& spec, int rank,
       absl::StrCat("PS_REQUIRE_ALL_WORK=", spec.require_all_work ? "true" : "false"),
       absl::StrCat("PS_JOB_REPORT=", spec.RunFile(kJobReportFile)),
       absl::StrCat("PS_METRICS_FILE=", spec.RunFile(absl::StrCat("worker-", rank, ".jsonl"))),
+      absl::StrCat("PS_SLOWDOWN=", spec.slowdown[rank]),
+      absl::StrCat("PS_PAUSE=", spec.pause[rank]),
+      absl::StrCat("PS_JITTER=", absl::GetFlag(FLAGS_jitter)),
       absl::StrCat("OPENBLAS_NUM_THREADS=",
                    blas_threads != nullptr && *blas_threads != 0 ? blas_threads : "1"),
       absl::StrCat("PYTHONPATH=", spec.python_path,

@@ -98,39 +98,46 @@ nlohmann::json WorkersThroughput(const ClusterSpec& spec, double wall_s) {
   return out;
 }
 
+// The slowness injected into the workers (ps_worker's or a Python worker's).
+nlohmann::json InjectedDelays() {
+  return {{"jitter", absl::GetFlag(FLAGS_jitter)},
+          {"stragglers", absl::StrJoin(absl::GetFlag(FLAGS_straggler), ",")},
+          {"pauses", absl::StrJoin(absl::GetFlag(FLAGS_pause_worker), ",")}};
+}
+
 // The run's configuration, as the shards and workers got it.
 nlohmann::json Configuration(const ClusterSpec& spec) {
   const OptimizerOptions& o = spec.optimizer;
   // The rule that scaled the rate, `auto` resolved (the flag was checked when the spec was made).
   const LrScaling scaling = ResolveLrScaling(
       ParseLrScaling(absl::GetFlag(FLAGS_lr_scaling)).value_or(LrScaling::kAuto), o.kind);
-  return {{"mode", absl::GetFlag(FLAGS_mode)},
-          {"staleness", absl::GetFlag(FLAGS_staleness)},
-          {"shards", spec.shards},
-          {"workers", spec.workers},
-          {"data", DataSpecText(spec.workload.data)},
-          {"model", spec.workload.model.name},
-          {"epochs", spec.workload.epochs},
-          {"steps", spec.workload.steps},
-          {"batch_size", spec.workload.batch_size},
-          {"accumulate", spec.workload.accumulate},
-          {"effective_batch", spec.per_push * spec.workers},
-          {"device", absl::GetFlag(FLAGS_device)},
-          {"optimizer", OptimizerKindName(o.kind)},
-          {"lr", absl::GetFlag(FLAGS_lr)},
-          {"lr_effective", o.lr},
-          {"base_batch", absl::GetFlag(FLAGS_base_batch)},
-          {"lr_scaling", LrScalingName(scaling)},
-          {"update_batch", spec.update_batch},
-          {"warmup_updates", o.warmup_updates},
-          {"lr_schedule", LrScheduleName(o.schedule)},
-          {"lr_step_updates", o.lr_step_updates},
-          {"lr_step_gamma", o.lr_step_gamma},
-          {"seed", spec.workload.seed},
-          {"update_rule", absl::GetFlag(FLAGS_update_rule)},
-          {"backup_workers", absl::GetFlag(FLAGS_backup_workers)},
-          {"jitter", absl::GetFlag(FLAGS_jitter)},
-          {"stragglers", absl::StrJoin(absl::GetFlag(FLAGS_straggler), ",")}};
+  nlohmann::json configuration = {{"mode", absl::GetFlag(FLAGS_mode)},
+                                  {"staleness", absl::GetFlag(FLAGS_staleness)},
+                                  {"shards", spec.shards},
+                                  {"workers", spec.workers},
+                                  {"data", DataSpecText(spec.workload.data)},
+                                  {"model", spec.workload.model.name},
+                                  {"epochs", spec.workload.epochs},
+                                  {"steps", spec.workload.steps},
+                                  {"batch_size", spec.workload.batch_size},
+                                  {"accumulate", spec.workload.accumulate},
+                                  {"effective_batch", spec.per_push * spec.workers},
+                                  {"device", absl::GetFlag(FLAGS_device)},
+                                  {"optimizer", OptimizerKindName(o.kind)},
+                                  {"lr", absl::GetFlag(FLAGS_lr)},
+                                  {"lr_effective", o.lr},
+                                  {"base_batch", absl::GetFlag(FLAGS_base_batch)},
+                                  {"lr_scaling", LrScalingName(scaling)},
+                                  {"update_batch", spec.update_batch},
+                                  {"warmup_updates", o.warmup_updates},
+                                  {"lr_schedule", LrScheduleName(o.schedule)},
+                                  {"lr_step_updates", o.lr_step_updates},
+                                  {"lr_step_gamma", o.lr_step_gamma},
+                                  {"seed", spec.workload.seed},
+                                  {"update_rule", absl::GetFlag(FLAGS_update_rule)},
+                                  {"backup_workers", absl::GetFlag(FLAGS_backup_workers)}};
+  configuration.update(InjectedDelays());
+  return configuration;
 }
 
 }  // namespace
@@ -169,6 +176,7 @@ absl::StatusOr<nlohmann::json> SummarizePythonRun(const ClusterSpec& spec,
                             {"workers", spec.workers},
                             {"worker_restarts", outcome.worker_restarts},
                             {"shard_restarts", outcome.shard_restarts}};
+  summary.update(InjectedDelays());
   summary.update(WorkersThroughput(spec, absl::ToDoubleSeconds(outcome.train_wall)));
   const std::string report_path = spec.RunFile(kJobReportFile);
   if (!std::filesystem::exists(report_path)) {

@@ -547,6 +547,58 @@ class StepLines(unittest.TestCase):
         self.assertGreater(evals[0]["wall_s"], 0)
 
 
+class InjectedDelays(unittest.TestCase):
+    """ps_launch's --straggler, --jitter and --pause_worker reach a script as PS_SLOWDOWN,
+    PS_JITTER and PS_PAUSE; step() sleeps the delay before the push, as ps_worker does."""
+
+    def steps(self, env, count=4):
+        with tempfile.TemporaryDirectory() as tmp, Shards(1, 1, SGD, tmp) as cluster:
+            env = dict(env, PS_METRICS_FILE=os.path.join(tmp, "worker-0.jsonl"))
+            os.environ.update(env)
+            try:
+                pst.init(servers=cluster.servers, rank=0, num_workers=1, retry_s=1)
+                model = torch.nn.Linear(3, 2)
+                opt = pst.ServerOptimizer(model, batch_size=4)
+                seen = []
+                for _ in range(count):
+                    opt.zero_grad()
+                    model(torch.ones(4, 3)).sum().backward()
+                    seen.append(opt.step())
+                pst.finish(wait_s=10)
+            finally:
+                for name in env:
+                    del os.environ[name]
+            with open(env["PS_METRICS_FILE"], encoding="utf-8") as f:
+                lines = [json.loads(line) for line in f if '"step"' in line]
+        self.assertEqual([line["injected_ms"] for line in lines], [s.injected_ms for s in seen])
+        return [s.injected_ms for s in seen], [line["step_ms"] for line in lines]
+
+    def test_a_pause_sleeps_once_at_its_step(self):
+        # No slowdown and no jitter: nothing but the pause, whatever the steps took.
+        injected, step_ms = self.steps({"PS_PAUSE": "2:0.3"})
+        self.assertEqual(injected[:2] + injected[3:], [0.0, 0.0, 0.0])
+        self.assertAlmostEqual(injected[2], 300.0, places=6)
+        self.assertGreaterEqual(step_ms[2], 300.0)  # slept, not only counted
+
+    def test_a_straggler_sleeps_at_every_step(self):
+        injected, _ = self.steps({"PS_SLOWDOWN": "3"})
+        self.assertTrue(all(ms > 0 for ms in injected), injected)
+
+    def test_bad_settings_are_refused_naming_them_before_the_shards_hear_of_the_worker(self):
+        pst.init(servers="127.0.0.1:1", rank=0, num_workers=1, register_timeout_s=1, retry_s=1)
+        for env, message in (({"PS_JITTER": "often"}, "PS_JITTER 'often' must be PROBABILITY"),
+                             ({"PS_PAUSE": "-1:2"}, "PS_PAUSE '-1:2' must be STEP:SECONDS"),
+                             ({"PS_SLOWDOWN": "slow"}, "PS_SLOWDOWN 'slow' must be a number"),
+                             ({"PS_SLOWDOWN": "0.5"}, "slowdown must be >= 1, got 0.5")):
+            os.environ.update(env)
+            try:
+                with self.assertRaisesRegex(ValueError, message):
+                    pst.ServerOptimizer(torch.nn.Linear(3, 2))  # no shard there: not reached
+            finally:
+                for name in env:
+                    del os.environ[name]
+
+
 class Errors(unittest.TestCase):
     """Every failure is a PsError with the gRPC code and the shard's message, never a hang."""
 

@@ -64,11 +64,15 @@ class PythonWorkers(unittest.TestCase):
         self.assertTrue(0 < summary["train_loss"] < 0.6, summary)
         self.assertEqual(summary["max_staleness"], max(
             w["max_staleness"] for shard in out["status"] for w in shard["workers"]))
+        self.summary = summary
         return out
 
-    def test_ssp_converges_within_its_bound(self):
-        out = self.train(["--mode=ssp", "--staleness=2"])
+    def test_ssp_converges_within_its_bound_with_a_straggler(self):
+        # Rank 2 twice as slow (ps_train sleeps before its pushes, PS_SLOWDOWN=2).
+        out = self.train(["--mode=ssp", "--staleness=2", "--straggler=2:2"])
         self.assertGreaterEqual(out["test_accuracy"], 0.86)
+        self.assertEqual(self.summary["stragglers"], "2:2")
+        self.assertGreater(self.summary["max_staleness"], 0)
         # (W-1)(2s+1) updates of one shard at most (DESIGN.md), on both shards.
         for shard in out["status"]:
             self.assertEqual(shard["mode"], "ssp")
@@ -185,6 +189,18 @@ class PythonWorkers(unittest.TestCase):
             self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
             self.assertIn(f" --effective_batch={effective} ", run.stdout, mode)
 
+    def test_stragglers_jitter_and_pauses_reach_the_scripts_ranks(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            run = launch(["--dry_run", "--workers=3", "--straggler=1:3", "--jitter=0.1:4",
+                          "--pause_worker=2:5:0.5", f"--metrics_dir={tmp}/run", "--python",
+                          EXAMPLE])
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        ranks = [line for line in run.stdout.splitlines() if " PS_RANK=" in line]
+        self.assertEqual(len(ranks), 3, run.stdout)
+        for rank, (slowdown, pause) in enumerate((("1", ""), ("3", ""), ("1", "5:0.5"))):
+            self.assertIn(f" PS_SLOWDOWN={slowdown} PS_PAUSE={pause} PS_JITTER=0.1:4 ",
+                          ranks[rank], rank)
+
     def test_bad_command_lines_exit_2(self):
         with tempfile.TemporaryDirectory() as tmp:
             missing = launch([f"--metrics_dir={tmp}", "--python", f"{tmp}/none.py"])
@@ -193,8 +209,9 @@ class PythonWorkers(unittest.TestCase):
             stray = launch([f"--metrics_dir={tmp}", "--", "stray"])
             self.assertEqual(stray.returncode, 2, stray.stderr)
             self.assertIn("only --python takes arguments", stray.stderr)
-            slow = launch([f"--metrics_dir={tmp}", "--straggler=0:2", "--python", EXAMPLE])
+            slow = launch([f"--metrics_dir={tmp}", "--straggler=3:2", "--python", EXAMPLE])
             self.assertEqual(slow.returncode, 2, slow.stderr)
+            self.assertIn("--straggler '3:2' must be RANK:FACTOR with 0 <= RANK < 2", slow.stderr)
             # ps_worker's flags would be dropped: refused, each named, instead of ignored.
             dropped = launch([f"--metrics_dir={tmp}", "--device=cuda", "--epochs=3", "--overlap",
                               "--python", EXAMPLE])

@@ -1,5 +1,6 @@
 #include "worker/delay_injector.h"
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace ps {
@@ -69,6 +70,30 @@ TEST(DelayInjector, ValidationNamesTheOption) {
   o.jitter_factor = 0.0;
   EXPECT_EQ(ValidateDelayOptions(o).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(ValidateDelayOptions(DelayOptions{}).ok());
+}
+
+TEST(DelayInjector, JitterAndPauseAreParsedOrRefusedNamingTheirSource) {
+  DelayOptions o;
+  ASSERT_TRUE(ParseJitter("--jitter", "0.25:3", &o).ok());
+  ASSERT_TRUE(ParsePause("--pause", "7:1.5", &o).ok());
+  EXPECT_EQ(o.jitter_probability, 0.25);
+  EXPECT_EQ(o.jitter_factor, 3.0);
+  EXPECT_EQ(o.pause_step, 7);
+  EXPECT_EQ(o.pause, absl::Milliseconds(1500));
+  // Empty: left as they were.
+  ASSERT_TRUE(ParseJitter("--jitter", "", &o).ok());
+  ASSERT_TRUE(ParsePause("--pause", "", &o).ok());
+  EXPECT_EQ(o.jitter_factor, 3.0);
+  EXPECT_EQ(o.pause_step, 7);
+  const absl::Status jitter = ParseJitter("PS_JITTER", "often", &o);
+  EXPECT_EQ(jitter.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(jitter.message(), "PS_JITTER 'often' must be PROBABILITY:FACTOR, e.g. 0.1:4");
+  for (const char* bad : {"-1:2", "3", "3:x", "1:2:3"}) {
+    const absl::Status pause = ParsePause("--pause", bad, &o);
+    EXPECT_EQ(pause.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(pause.message(),
+              absl::StrCat("--pause '", bad, "' must be STEP:SECONDS, e.g. 100:5"));
+  }
 }
 
 }  // namespace

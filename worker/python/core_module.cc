@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/base/process_tuning.h"
+#include "worker/delay_injector.h"
 #include "worker/grpc_parameter_client.h"
 #include "worker/python/py_convert.h"
 #include "worker/python/py_support.h"
@@ -95,6 +96,28 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("size", &ps::Worker::size)
       .def_property_readonly("fingerprint", &ps::Worker::fingerprint)
       .def_property_readonly("shared_memory_shards", &ps::Worker::shared_memory_shards);
+
+  // A straggler experiment's injected slowness, as ps_worker's --slowdown, --jitter and --pause
+  // (worker/delay_injector.h): delay_for(step, work_s) is the seconds to sleep before the step's
+  // push, given the step's own work. ValueError for a bad setting, naming it.
+  py::class_<ps::DelayInjector>(m, "Delays")
+      .def(py::init([](double slowdown, const std::string& jitter, const std::string& pause,
+                       uint64_t seed, int rank) {
+             ps::DelayOptions o;
+             o.slowdown = slowdown;
+             o.seed = seed;
+             o.rank = rank;
+             absl::Status s = ps::ParseJitter("PS_JITTER", jitter, &o);
+             if (s.ok()) s = ps::ParsePause("PS_PAUSE", pause, &o);
+             if (s.ok()) s = ps::ValidateDelayOptions(o);
+             if (!s.ok()) throw py::value_error(std::string(s.message()));
+             return ps::DelayInjector(o);
+           }),
+           py::arg("slowdown"), py::arg("jitter"), py::arg("pause"), py::arg("seed"),
+           py::arg("rank"))
+      .def("delay_for", [](ps::DelayInjector& delays, int64_t step, double work_s) {
+        return absl::ToDoubleSeconds(delays.DelayFor(step, absl::Seconds(work_s)));
+      });
 
   // The shards' reports (ps_ctl status --json's lines), read as an observer: no rank, no model.
   m.def(

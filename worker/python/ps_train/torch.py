@@ -148,6 +148,20 @@ def init(servers=None, rank=None, num_workers=None, *, token_file=None, tls_ca=N
     return {"servers": list(c.servers), "rank": c.rank, "num_workers": c.num_workers}
 
 
+def _delays_from_env(rank):
+    """The injected slowness ps_launch's --straggler, --jitter and --pause_worker give this rank
+    (PS_SLOWDOWN, PS_JITTER, PS_PAUSE, PS_DELAY_SEED), as ps_worker's; None when there is none."""
+    slowdown = os.environ.get("PS_SLOWDOWN", "")
+    jitter, pause = os.environ.get("PS_JITTER", ""), os.environ.get("PS_PAUSE", "")
+    if slowdown in ("", "1") and not jitter and not pause:
+        return None
+    try:
+        factor = float(slowdown) if slowdown else 1.0
+    except ValueError:
+        raise ValueError(f"PS_SLOWDOWN '{slowdown}' must be a number >= 1") from None
+    return _core.Delays(factor, jitter, pause, _env_int(["PS_DELAY_SEED"], 1), rank)
+
+
 def _require_config():
     if _config is None:
         init()  # everything from the environment
@@ -173,6 +187,7 @@ class StepStats:
     compute_ms: float = 0.0  # since the previous step() returned: the caller's own work
     rejoins: int = 0  # re-registrations so far (a shard restarted)
     rolled_back: int = 0  # steps the shards lost on a restart (restored an older checkpoint)
+    injected_ms: float = 0.0  # slept before the push: a straggler experiment's (PS_SLOWDOWN, ...)
 
 
 class ServerOptimizer:
@@ -205,6 +220,7 @@ class ServerOptimizer:
         config = _require_config()
         if accumulate < 1:
             raise ValueError(f"accumulate must be >= 1, not {accumulate}")
+        self._delays = _delays_from_env(config.rank)  # before the shards hear of this worker
         if isinstance(model, torch.nn.Module):
             named = list(model.named_parameters())
             self._embeddings = [m for m in model.modules() if isinstance(m, Embedding)]
@@ -263,6 +279,7 @@ class ServerOptimizer:
         self.param_groups = [{"params": self._params}]
         self._micro = 0  # micro-batches of the current accumulation window pushed into the grads
         self._loss_sum, self._losses = 0.0, 0  # the finite losses step() was given since the push
+        self._own_transfer_s = 0.0  # the last round trip less the time the shards held the pull
         self._last_return = time.perf_counter()
         self._last_push_return = self._last_return
         # Under ps_launch (PS_METRICS_FILE): one "step" line per push, as ps_worker writes them,
@@ -427,6 +444,13 @@ class ServerOptimizer:
             return StepStats(pushed=False, compute_ms=compute_ms)
         self._micro = 0
         samples = self.batch_size * self.accumulate
+        injected_s = 0.0
+        if self._delays is not None:
+            # As ps_worker: relative to the step's own work, its window's compute and its last
+            # transfer, not the time it waited for the others.
+            work_s = start - self._last_push_return + self._own_transfer_s
+            injected_s = self._delays.delay_for(self._worker.clock, work_s)
+            time.sleep(injected_s)
         if self.overlap:
             if self._hook_error is not None:
                 error, self._hook_error = self._hook_error, None
@@ -448,12 +472,15 @@ class ServerOptimizer:
                 result = self._worker.step(samples, self._take_row_grads())
         self._bind()
         self._last_return = time.perf_counter()
-        stats = StepStats(pushed=True, compute_ms=compute_ms, **result)
+        stats = StepStats(pushed=True, compute_ms=compute_ms, injected_ms=1000.0 * injected_s,
+                          **result)
+        self._own_transfer_s = max(0.0, stats.round_trip_ms - stats.server_wait_ms) / 1000.0
         if self._metrics is not None:
             # The whole step, its micro-batches' compute included, since the last push returned.
             line = {"kind": "step", "step": stats.step, "samples": samples,
                     "step_ms": 1000.0 * (self._last_return - self._last_push_return),
-                    "server_wait_ms": stats.server_wait_ms, "staleness": stats.staleness}
+                    "injected_ms": stats.injected_ms, "server_wait_ms": stats.server_wait_ms,
+                    "staleness": stats.staleness}
             if self._losses > 0:
                 line["loss"] = self._loss_sum / self._losses
             self._metrics.write(json.dumps(line) + "\n")
