@@ -4,6 +4,7 @@ Run by ctest (python_package_test) with PYTHONPATH=build/python and PS_BIN_DIR=b
     PYTHONPATH=build/python:tests/python PS_BIN_DIR=build/bin python3 -m unittest ps_train_test
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -457,29 +458,38 @@ class Pipeline(unittest.TestCase):
         self.assertEqual((work["gradients_applied"], work["gradients_expected"]), (steps, steps))
 
 
+@contextlib.contextmanager
+def one_worker_job(**env):
+    """One SGD shard and rank 0 of one worker init()ed, with `env` set as ps_launch sets it
+    for a script ("{tmp}" in a value: the job's folder, yielded) and removed after."""
+    with tempfile.TemporaryDirectory() as tmp, Shards(1, 1, SGD, tmp) as cluster:
+        env = {name: value.replace("{tmp}", tmp) for name, value in env.items()}
+        os.environ.update(env)
+        try:
+            pst.init(servers=cluster.servers, rank=0, num_workers=1, retry_s=1)
+            yield tmp
+        finally:
+            for name in env:
+                del os.environ[name]
+
+
 class JobReport(unittest.TestCase):
     def test_finish_writes_the_report_and_report_result_adds_the_scripts_measures(self):
-        with tempfile.TemporaryDirectory() as tmp, Shards(1, 1, SGD, tmp) as cluster:
-            path = os.path.join(tmp, "job_report.json")
-            os.environ["PS_JOB_REPORT"] = path  # as ps_launch sets it
-            try:
-                pst.init(servers=cluster.servers, rank=0, num_workers=1, retry_s=1)
-                model = torch.nn.Linear(3, 2)
-                opt = pst.ServerOptimizer(model, batch_size=1)
-                for _ in range(3):
-                    opt.zero_grad()
-                    model(torch.ones(1, 3)).sum().backward()
-                    opt.step()
-                with self.assertRaisesRegex(RuntimeError, "call finish"):
-                    pst.report_result(test_accuracy=0.5)
-                pst.finish(wait_s=10)
-                for bad in (float("nan"), float("inf"), "0.5", True, None):
-                    with self.assertRaisesRegex(ValueError, "not a finite number"):
-                        pst.report_result(test_accuracy=bad)
-                pst.report_result(test_accuracy=0.75, test_loss=1)
-            finally:
-                del os.environ["PS_JOB_REPORT"]
-            with open(path, encoding="utf-8") as f:
+        with one_worker_job(PS_JOB_REPORT="{tmp}/job_report.json") as tmp:
+            model = torch.nn.Linear(3, 2)
+            opt = pst.ServerOptimizer(model, batch_size=1)
+            for _ in range(3):
+                opt.zero_grad()
+                model(torch.ones(1, 3)).sum().backward()
+                opt.step()
+            with self.assertRaisesRegex(RuntimeError, "call finish"):
+                pst.report_result(test_accuracy=0.5)
+            pst.finish(wait_s=10)
+            for bad in (float("nan"), float("inf"), "0.5", True, None):
+                with self.assertRaisesRegex(ValueError, "not a finite number"):
+                    pst.report_result(test_accuracy=bad)
+            pst.report_result(test_accuracy=0.75, test_loss=1)
+            with open(os.path.join(tmp, "job_report.json"), encoding="utf-8") as f:
                 report = json.load(f)
         self.assertTrue(report["job_done"])
         self.assertEqual((report["gradients_applied"], report["gradients_expected"]), (3, 3))
@@ -496,45 +506,39 @@ class StepLines(unittest.TestCase):
     loss when step() was given losses, and report_eval() a point of the run's curve."""
 
     def test_losses_and_evaluations_reach_the_metrics_file(self):
-        with tempfile.TemporaryDirectory() as tmp, Shards(1, 1, SGD, tmp) as cluster:
-            path = os.path.join(tmp, "worker-0.jsonl")
-            os.environ["PS_METRICS_FILE"] = path  # as ps_launch sets it
-            try:
-                pst.init(servers=cluster.servers, rank=0, num_workers=1, retry_s=1)
-                model = torch.nn.Linear(3, 2)
-                opt = pst.ServerOptimizer(model, accumulate=2, batch_size=4)
+        with one_worker_job(PS_METRICS_FILE="{tmp}/worker-0.jsonl") as tmp:
+            model = torch.nn.Linear(3, 2)
+            opt = pst.ServerOptimizer(model, accumulate=2, batch_size=4)
 
-                def backward():
-                    model(torch.ones(4, 3)).sum().backward()
+            def backward():
+                model(torch.ones(4, 3)).sum().backward()
 
-                def closure():
+            def closure():
+                backward()
+                return torch.tensor(5.0)
+
+            # Each window: the losses of its two calls (None: not given).
+            for first, second in ((1.0, torch.tensor(3.0)), (None, float("nan")),
+                                  (closure, float("inf"))):
+                opt.zero_grad()
+                if callable(first):
+                    opt.step(closure=first)
+                else:
                     backward()
-                    return torch.tensor(5.0)
-
-                # Each window: the losses of its two calls (None: not given).
-                for first, second in ((1.0, torch.tensor(3.0)), (None, float("nan")),
-                                      (closure, float("inf"))):
-                    opt.zero_grad()
-                    if callable(first):
-                        opt.step(closure=first)
-                    else:
-                        backward()
-                        opt.step(loss=first)
-                    backward()
-                    opt.step(loss=second)
-                for bad, error in ((torch.ones(2), ValueError), ("1.0", TypeError),
-                                   (True, TypeError)):
-                    with self.assertRaises(error):
-                        opt.step(loss=bad)
-                with self.assertRaisesRegex(ValueError, "at least one measure"):
-                    pst.report_eval()
-                with self.assertRaisesRegex(ValueError, "not a finite number"):
-                    pst.report_eval(test_accuracy=float("nan"))
-                pst.report_eval(test_accuracy=0.5, test_loss=2)
-                pst.finish(wait_s=10)
-            finally:
-                del os.environ["PS_METRICS_FILE"]
-            with open(path, encoding="utf-8") as f:
+                    opt.step(loss=first)
+                backward()
+                opt.step(loss=second)
+            for bad, error in ((torch.ones(2), ValueError), ("1.0", TypeError),
+                               (True, TypeError)):
+                with self.assertRaises(error):
+                    opt.step(loss=bad)
+            with self.assertRaisesRegex(ValueError, "at least one measure"):
+                pst.report_eval()
+            with self.assertRaisesRegex(ValueError, "not a finite number"):
+                pst.report_eval(test_accuracy=float("nan"))
+            pst.report_eval(test_accuracy=0.5, test_loss=2)
+            pst.finish(wait_s=10)
+            with open(os.path.join(tmp, "worker-0.jsonl"), encoding="utf-8") as f:
                 lines = [json.loads(line) for line in f]
         steps = [line for line in lines if line["kind"] == "step"]
         self.assertEqual([(s["step"], s["samples"], s.get("loss")) for s in steps],
@@ -552,23 +556,16 @@ class InjectedDelays(unittest.TestCase):
     PS_JITTER and PS_PAUSE; step() sleeps the delay before the push, as ps_worker does."""
 
     def steps(self, env, count=4):
-        with tempfile.TemporaryDirectory() as tmp, Shards(1, 1, SGD, tmp) as cluster:
-            env = dict(env, PS_METRICS_FILE=os.path.join(tmp, "worker-0.jsonl"))
-            os.environ.update(env)
-            try:
-                pst.init(servers=cluster.servers, rank=0, num_workers=1, retry_s=1)
-                model = torch.nn.Linear(3, 2)
-                opt = pst.ServerOptimizer(model, batch_size=4)
-                seen = []
-                for _ in range(count):
-                    opt.zero_grad()
-                    model(torch.ones(4, 3)).sum().backward()
-                    seen.append(opt.step())
-                pst.finish(wait_s=10)
-            finally:
-                for name in env:
-                    del os.environ[name]
-            with open(env["PS_METRICS_FILE"], encoding="utf-8") as f:
+        with one_worker_job(PS_METRICS_FILE="{tmp}/worker-0.jsonl", **env) as tmp:
+            model = torch.nn.Linear(3, 2)
+            opt = pst.ServerOptimizer(model, batch_size=4)
+            seen = []
+            for _ in range(count):
+                opt.zero_grad()
+                model(torch.ones(4, 3)).sum().backward()
+                seen.append(opt.step())
+            pst.finish(wait_s=10)
+            with open(os.path.join(tmp, "worker-0.jsonl"), encoding="utf-8") as f:
                 lines = [json.loads(line) for line in f if '"step"' in line]
         self.assertEqual([line["injected_ms"] for line in lines], [s.injected_ms for s in seen])
         return [s.injected_ms for s in seen], [line["step_ms"] for line in lines]
