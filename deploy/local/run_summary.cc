@@ -105,8 +105,9 @@ nlohmann::json InjectedDelays() {
           {"pauses", absl::StrJoin(absl::GetFlag(FLAGS_pause_worker), ",")}};
 }
 
-// The run's configuration, as the shards and workers got it.
-nlohmann::json Configuration(const ClusterSpec& spec) {
+// What the shards were given: the mode, the optimizer and its rate, the update rule, and what
+// the workers were given to slow them down.
+nlohmann::json ShardConfiguration(const ClusterSpec& spec) {
   const OptimizerOptions& o = spec.optimizer;
   // The rule that scaled the rate, `auto` resolved (the flag was checked when the spec was made).
   const LrScaling scaling = ResolveLrScaling(
@@ -115,28 +116,39 @@ nlohmann::json Configuration(const ClusterSpec& spec) {
                                   {"staleness", absl::GetFlag(FLAGS_staleness)},
                                   {"shards", spec.shards},
                                   {"workers", spec.workers},
-                                  {"data", DataSpecText(spec.workload.data)},
-                                  {"model", spec.workload.model.name},
-                                  {"epochs", spec.workload.epochs},
-                                  {"steps", spec.workload.steps},
-                                  {"batch_size", spec.workload.batch_size},
-                                  {"accumulate", spec.workload.accumulate},
-                                  {"effective_batch", spec.per_push * spec.workers},
-                                  {"device", absl::GetFlag(FLAGS_device)},
                                   {"optimizer", OptimizerKindName(o.kind)},
                                   {"lr", absl::GetFlag(FLAGS_lr)},
                                   {"lr_effective", o.lr},
                                   {"base_batch", absl::GetFlag(FLAGS_base_batch)},
                                   {"lr_scaling", LrScalingName(scaling)},
-                                  {"update_batch", spec.update_batch},
                                   {"warmup_updates", o.warmup_updates},
                                   {"lr_schedule", LrScheduleName(o.schedule)},
                                   {"lr_step_updates", o.lr_step_updates},
                                   {"lr_step_gamma", o.lr_step_gamma},
-                                  {"seed", spec.workload.seed},
                                   {"update_rule", absl::GetFlag(FLAGS_update_rule)},
                                   {"backup_workers", absl::GetFlag(FLAGS_backup_workers)}};
   configuration.update(InjectedDelays());
+  return configuration;
+}
+
+// The samples behind one push of each worker (effective_batch: of all workers together) and
+// behind one shard update.
+nlohmann::json Batches(const ClusterSpec& spec) {
+  return {{"effective_batch", spec.per_push * spec.workers}, {"update_batch", spec.update_batch}};
+}
+
+// A ps_worker run's configuration: the shards' and the workload's.
+nlohmann::json Configuration(const ClusterSpec& spec) {
+  nlohmann::json configuration = ShardConfiguration(spec);
+  configuration.update(Batches(spec));
+  configuration.update({{"data", DataSpecText(spec.workload.data)},
+                        {"model", spec.workload.model.name},
+                        {"epochs", spec.workload.epochs},
+                        {"steps", spec.workload.steps},
+                        {"batch_size", spec.workload.batch_size},
+                        {"accumulate", spec.workload.accumulate},
+                        {"device", absl::GetFlag(FLAGS_device)},
+                        {"seed", spec.workload.seed}});
   return configuration;
 }
 
@@ -171,12 +183,17 @@ absl::StatusOr<nlohmann::json> SummarizeRun(const ClusterSpec& spec, const RunOu
 
 absl::StatusOr<nlohmann::json> SummarizePythonRun(const ClusterSpec& spec,
                                                   const RunOutcome& outcome) {
-  nlohmann::json summary = {{"python", spec.python_script},
-                            {"shards", spec.shards},
-                            {"workers", spec.workers},
-                            {"worker_restarts", outcome.worker_restarts},
-                            {"shard_restarts", outcome.shard_restarts}};
-  summary.update(InjectedDelays());
+  // The workload is the script's: its arguments, and its batch when --python_batch gave it.
+  nlohmann::json summary = ShardConfiguration(spec);
+  summary.update({{"python", spec.python_script},
+                  {"python_args", spec.python_args},
+                  {"worker_restarts", outcome.worker_restarts},
+                  {"shard_restarts", outcome.shard_restarts}});
+  const int64_t python_batch = absl::GetFlag(FLAGS_python_batch);
+  if (python_batch > 0) {
+    summary["python_batch"] = python_batch;
+    summary.update(Batches(spec));
+  }
   summary.update(WorkersThroughput(spec, absl::ToDoubleSeconds(outcome.train_wall)));
   const std::string report_path = spec.RunFile(kJobReportFile);
   if (!std::filesystem::exists(report_path)) {

@@ -48,6 +48,7 @@ PYTHON = {
     "description": "The PyTorch example as 2 workers, 1 shard, 1 920 images for one epoch.",
     "target_accuracy": 0.5,
     "common": {"shards": 1, "workers": 2, "python": "examples/fashion_mnist_mlp.py",
+               "python_batch": 32,
                "python_args": ["--epochs", "1", "--train_limit", "1920", "--test_limit", "500",
                                "--eval_each_epoch"]},
     "modes": ["bsp", "asp"],
@@ -227,6 +228,9 @@ class SweepTest(unittest.TestCase):
             self.assertTrue(0 <= s["wait_share"] < 1, r["label"])
             self.assertGreater(s["test_accuracy"], 0.5, r["label"])
             self.assertEqual(s["python"], PYTHON_EXAMPLE)
+            # The run's configuration: a BSP update averages both workers' pushes of 32.
+            self.assertEqual(s["mode"], r["mode_name"])
+            self.assertEqual(s["update_batch"], 64 if r["mode_name"] == "bsp" else 32)
             # The script's losses (opt.step(loss=...)) and its evaluation after the epoch
             # (pst.report_eval), then the final point.
             self.assertGreater(s["train_loss"], 0, r["label"])

@@ -9,6 +9,7 @@ command lines with exit code 2.
 
 import json
 import os
+import struct
 import subprocess
 import tempfile
 import unittest
@@ -64,6 +65,15 @@ class PythonWorkers(unittest.TestCase):
         self.assertTrue(0 < summary["train_loss"] < 0.6, summary)
         self.assertEqual(summary["max_staleness"], max(
             w["max_staleness"] for shard in out["status"] for w in shard["workers"]))
+        # What the shards were given, and the script's arguments; its batch is not known here.
+        mode = next(f.split("=", 1)[1] for f in mode_flags if f.startswith("--mode="))
+        self.assertEqual((summary["mode"], summary["optimizer"], summary["lr"]),
+                         (mode, "adam", 0.001))
+        # Not scaled (no --base_batch); the shards' rate is a float32.
+        self.assertEqual(summary["lr_effective"], struct.unpack("f", struct.pack("f", 0.001))[0])
+        self.assertEqual(summary["python_args"],
+                         ["--epochs", "5", "--result", result] + list(example_args))
+        self.assertNotIn("update_batch", summary)
         self.summary = summary
         return out
 
