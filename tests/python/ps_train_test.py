@@ -488,7 +488,7 @@ class JobReport(unittest.TestCase):
             for bad in (float("nan"), float("inf"), "0.5", True, None):
                 with self.assertRaisesRegex(ValueError, "not a finite number"):
                     pst.report_result(test_accuracy=bad)
-            pst.report_result(test_accuracy=0.75, test_loss=1)
+            pst.report_result(test_accuracy=0.75, test_loss=np.float32(1))
             with open(os.path.join(tmp, "job_report.json"), encoding="utf-8") as f:
                 report = json.load(f)
         self.assertTrue(report["job_done"])
@@ -518,7 +518,7 @@ class StepLines(unittest.TestCase):
                 return torch.tensor(5.0)
 
             # Each window: the losses of its two calls (None: not given).
-            for first, second in ((1.0, torch.tensor(3.0)), (None, float("nan")),
+            for first, second in ((1.0, np.float32(3.0)), (None, float("nan")),
                                   (closure, float("inf"))):
                 opt.zero_grad()
                 if callable(first):

@@ -23,6 +23,7 @@ shard's message (docs/python.md).
 
 import json
 import math
+import numbers
 import os
 import signal
 import threading
@@ -430,9 +431,10 @@ class ServerOptimizer:
                     raise ValueError(f"step(loss=...) takes the mean loss, one number, not a "
                                      f"tensor of shape {tuple(loss.shape)}")
                 loss = loss.item()
-            if isinstance(loss, bool) or not isinstance(loss, (int, float)):
+            if isinstance(loss, bool) or not isinstance(loss, numbers.Real):
                 raise TypeError(f"step(loss=...) takes a number or a one-element tensor, not "
                                 f"{type(loss).__name__}")
+            loss = float(loss)
             if math.isfinite(loss):
                 self._loss_sum += loss
                 self._losses += 1
@@ -562,7 +564,8 @@ def status():
 
 def _check_measures(caller, measures):
     for name, value in measures.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+        if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+                or not math.isfinite(value)):
             raise ValueError(f"ps_train.{caller}: {name}={value!r} is not a finite number")
 
 
