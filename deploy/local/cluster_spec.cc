@@ -26,6 +26,7 @@
 #include "deploy/local/launch_flags.h"
 #include "server/server_flags.h"
 #include "server/shard_flags.h"
+#include "worker/delay_injector.h"
 #include "worker/worker_flags.h"
 
 ABSL_DECLARE_FLAG(int64_t, base_batch);
@@ -147,6 +148,16 @@ absl::Status ReadPythonWorker(const std::vector<std::string>& args, ClusterSpec*
     return absl::OkStatus();
   }
   if (python_batch < 0) return absl::InvalidArgumentError("--python_batch must be >= 0");
+  // What ps_worker checks as it starts (and --dry_run's worker 0 with it), a script's ps_train
+  // checks only in ServerOptimizer(): checked here, so that a bad value exits 2 before anything
+  // starts.
+  DelayOptions delays;
+  RETURN_IF_ERROR(ParseJitter("--jitter", absl::GetFlag(FLAGS_jitter), &delays));
+  RETURN_IF_ERROR(ValidateDelayOptions(delays));
+  for (int rank = 0; rank < spec->workers; ++rank) {
+    RETURN_IF_ERROR(
+        ParsePause(absl::StrCat("--pause_worker of rank ", rank), spec->pause[rank], &delays));
+  }
   // The workload's and ps_worker's flags are not the script's: dropped silently, a --device or
   // an --epochs would look applied and not be.
   std::vector<std::string> dropped = ChangedFlagsOf("common/cli/workload_flags.cc");

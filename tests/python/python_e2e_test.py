@@ -222,6 +222,14 @@ class PythonWorkers(unittest.TestCase):
             slow = launch([f"--metrics_dir={tmp}", "--straggler=3:2", "--python", EXAMPLE])
             self.assertEqual(slow.returncode, 2, slow.stderr)
             self.assertIn("--straggler '3:2' must be RANK:FACTOR with 0 <= RANK < 2", slow.stderr)
+            # What ps_worker would check as it starts, the launcher checks for a script's ranks.
+            for flag, message in (("--jitter=often", "--jitter 'often' must be PROBABILITY:FACTOR"),
+                                  ("--jitter=0.5:0.5", "jitter factor must be >= 1, got 0.5"),
+                                  ("--pause_worker=1:x:2",
+                                   "--pause_worker of rank 1 'x:2' must be STEP:SECONDS")):
+                bad = launch([f"--metrics_dir={tmp}", flag, "--python", EXAMPLE])
+                self.assertEqual(bad.returncode, 2, bad.stderr)
+                self.assertIn(message, bad.stderr)
             # ps_worker's flags would be dropped: refused, each named, instead of ignored.
             dropped = launch([f"--metrics_dir={tmp}", "--device=cuda", "--epochs=3", "--overlap",
                               "--python", EXAMPLE])
