@@ -20,10 +20,10 @@ while (($#)); do
   esac
   shift 2
 done
-[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "--rounds must be a whole number >= 1" >&2; exit 2; }
 # The peer and every ps_launch run in the background (bench/processes.sh): SIGTERM or Ctrl-C
 # stops the one running at once (ps_launch then stops its shards and workers) and exits 130.
 source bench/processes.sh
+need_count rounds "$rounds" 1
 make_work dlrm_bench
 if [[ ! -f "$data/truth.json" && ! -f "$data/train.tsv" ]]; then
   run_waited build/bin/ps_datagen ctr --out "$data" --train 1000000 --test 100000 --seed 1 >&2

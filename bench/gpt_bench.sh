@@ -23,15 +23,13 @@ while (($#)); do
   esac
   shift 2
 done
-for pair in "steps $steps" "rounds $rounds"; do
-  read -r name value <<<"$pair"
-  [[ "$value" =~ ^[1-9][0-9]*$ ]] || { echo "--$name must be a whole number >= 1" >&2; exit 2; }
-done
-[[ -f "$data" ]] || { echo "--data: no file $data (scripts/setup.sh writes the default)" >&2; exit 2; }
-shape=(--layers 4 --heads 4 --dim 128 --context 64)
 # The peer and every ps_launch run in the background (bench/processes.sh): SIGTERM or Ctrl-C
 # stops the one running at once (ps_launch then stops its shards and workers) and exits 130.
 source bench/processes.sh
+need_count steps "$steps" 1
+need_count rounds "$rounds" 1
+[[ -f "$data" ]] || { echo "--data: no file $data (scripts/setup.sh writes the default)" >&2; exit 2; }
+shape=(--layers 4 --heads 4 --dim 128 --context 64)
 make_work gpt_bench
 for round in $(seq 1 "$rounds"); do
   run_waited /usr/bin/python3 bench/peers/pytorch_gpt.py --train --data "$data" "${shape[@]}" \

@@ -41,41 +41,34 @@ SCHEDULES=whole,priority,pipeline
 TRANSPORT=false
 TRANSPORT_ARGS="--configs 1x1 --mib 1,16,64 --small --rounds 3"
 WORKER_ARGS=""
+# Its functions (need_count, and the process list below): WORK is set further down.
+source "$ROOT/bench/processes.sh"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --transport) TRANSPORT=true; shift; continue ;;
-    --rate_mbit | --models | --mode | --steps | --cnn_steps | --batch_size | --schedules | \
-      --transport_args | --worker_args | --bin_dir | --data_dir | --text | --criteo_dir)
-      [[ $# -ge 2 ]] || { echo "link_bench: $1 needs a value" >&2; exit 2; } ;;
+    --rate_mbit) RATE="${2-}" ;;
+    --models) MODELS="${2-}" ;;
+    --mode) MODE="${2-}" ;;
+    --steps) STEPS="${2-}" ;;
+    --cnn_steps) CNN_STEPS="${2-}" ;;
+    --batch_size) BATCH="${2-}" ;;
+    --schedules) SCHEDULES="${2-}" ;;
+    --transport_args) TRANSPORT_ARGS="${2-}" ;;
+    --worker_args) WORKER_ARGS="${2-}" ;;
+    --bin_dir) BIN="${2-}" ;;
+    --data_dir) DATA="${2-}" ;;
+    --text) TEXT="${2-}" ;;
+    --criteo_dir) CRITEO="${2-}" ;;
     *) echo "link_bench: unknown argument '$1'" >&2; exit 2 ;;
   esac
-  case "$1" in
-    --rate_mbit) RATE="$2" ;;
-    --models) MODELS="$2" ;;
-    --mode) MODE="$2" ;;
-    --steps) STEPS="$2" ;;
-    --cnn_steps) CNN_STEPS="$2" ;;
-    --batch_size) BATCH="$2" ;;
-    --schedules) SCHEDULES="$2" ;;
-    --transport_args) TRANSPORT_ARGS="$2" ;;
-    --worker_args) WORKER_ARGS="$2" ;;
-    --bin_dir) BIN="$2" ;;
-    --data_dir) DATA="$2" ;;
-    --text) TEXT="$2" ;;
-    --criteo_dir) CRITEO="$2" ;;
-  esac
+  [[ $# -ge 2 ]] || { echo "link_bench: $1 needs a value" >&2; exit 2; }
   shift 2
 done
-[[ "$RATE" =~ ^[0-9]+$ ]] || { echo "--rate_mbit must be a whole number (0: unshaped)" >&2; exit 2; }
+need_count rate_mbit "$RATE" 0 "0: unshaped"
 # The first 5 steps of a run warm up and are not timed: at least one more must be.
-for pair in "steps $STEPS" "cnn_steps $CNN_STEPS"; do
-  read -r name value <<<"$pair"
-  if ! [[ "$value" =~ ^[0-9]+$ ]] || ((value < 6)); then
-    echo "--$name must be a whole number of at least 6 (5 untimed warm-up steps)" >&2
-    exit 2
-  fi
-done
-[[ "$BATCH" =~ ^[1-9][0-9]*$ ]] || { echo "--batch_size must be a whole number >= 1" >&2; exit 2; }
+need_count steps "$STEPS" 6 "5 untimed warm-up steps"
+need_count cnn_steps "$CNN_STEPS" 6 "5 untimed warm-up steps"
+need_count batch_size "$BATCH" 1
 case "$MODE" in
   bsp | ssp | asp) ;;
   *) echo "--mode: '$MODE' is not bsp, ssp or asp" >&2; exit 2 ;;
@@ -129,7 +122,7 @@ WORK="$(mktemp -d -t link_bench.XXXXXX)"
 # Every process running is listed in $WORK/pids (bench/processes.sh): run_one runs in a
 # background subshell, whose variables the cleanup below would never see. A namespace's deletion
 # does not stop the processes in it.
-source "$ROOT/bench/processes.sh"
+touch "$WORK/pids"
 cleanup() {
   set +e
   stop_listed

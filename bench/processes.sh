@@ -2,7 +2,7 @@
 # temporary folder), whatever subshell started them, so that its cleanup (stop_listed) stops every
 # one; run_waited lets SIGTERM or Ctrl-C act at once. A script that sets WORK itself does so before
 # sourcing this; make_work sets it for the others. compare_to_peer prints a run's line against
-# the reference peer of the same round.
+# the reference peer of the same round; need_count checks a flag's number before anything starts.
 
 [[ -n "${WORK:-}" ]] && touch "$WORK/pids"
 
@@ -13,6 +13,16 @@ make_work() {
   touch "$WORK/pids"
   trap 'set +e; stop_listed; rm -rf "$WORK"' EXIT
   trap 'exit 130' INT TERM
+}
+
+# need_count NAME VALUE MIN [WHY]: exits 2, naming --NAME, unless VALUE is a whole number of at
+# least MIN (WHY, when given, says what the minimum is for).
+need_count() {
+  local why="${4:+ ($4)}"
+  if ! [[ "$2" =~ ^[0-9]{1,18}$ ]] || ((10#$2 < $3)); then
+    echo "--$1 must be a whole number >= $3$why" >&2
+    exit 2
+  fi
 }
 
 # Whether a process is still running (a zombie, awaiting its parent, is not).

@@ -232,7 +232,7 @@ class BenchSmokeTest(unittest.TestCase):
         code, _, err = run_script("--bogus")
         self.assertEqual(code, 2, err)
         self.assertIn("link_bench: unknown argument '--bogus'", err)
-        for args, message in ((["--steps", "5"], "--steps must be a whole number of at least 6"),
+        for args, message in ((["--steps", "5"], "--steps must be a whole number >= 6 (5 untimed warm-up steps)"),
                               (["--models", "mlp,resnet"], "--models: 'resnet' is not"),
                               (["--schedules", "fast"], "--schedules: 'fast' is not"),
                               (["--mode", "bsq"], "--mode: 'bsq' is not bsp, ssp or asp")):

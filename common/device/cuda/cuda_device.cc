@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -59,27 +60,40 @@ CudaDevice::~CudaDevice() {
 
 std::string CudaDevice::name() const { return absl::StrCat("cuda:", ordinal_); }
 
-absl::StatusOr<DeviceBuffer> CudaDevice::Allocate(size_t bytes) {
+namespace {
+
+// `bytes` (at least 4, so that an empty buffer still has an address) from `allocate`, or
+// RESOURCE_EXHAUSTED naming the call and the size; `free_fn` releases it.
+absl::StatusOr<DeviceBuffer> AllocateWith(cudaError_t (*allocate)(void**, size_t),
+                                          cudaError_t (*free_fn)(void*), const char* what,
+                                          size_t bytes) {
   void* p = nullptr;
-  const cudaError_t err = cudaMalloc(&p, std::max<size_t>(bytes, 4));
+  const cudaError_t err = allocate(&p, std::max<size_t>(bytes, 4));
   if (err != cudaSuccess) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("cudaMalloc of ", bytes, " bytes: ", cudaGetErrorString(err)));
+        absl::StrCat(what, " of ", bytes, " bytes: ", cudaGetErrorString(err)));
   }
-  RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(p, 0, bytes, stream_), "cudaMemsetAsync"));
+  return DeviceBuffer(p, bytes, free_fn);
+}
+
+}  // namespace
+
+absl::StatusOr<DeviceBuffer> CudaDevice::Allocate(size_t bytes) {
+  ASSIGN_OR_RETURN(DeviceBuffer buffer,
+                   AllocateWith([](void** p, size_t n) { return cudaMalloc(p, n); }, cudaFree,
+                                "cudaMalloc", bytes));
+  RETURN_IF_ERROR(
+      CudaStatus(cudaMemsetAsync(buffer.as<void>(), 0, bytes, stream_), "cudaMemsetAsync"));
   RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
-  return DeviceBuffer(p, bytes, [](void* q) { cudaFree(q); });
+  return buffer;
 }
 
 absl::StatusOr<DeviceBuffer> CudaDevice::AllocateHost(size_t bytes) {
-  void* p = nullptr;
-  const cudaError_t err = cudaMallocHost(&p, std::max<size_t>(bytes, 4));
-  if (err != cudaSuccess) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cudaMallocHost of ", bytes, " bytes: ", cudaGetErrorString(err)));
-  }
-  std::memset(p, 0, bytes);
-  return DeviceBuffer(p, bytes, [](void* q) { cudaFreeHost(q); });
+  ASSIGN_OR_RETURN(DeviceBuffer buffer,
+                   AllocateWith([](void** p, size_t n) { return cudaMallocHost(p, n); },
+                                cudaFreeHost, "cudaMallocHost", bytes));
+  std::memset(buffer.as<void>(), 0, bytes);
+  return buffer;
 }
 
 absl::Status CudaDevice::CopyToDevice(const void* host, size_t bytes, void* device) {
