@@ -39,6 +39,10 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
           "Folder of this shard's checkpoints: the newest intact one is restored at start, new "
           "ones are written as --checkpoint_every/--checkpoint_seconds say and at SIGTERM.");
 ABSL_FLAG(int32_t, checkpoint_keep, 3, "Checkpoints kept in --checkpoint_dir.");
+ABSL_FLAG(int64_t, restore_version, -1,
+          "Restore exactly checkpoint N of --checkpoint_dir (it must be there intact: the start "
+          "fails otherwise) and remove the newer ones, instead of the newest; ps_launch "
+          "--rollback_shards sets it to put every shard back to one BSP cut. -1: the newest.");
 ABSL_FLAG(int32_t, health_port, -1,
           "Also serve grpc.health.v1 alone, in plaintext, on this port (for probes that cannot "
           "speak TLS; -1: off).");
@@ -66,6 +70,8 @@ absl::StatusOr<ps::ShardServerOptions> OptionsFromFlags() {
   o.health_port = absl::GetFlag(FLAGS_health_port);
   o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   o.checkpoint_keep = absl::GetFlag(FLAGS_checkpoint_keep);
+  o.restore_version = absl::GetFlag(FLAGS_restore_version);
+  if (o.restore_version < -1) return absl::InvalidArgumentError("--restore_version must be >= -1");
   o.checkpoint_every_updates = absl::GetFlag(FLAGS_checkpoint_every);
   if (o.checkpoint_keep < 1) return absl::InvalidArgumentError("--checkpoint_keep must be >= 1");
   o.drop_push_reply_every = absl::GetFlag(FLAGS_fault_drop_push_reply_every);

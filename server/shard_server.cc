@@ -19,6 +19,51 @@ uint64_t RandomIncarnation() {
   return v;
 }
 
+// Restores checkpoint `version` of `dir` into `shard` (with its full base, if incremental), or
+// with version -1 the newest one it can take; what was restored, nullopt for an empty folder
+// (version -1 only). A named version must be there intact: NOT_FOUND or DATA_LOSS otherwise.
+// Once it is restored, the checkpoints above it are removed: the run went back from them.
+absl::StatusOr<std::optional<CheckpointInfo>> RestoreCheckpoint(const CheckpointDir& dir,
+                                                                int64_t version, Shard& shard) {
+  int64_t base = -1;  // of the one restored, if incremental
+  auto restore = [&dir, &shard, &base](const CheckpointDir::Loaded& candidate) {
+    base = -1;
+    absl::Status restored = shard.RestoreSnapshot(candidate.payload, [&dir, &base](int64_t v) {
+      base = v;
+      return dir.Load(static_cast<uint64_t>(v));
+    });
+    if (restored.ok()) return restored;
+    return absl::Status(restored.code(),
+                        absl::StrCat("restoring ", candidate.info.path, ": ", restored.message()));
+  };
+  absl::StatusOr<CheckpointDir::Loaded> loaded;
+  if (version >= 0) {
+    const uint64_t sequence = static_cast<uint64_t>(version);
+    std::optional<CheckpointInfo> found = dir.Find(sequence);
+    if (!found.has_value()) {
+      return absl::NotFoundError(absl::StrCat("no checkpoint ", version, " in ", dir.dir()));
+    }
+    CheckpointDir::Loaded exact{*std::move(found), ""};
+    ASSIGN_OR_RETURN(exact.payload, dir.Load(sequence));
+    RETURN_IF_ERROR(restore(exact));
+    ASSIGN_OR_RETURN(const std::vector<std::string> removed,
+                     dir.RemoveNewerThan(exact.info.sequence));
+    for (const std::string& path : removed)
+      spdlog::info("removed {}: newer than {}", path, version);
+    loaded = std::move(exact);
+  } else {
+    std::vector<std::string> skipped;
+    loaded = dir.LoadNewest(&skipped, restore);
+    for (const std::string& why : skipped) spdlog::warn("skipped checkpoint {}", why);
+    if (loaded.status().code() == absl::StatusCode::kNotFound) return std::nullopt;
+    if (!loaded.ok()) return loaded.status();
+  }
+  spdlog::info(
+      "restored {} (version {}{})", loaded->info.path, loaded->info.sequence,
+      base >= 0 ? absl::StrCat(", incremental over the full one of ", base) : std::string());
+  return loaded->info;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServerOptions& options) {
@@ -27,6 +72,9 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
   ASSIGN_OR_RETURN(ServerSecurity security, MakeServerSecurity(options.security));
   if (options.checkpoint_every_updates < 0) {
     return absl::InvalidArgumentError("checkpoint_every_updates must be >= 0");
+  }
+  if (options.restore_version >= 0 && options.checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError("restore_version needs a checkpoint folder");
   }
   ShardOptions shard_options = options.shard;
   shard_options.incarnation = RandomIncarnation();
@@ -67,32 +115,10 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
   }
   ASSIGN_OR_RETURN(s->shard_, Shard::Create(shard_options));
   if (s->checkpoints_.has_value()) {
-    std::vector<std::string> skipped;
-    const CheckpointDir& dir = *s->checkpoints_;
-    Shard& shard = *s->shard_;
-    // The newest checkpoint this shard can restore: an incremental one needs its full base.
-    int64_t base = -1;  // of the one restored, if incremental
-    absl::StatusOr<CheckpointDir::Loaded> loaded =
-        dir.LoadNewest(&skipped, [&dir, &shard, &base](const CheckpointDir::Loaded& candidate) {
-          base = -1;
-          absl::Status restored =
-              shard.RestoreSnapshot(candidate.payload, [&dir, &base](int64_t version) {
-                base = version;
-                return dir.Load(static_cast<uint64_t>(version));
-              });
-          if (restored.ok()) return restored;
-          return absl::Status(restored.code(), absl::StrCat("restoring ", candidate.info.path, ": ",
-                                                            restored.message()));
-        });
-    for (const std::string& why : skipped) spdlog::warn("skipped checkpoint {}", why);
-    if (loaded.ok()) {
-      s->restored_ = loaded->info;
-      s->last_written_version_ = static_cast<int64_t>(loaded->info.sequence);
-      spdlog::info(
-          "restored {} (version {}{})", loaded->info.path, loaded->info.sequence,
-          base >= 0 ? absl::StrCat(", incremental over the full one of ", base) : std::string());
-    } else if (loaded.status().code() != absl::StatusCode::kNotFound) {
-      return loaded.status();
+    ASSIGN_OR_RETURN(s->restored_,
+                     RestoreCheckpoint(*s->checkpoints_, options.restore_version, *s->shard_));
+    if (s->restored_.has_value()) {
+      s->last_written_version_ = static_cast<int64_t>(s->restored_->sequence);
     }
     s->writer_ = std::thread([raw = s.get()] { raw->WriterLoop(); });
   }

@@ -56,7 +56,11 @@ struct ShardServerOptions {
   int checkpoint_keep = 3;
   int64_t checkpoint_every_updates = 0;                       // 0: not by count
   absl::Duration checkpoint_interval = absl::ZeroDuration();  // 0: not by time (ignored in BSP)
-  int drop_push_reply_every = 0;                              // fault injection, see ServiceOptions
+  // -1: restore the newest checkpoint the shard can take. Otherwise exactly this version, which
+  // must be there intact (Start() fails otherwise), and the newer ones are removed: a rollback of
+  // every shard to one BSP cut (ps_launch --rollback_shards).
+  int64_t restore_version = -1;
+  int drop_push_reply_every = 0;  // fault injection, see ServiceOptions
   // A second, plaintext port (-1: none; 0: a free one) serving only grpc.health.v1, with the same
   // statuses: for probes that cannot speak TLS (Kubernetes' gRPC probes, container health
   // checks) when the main port requires it.
@@ -71,7 +75,8 @@ class ShardServer {
  public:
   // Restores, binds and starts serving. UNAVAILABLE when the port cannot be bound;
   // INVALID_ARGUMENT / NOT_FOUND for bad security files; FAILED_PRECONDITION when the newest
-  // intact checkpoint belongs to another configuration.
+  // intact checkpoint belongs to another configuration; NOT_FOUND or DATA_LOSS when
+  // restore_version is not there intact.
   static absl::StatusOr<std::unique_ptr<ShardServer>> Start(const ShardServerOptions& options);
   ~ShardServer();  // Shutdown()s
 

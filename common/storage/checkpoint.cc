@@ -10,8 +10,10 @@
 #include <cstring>
 #include <filesystem>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -68,8 +70,26 @@ absl::Status FsyncPath(const std::string& path, int flags) {
   return s;
 }
 
-std::string NameOf(uint64_t sequence) {
-  return absl::StrFormat("%s%020u%s", kPrefix, sequence, kSuffix);
+constexpr absl::string_view kBaseMark = ".on-";
+
+std::string NameOf(uint64_t sequence, uint64_t base) {
+  if (base == CheckpointDir::kNoBase)
+    return absl::StrFormat("%s%020u%s", kPrefix, sequence, kSuffix);
+  return absl::StrFormat("%s%020u%s%020u%s", kPrefix, sequence, kBaseMark, base, kSuffix);
+}
+
+// A checkpoint's number and base from its file name; false for any other file.
+bool ParseName(absl::string_view name, uint64_t* sequence, std::optional<uint64_t>* base) {
+  if (!absl::ConsumePrefix(&name, kPrefix) || !absl::ConsumeSuffix(&name, kSuffix)) return false;
+  const size_t mark = name.find(kBaseMark);
+  base->reset();
+  if (mark != absl::string_view::npos) {
+    uint64_t b = 0;
+    if (!absl::SimpleAtoi(name.substr(mark + kBaseMark.size()), &b)) return false;
+    *base = b;
+    name = name.substr(0, mark);
+  }
+  return absl::SimpleAtoi(name, sequence);
 }
 
 }  // namespace
@@ -223,13 +243,10 @@ std::vector<CheckpointInfo> CheckpointDir::List() const {
   std::vector<CheckpointInfo> out;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (!absl::StartsWith(name, kPrefix) || !absl::EndsWith(name, kSuffix)) continue;
-    uint64_t sequence = 0;
-    const std::string digits =
-        name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
-    if (!absl::SimpleAtoi(digits, &sequence)) continue;
-    out.push_back(CheckpointInfo{entry.path().string(), sequence});
+    CheckpointInfo info;
+    if (!ParseName(entry.path().filename().string(), &info.sequence, &info.base)) continue;
+    info.path = entry.path().string();
+    out.push_back(std::move(info));
   }
   std::sort(out.begin(), out.end(), [](const CheckpointInfo& a, const CheckpointInfo& b) {
     return a.sequence < b.sequence;
@@ -237,10 +254,31 @@ std::vector<CheckpointInfo> CheckpointDir::List() const {
   return out;
 }
 
+std::optional<CheckpointInfo> CheckpointDir::Find(uint64_t sequence) const {
+  for (CheckpointInfo& c : List()) {
+    if (c.sequence == sequence) return std::move(c);
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<std::vector<std::string>> CheckpointDir::RemoveNewerThan(uint64_t sequence) const {
+  std::vector<std::string> removed;
+  for (const CheckpointInfo& c : List()) {
+    if (c.sequence <= sequence) continue;
+    if (::unlink(c.path.c_str()) != 0) return ErrnoError("remove " + c.path);
+    removed.push_back(c.path);
+  }
+  if (!removed.empty()) {
+    absl::Status synced = FsyncPath(dir_, O_RDONLY | O_DIRECTORY);
+    if (!synced.ok()) return synced;
+  }
+  return removed;
+}
+
 absl::StatusOr<CheckpointInfo> CheckpointDir::Write(uint64_t sequence, absl::string_view payload,
                                                     uint64_t base) const {
-  const std::string name = NameOf(sequence);
-  const std::string final_path = dir_ + "/" + name;
+  const std::string name = NameOf(sequence, base);
+  const std::string final_path = absl::StrCat(dir_, "/", name);
   const std::string tmp_path = absl::StrCat(dir_, "/", kTmpPrefix, name);
   const std::string framed = FrameCheckpoint(payload);
   const int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -258,11 +296,21 @@ absl::StatusOr<CheckpointInfo> CheckpointDir::Write(uint64_t sequence, absl::str
   // The rename is durable only once the folder's entry is on disk.
   absl::Status synced = FsyncPath(dir_, O_RDONLY | O_DIRECTORY);
   if (!synced.ok()) return synced;
+  // Pruning: the newest `keep_`, and the full checkpoints they build on; and any other file of
+  // this number (the one replaced, if its base differed) goes too.
   std::vector<CheckpointInfo> all = List();
-  for (size_t i = 0; i + keep_ < all.size(); ++i) {
-    if (all[i].sequence != base) ::unlink(all[i].path.c_str());
+  absl::flat_hash_set<uint64_t> kept;
+  for (size_t i = all.size() > static_cast<size_t>(keep_) ? all.size() - keep_ : 0; i < all.size();
+       ++i) {
+    kept.insert(all[i].sequence);
+    if (all[i].base.has_value()) kept.insert(*all[i].base);
   }
-  return CheckpointInfo{final_path, sequence};
+  for (const CheckpointInfo& c : all) {
+    const bool replaced = c.sequence == sequence && c.path != final_path;
+    if (replaced || !kept.contains(c.sequence)) ::unlink(c.path.c_str());
+  }
+  return CheckpointInfo{final_path, sequence,
+                        base == kNoBase ? std::nullopt : std::optional<uint64_t>(base)};
 }
 
 namespace {
@@ -285,7 +333,11 @@ bool ReadWhole(const std::string& path, std::string* bytes) {
 }  // namespace
 
 absl::StatusOr<std::string> CheckpointDir::Load(uint64_t sequence) const {
-  const std::string path = dir_ + "/" + NameOf(sequence);
+  const std::optional<CheckpointInfo> found = Find(sequence);
+  if (!found.has_value()) {
+    return absl::NotFoundError(absl::StrCat("no checkpoint ", sequence, " in ", dir_));
+  }
+  const std::string& path = found->path;
   std::string bytes;
   if (!ReadWhole(path, &bytes)) return absl::NotFoundError(absl::StrCat("cannot open ", path));
   absl::StatusOr<std::string> payload = UnframeCheckpoint(bytes);
@@ -293,6 +345,16 @@ absl::StatusOr<std::string> CheckpointDir::Load(uint64_t sequence) const {
     return absl::DataLossError(absl::StrCat(path, ": ", payload.status().message()));
   }
   return payload;
+}
+
+absl::Status CheckpointDir::CheckRestorable(uint64_t sequence) const {
+  const std::optional<CheckpointInfo> found = Find(sequence);
+  if (!found.has_value()) {
+    return absl::NotFoundError(absl::StrCat("no checkpoint ", sequence, " in ", dir_));
+  }
+  absl::Status intact = Load(sequence).status();
+  if (intact.ok() && found->base.has_value()) intact = Load(*found->base).status();
+  return intact;
 }
 
 absl::StatusOr<CheckpointDir::Loaded> CheckpointDir::LoadNewest(std::vector<std::string>* skipped,

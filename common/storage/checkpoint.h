@@ -14,11 +14,14 @@
 // A file whose magic, size, checksum or trailer does not match is corrupt and never loaded.
 //
 // Writing: payload to "<dir>/.tmp-<name>", fsync, close, rename to "<dir>/<name>", fsync of the
-// folder; then the oldest files beyond `keep` are removed. Names are "ckpt-<20-digit sequence>.ps",
-// so the newest checkpoint sorts last.
+// folder; then the oldest files beyond `keep` are removed, except the bases of those kept. Names
+// are "ckpt-<20-digit sequence>.ps", so the newest checkpoint sorts last, and for an incremental
+// checkpoint "ckpt-<20-digit sequence>.on-<20-digit base>.ps": the folder's listing shows which
+// full checkpoint each one needs.
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,6 +84,7 @@ absl::StatusOr<std::string> UnframeCheckpoint(absl::string_view file_bytes);
 struct CheckpointInfo {
   std::string path;
   uint64_t sequence = 0;
+  std::optional<uint64_t> base;  // the full checkpoint an incremental one builds on
 };
 
 class CheckpointDir {
@@ -90,8 +94,8 @@ class CheckpointDir {
   static absl::StatusOr<CheckpointDir> Open(const std::string& dir, int keep);
 
   // Durably writes checkpoint number `sequence` (a growing number, e.g. the shard's version; an
-  // existing file of that number is replaced) and then removes all but the newest `keep`, and
-  // but checkpoint number `base` when given (the full checkpoint an incremental one builds on).
+  // existing file of that number is replaced), incremental over checkpoint number `base` when
+  // given, and then removes all but the newest `keep` and the full checkpoints they build on.
   static constexpr uint64_t kNoBase = ~uint64_t{0};
   absl::StatusOr<CheckpointInfo> Write(uint64_t sequence, absl::string_view payload,
                                        uint64_t base = kNoBase) const;
@@ -112,9 +116,18 @@ class CheckpointDir {
   // The payload of checkpoint number `sequence`: NOT_FOUND when there is none, DATA_LOSS when it
   // is not intact.
   absl::StatusOr<std::string> Load(uint64_t sequence) const;
+  // OK when checkpoint number `sequence` and, if it is incremental, its base are there intact
+  // (their checksums read); Load()'s NOT_FOUND or DATA_LOSS otherwise. Renames nothing.
+  absl::Status CheckRestorable(uint64_t sequence) const;
 
   // Checkpoint files, oldest first (leftover temporary files are not listed).
   std::vector<CheckpointInfo> List() const;
+  // Checkpoint number `sequence`, if there is one.
+  std::optional<CheckpointInfo> Find(uint64_t sequence) const;
+  // Removes every checkpoint numbered above `sequence` (a state the run went back from, which a
+  // later restart must not restore) and returns their paths; an error naming a file that could
+  // not be removed.
+  absl::StatusOr<std::vector<std::string>> RemoveNewerThan(uint64_t sequence) const;
   const std::string& dir() const { return dir_; }
 
  private:

@@ -322,5 +322,59 @@ TEST(Restart, ShardRestoresItsFinalCheckpointAndWorkersRegisterAgain) {
   EXPECT_TRUE(info->initialized);
 }
 
+TEST(Restart, AShardPutBackToANamedCheckpointRestoresItAndDropsTheNewerOnes) {
+  const std::string dir = CertDir() + "/ckpt-named";
+  std::filesystem::remove_all(dir);
+  ShardServerOptions o = BaseOptions();
+  o.checkpoint_dir = dir;
+  o.checkpoint_keep = 5;
+  o.checkpoint_every_updates = 2;
+  {
+    auto server = ShardServer::Start(o);
+    ASSERT_TRUE(server.ok());
+    auto client = GrpcParameterClient::Create(ClientOptions(**server));
+    ASSERT_TRUE(RegisterAndInit(**client).ok());
+    std::vector<float> w(4);
+    for (int64_t step = 0; step < 6; ++step) {
+      auto pulled = (*client)->Pull(step, false, absl::MakeSpan(w));
+      ASSERT_TRUE(pulled.ok()) << pulled.status();
+      ASSERT_TRUE((*client)->Push(step, pulled->versions, 1, {1, 1, 1, 1}).ok());
+      // Each checkpoint on disk before the next update: the writer skips one a newer one
+      // supersedes in its queue.
+      const int64_t version = step + 1;
+      for (int i = 0;
+           i < 500 && version % 2 == 0 && (*server)->service().checkpoint_version() < version;
+           ++i) {
+        absl::SleepFor(absl::Milliseconds(10));
+      }
+    }
+    ASSERT_TRUE((*server)->Shutdown().ok());
+  }
+  o.restore_version = 4;
+  {
+    auto restored = ShardServer::Start(o);
+    ASSERT_TRUE(restored.ok()) << restored.status();
+    ASSERT_TRUE((*restored)->restored().has_value());
+    EXPECT_EQ((*restored)->restored()->sequence, 4u);
+    const ShardStatus st = (*restored)->shard().GetStatus();
+    EXPECT_EQ(st.version, 4);
+    EXPECT_EQ(st.workers[0].clock, 4);
+    EXPECT_EQ((*restored)->shard().Values(), (std::vector<float>{-3, -2, -1, 0}));
+    std::vector<uint64_t> left;
+    for (const CheckpointInfo& c : CheckpointDir::Open(dir, 5)->List()) left.push_back(c.sequence);
+    EXPECT_EQ(left, (std::vector<uint64_t>{2, 4}));  // 6 is gone: the run went back from it
+  }
+  // A version that is not there is refused; the folder stays as it was.
+  o.restore_version = 6;
+  EXPECT_EQ(ShardServer::Start(o).status().code(), absl::StatusCode::kNotFound);
+  o.restore_version = -1;
+  auto newest = ShardServer::Start(o);
+  ASSERT_TRUE(newest.ok()) << newest.status();
+  EXPECT_EQ((*newest)->restored()->sequence, 4u);
+  o.checkpoint_dir.clear();
+  o.restore_version = 4;
+  EXPECT_EQ(ShardServer::Start(o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace ps

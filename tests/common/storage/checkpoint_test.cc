@@ -6,7 +6,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
+#include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace ps {
@@ -148,7 +151,9 @@ TEST(CheckpointDir, KeepsTheBaseOfAnIncrementalCheckpointAndSkipsRefusedOnes) {
   ASSERT_TRUE(loaded.ok());
   EXPECT_EQ(loaded->info.sequence, 10u);
   EXPECT_EQ(skipped.size(), 2u);
-  EXPECT_TRUE(std::filesystem::exists(dir + "/ckpt-00000000000000000013.ps"));  // not renamed
+  // Not renamed; the name says the base.
+  EXPECT_TRUE(
+      std::filesystem::exists(dir + "/ckpt-00000000000000000013.on-00000000000000000010.ps"));
   EXPECT_EQ(d->LoadNewest(nullptr,
                           [](const CheckpointDir::Loaded&) {
                             return absl::FailedPreconditionError("another shard");
@@ -156,6 +161,71 @@ TEST(CheckpointDir, KeepsTheBaseOfAnIncrementalCheckpointAndSkipsRefusedOnes) {
                 .status()
                 .code(),
             absl::StatusCode::kFailedPrecondition);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CheckpointDir, KeepsTheBasesOfEveryKeptIncrementalCheckpoint) {
+  const std::string dir = TempDir("bases");
+  auto d = CheckpointDir::Open(dir, 2);
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE(d->Write(10, "full 10").ok());
+  ASSERT_TRUE(d->Write(11, "delta 11", /*base=*/10).ok());
+  ASSERT_TRUE(d->Write(12, "delta 12", /*base=*/10).ok());
+  ASSERT_TRUE(d->Write(20, "full 20").ok());
+  // The newest 2 are 12 and 20; 12 still needs 10, which stays: an older incremental checkpoint
+  // kept as a fallback can be restored.
+  std::vector<std::pair<uint64_t, std::optional<uint64_t>>> kept;
+  for (const CheckpointInfo& c : d->List()) kept.emplace_back(c.sequence, c.base);
+  EXPECT_EQ(kept, (std::vector<std::pair<uint64_t, std::optional<uint64_t>>>{
+                      {10, std::nullopt}, {12, 10}, {20, std::nullopt}}));
+  EXPECT_TRUE(d->CheckRestorable(12).ok());
+  EXPECT_TRUE(d->CheckRestorable(20).ok());
+  EXPECT_EQ(d->CheckRestorable(11).code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(d->Write(21, "delta 21", /*base=*/20).ok());  // 10 and 12 go now
+  kept.clear();
+  for (const CheckpointInfo& c : d->List()) kept.emplace_back(c.sequence, c.base);
+  EXPECT_EQ(kept, (std::vector<std::pair<uint64_t, std::optional<uint64_t>>>{{20, std::nullopt},
+                                                                             {21, 20}}));
+  // Writing a number again replaces its file, whatever its base was.
+  ASSERT_TRUE(d->Write(21, "full 21").ok());
+  ASSERT_EQ(d->List().size(), 2u);
+  EXPECT_FALSE(d->Find(21)->base.has_value());
+  EXPECT_EQ(*d->Load(21), "full 21");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CheckpointDir, ChecksARestorableCheckpointAndItsBaseWithoutRenamingThem) {
+  const std::string dir = TempDir("restorable");
+  auto d = CheckpointDir::Open(dir, 3);
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE(d->Write(10, "full 10").ok());
+  auto delta = d->Write(11, "delta 11", /*base=*/10);
+  ASSERT_TRUE(delta.ok());
+  EXPECT_TRUE(d->CheckRestorable(11).ok());
+  EXPECT_EQ(d->CheckRestorable(12).code(), absl::StatusCode::kNotFound);
+  std::string bytes = ReadAll(d->Find(10)->path);
+  bytes[bytes.size() / 2] ^= 0x01;
+  WriteAll(d->Find(10)->path, bytes);
+  // The increment is intact, its base is not.
+  EXPECT_EQ(d->CheckRestorable(11).code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(d->Find(10).has_value());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CheckpointDir, RemovesTheCheckpointsNewerThanTheOneTheRunWentBackTo) {
+  const std::string dir = TempDir("newer");
+  auto d = CheckpointDir::Open(dir, 5);
+  ASSERT_TRUE(d.ok());
+  for (uint64_t v : {5, 10, 15, 20}) ASSERT_TRUE(d->Write(v, absl::StrCat("state ", v)).ok());
+  auto removed = d->RemoveNewerThan(10);
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_EQ(*removed, (std::vector<std::string>{d->dir() + "/ckpt-00000000000000000015.ps",
+                                                d->dir() + "/ckpt-00000000000000000020.ps"}));
+  std::vector<uint64_t> left;
+  for (const CheckpointInfo& c : d->List()) left.push_back(c.sequence);
+  EXPECT_EQ(left, (std::vector<uint64_t>{5, 10}));
+  EXPECT_EQ(d->LoadNewest()->payload, "state 10");
+  EXPECT_TRUE(d->RemoveNewerThan(10)->empty());
   std::filesystem::remove_all(dir);
 }
 
