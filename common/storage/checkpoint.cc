@@ -13,9 +13,9 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 
 namespace ps {
 
@@ -388,6 +388,18 @@ absl::StatusOr<CheckpointDir::Loaded> CheckpointDir::LoadNewest(std::vector<std:
     return loaded;
   }
   return absl::NotFoundError(absl::StrCat("no intact checkpoint in ", dir_));
+}
+
+std::optional<uint64_t> NewestCommonRestorable(absl::Span<const CheckpointDir> dirs) {
+  if (dirs.empty()) return std::nullopt;
+  const std::vector<CheckpointInfo> first = dirs[0].List();
+  for (auto it = first.rbegin(); it != first.rend(); ++it) {
+    const bool everywhere = std::all_of(dirs.begin(), dirs.end(), [&](const CheckpointDir& d) {
+      return d.CheckRestorable(it->sequence).ok();
+    });
+    if (everywhere) return it->sequence;
+  }
+  return std::nullopt;
 }
 
 }  // namespace ps

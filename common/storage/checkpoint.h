@@ -136,6 +136,10 @@ class CheckpointDir {
   int keep_;
 };
 
+// The newest checkpoint number that every folder can restore (CheckRestorable), if there is one:
+// the state that shards which checkpoint at the same numbers (BSP's cuts) can all go back to.
+std::optional<uint64_t> NewestCommonRestorable(absl::Span<const CheckpointDir> dirs);
+
 }  // namespace ps
 
 #endif  // PS_COMMON_STORAGE_CHECKPOINT_H_

@@ -46,6 +46,9 @@ class ChildProcesses {
 
   // Sends SIGTERM to `id` and waits up to `grace` for it (streaming its output), then SIGKILL.
   void Stop(int id, absl::Duration grace);
+  // SIGKILL to `id`, and waits until it is reaped: no shutdown of its own (a shard's final
+  // checkpoint) happens.
+  void Kill(int id) { WaitFor({id}, absl::ZeroDuration()); }
   // Stop() for every running child, all at once.
   void StopAll(absl::Duration grace = absl::Seconds(5));
 

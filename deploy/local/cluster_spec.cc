@@ -271,9 +271,13 @@ absl::Status CreateRunDir(const ClusterSpec& spec) {
   return absl::OkStatus();
 }
 
+std::string ShardCheckpointDir(int shard) {
+  const std::string checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
+  return checkpoint_root.empty() ? "" : absl::StrCat(checkpoint_root, "/ps-", shard);
+}
+
 std::vector<std::string> ShardCommand(const ClusterSpec& spec, int shard,
                                       const std::string& port_file) {
-  const std::string checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
   std::vector<std::string> args = {
       spec.bin_dir + "/ps_server",
       absl::StrCat("--shard_id=", shard),
@@ -284,8 +288,7 @@ std::vector<std::string> ShardCommand(const ClusterSpec& spec, int shard,
       absl::StrCat("--port_file=", port_file),
       absl::StrCat("--record_updates=",
                    spec.record_updates ? spec.RunFile(absl::StrCat("ps-", shard, ".updates")) : ""),
-      absl::StrCat("--checkpoint_dir=",
-                   checkpoint_root.empty() ? "" : absl::StrCat(checkpoint_root, "/ps-", shard)),
+      absl::StrCat("--checkpoint_dir=", ShardCheckpointDir(shard)),
       absl::StrCat("--shared_memory=", absl::GetFlag(FLAGS_shared_memory)),
       absl::StrCat("--local_calls=", absl::GetFlag(FLAGS_local_calls)),
       absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))};

@@ -56,6 +56,9 @@ std::string ShellLine(const std::vector<std::string>& command);
 // Creates spec.run_dir (and its parents); INVALID_ARGUMENT when it cannot.
 absl::Status CreateRunDir(const ClusterSpec& spec);
 
+// Shard `shard`'s checkpoint folder, <--checkpoint_root>/ps-<shard> (empty without a root).
+std::string ShardCheckpointDir(int shard);
+
 // Shard `shard`'s command line; it writes its port to `port_file`.
 std::vector<std::string> ShardCommand(const ClusterSpec& spec, int shard,
                                       const std::string& port_file);

@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,10 +20,12 @@
 #include "absl/time/clock.h"
 #include "common/base/whole_file.h"
 #include "common/cli/cli.h"
+#include "common/storage/checkpoint.h"
 #include "deploy/local/cluster_spec.h"
 #include "deploy/local/launch_flags.h"
 #include "deploy/local/run_summary.h"
 #include "deploy/local/supervisor.h"
+#include "server/server_flags.h"
 
 ABSL_FLAG(bool, restart_workers, false,
           "Restart a worker that dies (after --restart_delay_s, at the same rank): it registers "
@@ -30,6 +33,12 @@ ABSL_FLAG(bool, restart_workers, false,
 ABSL_FLAG(bool, restart_shards, false,
           "Restart a shard that dies, on the same port; with --checkpoint_root it restores its "
           "newest checkpoint.");
+ABSL_FLAG(bool, rollback_shards, false,
+          "BSP, with --restart_shards and --checkpoint_every: when a shard dies, stop the others "
+          "too and restart every shard at the newest checkpoint all of them hold intact (the same "
+          "cut), so the rounds lost are redone exactly as the first time and the run ends with "
+          "the undisturbed run's weights. Without it the dead shard alone restores its newest "
+          "checkpoint, and the rounds it redoes see the other shards' newer weights.");
 ABSL_FLAG(double, restart_delay_s, 2.0, "Seconds before a dead child is restarted.");
 ABSL_FLAG(int32_t, max_restarts, 5, "Restarts allowed per child before the run fails.");
 ABSL_FLAG(double, hold_s, 0,
@@ -193,7 +202,30 @@ absl::Status CheckRestartFlags() {
         "DIR, and --checkpoint_every N or --checkpoint_seconds T for a shard that crashes (one "
         "stopped by SIGTERM writes a final checkpoint)");
   }
+  if (absl::GetFlag(FLAGS_rollback_shards) &&
+      (!absl::GetFlag(FLAGS_restart_shards) || absl::GetFlag(FLAGS_mode) != "bsp" ||
+       absl::GetFlag(FLAGS_checkpoint_every) <= 0)) {
+    return absl::InvalidArgumentError(
+        "--rollback_shards puts every shard back to one BSP cut: it needs --restart_shards, "
+        "--mode bsp and --checkpoint_every N (under SSP and ASP the shards checkpoint at "
+        "versions of their own)");
+  }
   return absl::OkStatus();
+}
+
+// --rollback_shards: the newest checkpoint version every shard can restore, read once all of
+// them are stopped.
+std::optional<int64_t> CommonCheckpointVersion(const ps::ClusterSpec& spec) {
+  std::vector<ps::CheckpointDir> dirs;
+  for (int s = 0; s < spec.shards; ++s) {
+    absl::StatusOr<ps::CheckpointDir> dir =
+        ps::CheckpointDir::Open(ps::ShardCheckpointDir(s), /*keep=*/1);
+    if (!dir.ok()) return std::nullopt;
+    dirs.push_back(*std::move(dir));
+  }
+  const std::optional<uint64_t> version = ps::NewestCommonRestorable(dirs);
+  if (!version.has_value()) return std::nullopt;
+  return static_cast<int64_t>(*version);
 }
 
 }  // namespace
@@ -228,13 +260,18 @@ int main(int argc, char** argv) {
   if (absl::Status s = StartWorkers(*spec, addresses, supervisor, &workers); !s.ok()) {
     return Stop(supervisor, s);
   }
+  Supervisor::RollbackVersion rollback;
+  if (absl::GetFlag(FLAGS_rollback_shards)) {
+    rollback = [&spec] { return CommonCheckpointVersion(*spec); };
+  }
   if (absl::Status s =
           supervisor.RunUntilWorkersFinish(shards, absl::GetFlag(FLAGS_restart_shards), workers,
-                                           absl::GetFlag(FLAGS_restart_workers));
+                                           absl::GetFlag(FLAGS_restart_workers), rollback);
       !s.ok()) {
     return Stop(supervisor, s);
   }
-  const ps::RunOutcome outcome{absl::Now() - train_start, Restarts(workers), Restarts(shards)};
+  const ps::RunOutcome outcome{absl::Now() - train_start, Restarts(workers), Restarts(shards),
+                               supervisor.rollbacks()};
   if (!spec->python_script.empty()) return FinishPythonRun(*spec, outcome, supervisor, shards);
 
   // The final weights, measured once every worker has finished. Exit code 3: the result is in

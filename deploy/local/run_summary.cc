@@ -152,6 +152,14 @@ nlohmann::json Configuration(const ClusterSpec& spec) {
   return configuration;
 }
 
+// What the supervisor had to do: restarts of dead workers and shards, and rollbacks of every
+// shard to one checkpoint.
+nlohmann::json Restarts(const RunOutcome& outcome) {
+  return {{"worker_restarts", outcome.worker_restarts},
+          {"shard_restarts", outcome.shard_restarts},
+          {"shard_rollbacks", outcome.shard_rollbacks}};
+}
+
 }  // namespace
 
 absl::StatusOr<nlohmann::json> SummarizeRun(const ClusterSpec& spec, const RunOutcome& outcome,
@@ -172,8 +180,7 @@ absl::StatusOr<nlohmann::json> SummarizeRun(const ClusterSpec& spec, const RunOu
   summary["decay_updates"] = eval.value("decay_updates", int64_t{0});
   summary.update(WorkersThroughput(spec, wall_s));
   summary["shard_updates_per_sec"] = shard_rates;
-  summary["worker_restarts"] = outcome.worker_restarts;
-  summary["shard_restarts"] = outcome.shard_restarts;
+  summary.update(Restarts(outcome));
   // A language model's predictions are its tokens.
   if (eval.contains("val_loss")) summary["tokens_per_sec"] = summary["samples_per_sec"];
   // eval.json's fields (test_accuracy, final_loss, staleness, the work account, ...) complete it.
@@ -185,10 +192,8 @@ absl::StatusOr<nlohmann::json> SummarizePythonRun(const ClusterSpec& spec,
                                                   const RunOutcome& outcome) {
   // The workload is the script's: its arguments, and its batch when --python_batch gave it.
   nlohmann::json summary = ShardConfiguration(spec);
-  summary.update({{"python", spec.python_script},
-                  {"python_args", spec.python_args},
-                  {"worker_restarts", outcome.worker_restarts},
-                  {"shard_restarts", outcome.shard_restarts}});
+  summary.update({{"python", spec.python_script}, {"python_args", spec.python_args}});
+  summary.update(Restarts(outcome));
   const int64_t python_batch = absl::GetFlag(FLAGS_python_batch);
   if (python_batch > 0) {
     summary["python_batch"] = python_batch;

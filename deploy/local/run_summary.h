@@ -18,6 +18,7 @@ struct RunOutcome {
   absl::Duration train_wall;  // from the first worker's start to the last one's exit
   int worker_restarts = 0;
   int shard_restarts = 0;
+  int shard_rollbacks = 0;  // times every shard went back to one checkpoint (--rollback_shards)
 };
 
 // The summary of a finished run whose evaluation wrote `eval_path`. DATA_LOSS when that file is

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/base/status_macros.h"
 #include "common/base/whole_file.h"
 
 namespace ps {
@@ -63,8 +64,10 @@ void Supervisor::ShowHiddenTail(const std::string& name) {
   it->second.clear();
 }
 
-absl::Status Supervisor::Start(Member& m) {
-  absl::StatusOr<int> id = children_.Start(m.name, m.command);
+absl::Status Supervisor::Start(Member& m, const std::vector<std::string>& extra_args) {
+  std::vector<std::string> command = m.command;
+  command.insert(command.end(), extra_args.begin(), extra_args.end());
+  absl::StatusOr<int> id = children_.Start(m.name, command);
   if (!id.ok()) return id.status();
   m.id = *id;
   m.restart_at = absl::InfiniteFuture();
@@ -87,7 +90,8 @@ absl::StatusOr<int> Supervisor::WaitForPort(const Member& m, const std::string& 
   return 0;
 }
 
-absl::Status Supervisor::Supervise(Member& m, bool restartable, bool finished_ok) {
+absl::Status Supervisor::Supervise(Member& m, bool restartable, bool finished_ok,
+                                   const std::function<absl::Status(Member&)>& restart) {
   if (children_.running(m.id) || finished_ok) return absl::OkStatus();
   const int code = children_.exit_code(m.id);
   ShowHiddenTail(m.name);
@@ -103,22 +107,51 @@ absl::Status Supervisor::Supervise(Member& m, bool restartable, bool finished_ok
     std::fflush(stdout);
   } else if (absl::Now() >= m.restart_at) {
     ++m.restarts;
-    return Start(m);
+    return restart(m);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Supervisor::RollBack(std::vector<Member>& shards, Member& dead,
+                                  const RollbackVersion& rollback) {
+  for (Member& m : shards) {
+    if (&m != &dead && children_.running(m.id)) children_.Kill(m.id);
+  }
+  const std::optional<int64_t> version = rollback();
+  if (version.has_value()) {
+    std::printf("ps_launch: every shard goes back to its checkpoint of version %lld\n",
+                static_cast<long long>(*version));
+  } else {
+    std::printf(
+        "ps_launch: warning: no checkpoint version is intact on every shard; each restarts at "
+        "its newest, and the rounds redone see newer weights on some shards\n");
+  }
+  std::fflush(stdout);
+  ++rollbacks_;
+  for (Member& m : shards) {
+    std::vector<std::string> extra_args;
+    if (version.has_value()) extra_args.push_back(absl::StrCat("--restore_version=", *version));
+    RETURN_IF_ERROR(Start(m, extra_args));
   }
   return absl::OkStatus();
 }
 
 absl::Status Supervisor::RunUntilWorkersFinish(std::vector<Member>& shards, bool restart_shards,
-                                               std::vector<Member>& workers, bool restart_workers) {
+                                               std::vector<Member>& workers, bool restart_workers,
+                                               const RollbackVersion& rollback) {
+  const auto start = [this](Member& m) { return Start(m); };
+  const auto restart_shard = [&](Member& dead) {
+    return rollback ? RollBack(shards, dead, rollback) : Start(dead);
+  };
   for (;;) {
     if (children_.Poll(absl::Milliseconds(100), signals_.fd())) return Interrupted();
     for (Member& m : shards) {
-      if (absl::Status s = Supervise(m, restart_shards, false); !s.ok()) return s;
+      if (absl::Status s = Supervise(m, restart_shards, false, restart_shard); !s.ok()) return s;
     }
     bool all_done = true;
     for (Member& m : workers) {
       const bool ok = !children_.running(m.id) && children_.exit_code(m.id) == 0;
-      if (absl::Status s = Supervise(m, restart_workers, ok); !s.ok()) return s;
+      if (absl::Status s = Supervise(m, restart_workers, ok, start); !s.ok()) return s;
       all_done = all_done && ok;
     }
     if (all_done) return absl::OkStatus();

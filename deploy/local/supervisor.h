@@ -8,6 +8,8 @@
 
 #include <cstdio>
 #include <deque>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,19 +47,28 @@ class Supervisor {
     absl::Time restart_at = absl::InfiniteFuture();  // a restart is pending while finite
   };
 
+  // When a shard is due to restart, what brings the shards back if not its restart alone: called
+  // once every shard is stopped (the others by SIGKILL), it returns the checkpoint version every
+  // shard is restarted at (ps_server --restore_version), or nullopt to restart each at its
+  // newest.
+  using RollbackVersion = std::function<std::optional<int64_t>()>;
+
   explicit Supervisor(SupervisorOptions options);
 
-  // Starts (or restarts) `m`.
-  absl::Status Start(Member& m);
+  // Starts (or restarts) `m`, with `extra_args` after its command for this start only.
+  absl::Status Start(Member& m, const std::vector<std::string>& extra_args = {});
   // Waits for a shard's port file (30 s at most); 0 when the shard died first. CANCELLED on a
   // signal.
   absl::StatusOr<int> WaitForPort(const Member& m, const std::string& port_file);
   // Runs until every worker has exited 0. A member that dies is restarted when its group is
   // restartable (not beyond max_restarts); any other death is ABORTED naming it, and one with
   // kExitConfigurationError, which no restart can fix, is RefusedConfiguration at once.
-  // CANCELLED on a signal.
+  // CANCELLED on a signal. With `rollback`, a shard's restart is a rollback of every shard.
   absl::Status RunUntilWorkersFinish(std::vector<Member>& shards, bool restart_shards,
-                                     std::vector<Member>& workers, bool restart_workers);
+                                     std::vector<Member>& workers, bool restart_workers,
+                                     const RollbackVersion& rollback = nullptr);
+  // Times every shard went back to one checkpoint version.
+  int rollbacks() const { return rollbacks_; }
   // Runs one command to its end and returns its exit code. CANCELLED on a signal.
   absl::StatusOr<int> RunToEnd(const std::string& name, const std::vector<std::string>& command);
   // Waits `duration` unless a signal comes first (then it returns early, the signal consumed).
@@ -69,8 +80,13 @@ class Supervisor {
   int exit_code(const Member& m) const { return children_.exit_code(m.id); }
 
  private:
-  // An error when `m` failed for good; otherwise schedules or performs its restart.
-  absl::Status Supervise(Member& m, bool restartable, bool finished_ok);
+  // An error when `m` failed for good; otherwise schedules its restart, or performs it through
+  // `restart` when it is due.
+  absl::Status Supervise(Member& m, bool restartable, bool finished_ok,
+                         const std::function<absl::Status(Member&)>& restart);
+  // `dead`'s restart under a rollback: the other shards killed, every shard started again at
+  // the version `rollback` gives.
+  absl::Status RollBack(std::vector<Member>& shards, Member& dead, const RollbackVersion& rollback);
 
   // Shows a child's line (or, under quiet, keeps it among the last hidden ones).
   void Show(const std::string& name, const std::string& line);
@@ -78,6 +94,7 @@ class Supervisor {
   void ShowHiddenTail(const std::string& name);
 
   SupervisorOptions options_;
+  int rollbacks_ = 0;
   absl::flat_hash_map<std::string, std::deque<std::string>> hidden_;
   SignalPipe signals_;
   ChildProcesses children_;

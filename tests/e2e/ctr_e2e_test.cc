@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -111,19 +112,31 @@ TEST(CtrE2e, ACappedTableWithAdmissionEvictsAndStillLearns) {
 
 // Shard 1 killed with SIGKILL mid-run, checkpoints on: it restores its slice and its rows, the
 // workers redo what it lost, every gradient is applied, and the result is the undisturbed run's.
-TEST(CtrE2e, AShardKilledMidRunRestoresItsRowsAndTheJobEndsAsUndisturbed) {
-  const std::vector<std::string> job =
-      With(Dlrm(ClickData()), {"--mode=bsp", "--workers=2", "--epochs=3"});
-  const std::string calm = RunDir("dlrm_calm");
-  ASSERT_EQ(RunLaunch(calm, job), 0);
-  const std::string dir = RunDir("dlrm_shard_kill");
-  const pid_t launch = StartLaunch(
-      dir, With(job, {"--checkpoint_root=" + dir + "/checkpoints", "--checkpoint_every=5",
-                      "--restart_shards", "--restart_delay_s=1"}));
-  ASSERT_TRUE(WaitForSteps(dir + "/worker-0.jsonl", 120, 120)) << ReadAll(dir + "/launch.log");
+// The BSP job of the shard-kill tests: 2 workers, 3 epochs.
+std::vector<std::string> ShardKillJob() {
+  return With(Dlrm(ClickData()), {"--mode=bsp", "--workers=2", "--epochs=3"});
+}
+
+// Runs ShardKillJob() with `extra` flags in `dir`, its shards checkpointing every 5 updates and
+// restarted 1 s after they die, kills shard 1 with SIGKILL at worker 0's 120th step, and returns
+// the launcher's exit code.
+int RunWithShardKilled(const std::string& dir, const std::vector<std::string>& extra) {
+  const pid_t launch =
+      StartLaunch(dir, With(With(ShardKillJob(), {"--checkpoint_root=" + dir + "/checkpoints",
+                                                  "--checkpoint_every=5", "--restart_shards",
+                                                  "--restart_delay_s=1"}),
+                            extra));
+  EXPECT_TRUE(WaitForSteps(dir + "/worker-0.jsonl", 120, 120)) << ReadAll(dir + "/launch.log");
   const pid_t shard = static_cast<pid_t>(std::stol(ReadAll(dir + "/ps-1.pid")));
-  ASSERT_EQ(Signal(shard, SIGKILL), 0);
-  ASSERT_EQ(WaitExit(launch), 0) << ReadAll(dir + "/launch.log");
+  EXPECT_EQ(Signal(shard, SIGKILL), 0);
+  return WaitExit(launch);
+}
+
+TEST(CtrE2e, AShardKilledMidRunRestoresItsRowsAndTheJobEndsAsUndisturbed) {
+  const std::string calm = RunDir("dlrm_calm");
+  ASSERT_EQ(RunLaunch(calm, ShardKillJob()), 0);
+  const std::string dir = RunDir("dlrm_shard_kill");
+  ASSERT_EQ(RunWithShardKilled(dir, {}), 0) << ReadAll(dir + "/launch.log");
   const nlohmann::json s = Summary(dir);
   EXPECT_EQ(s["shard_restarts"], 1);
   // Checkpoints every 5 updates, a full one every 10th (--full_checkpoint_every): the folder
@@ -156,6 +169,35 @@ TEST(CtrE2e, AShardKilledMidRunRestoresItsRowsAndTheJobEndsAsUndisturbed) {
   std::printf("shard killed: test AUC %.4f (undisturbed %.4f), %lld duplicate pushes\n",
               s["test_auc"].get<double>(), undisturbed, static_cast<long long>(duplicates));
   EXPECT_NEAR(s["test_auc"].get<double>(), undisturbed, 0.005) << duplicates;
+  EXPECT_TRUE(ProcessesMentioning(dir).empty());
+}
+
+// --rollback_shards: both shards go back to the newest cut they hold intact (an incremental
+// checkpoint and its full base), so the redone rounds see the weights and rows they saw the first
+// time and the job ends with the undisturbed run's weights, rows and AUC, bit for bit.
+TEST(CtrE2e, WithRollbackAShardKilledMidRunLeavesTheUndisturbedWeightsAndRows) {
+  const std::string calm = RunDir("dlrm_rollback_calm");
+  ASSERT_EQ(RunLaunch(calm, With(ShardKillJob(), {"--save_weights"})), 0);
+  const std::string dir = RunDir("dlrm_rollback");
+  ASSERT_EQ(RunWithShardKilled(dir, {"--rollback_shards", "--save_weights"}), 0)
+      << ReadAll(dir + "/launch.log");
+  const std::string log = ReadAll(dir + "/launch.log");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      log, m, std::regex(R"(every shard goes back to its checkpoint of version (\d+))")))
+      << log;
+  const int64_t version = std::stoll(m[1]);
+  EXPECT_EQ(version % 5, 0) << log;
+  const nlohmann::json s = Summary(dir);
+  EXPECT_EQ(s["shard_restarts"], 1);
+  EXPECT_EQ(s["shard_rollbacks"], 1);
+  EXPECT_EQ(s["restored_versions"], nlohmann::json::array({version, version})) << s.dump();
+  EXPECT_EQ(s["samples_skipped"], 0);
+  const nlohmann::json undisturbed = Summary(calm);
+  EXPECT_EQ(s["test_auc"], undisturbed["test_auc"]);
+  EXPECT_EQ(s["test_logloss"], undisturbed["test_logloss"]);
+  EXPECT_EQ(s["versions"], undisturbed["versions"]);
+  EXPECT_EQ(ReadAll(dir + "/weights.f32"), ReadAll(calm + "/weights.f32"));
   EXPECT_TRUE(ProcessesMentioning(dir).empty());
 }
 

@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -228,6 +229,76 @@ TEST_F(FaultE2e, KilledShardRestoresItsCheckpointAndTheJobFinishes) {
   // Both workers registered again after the restart.
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(LinesOfKind(absl::StrCat(dir, "/worker-", r, ".jsonl"), "rejoin").size(), 1u) << r;
+  }
+  EXPECT_TRUE(ProcessesMentioning(dir).empty());
+}
+
+// --rollback_shards: shard 1 is killed with SIGKILL; the launcher kills shard 0 too and restarts
+// both at the newest checkpoint version both hold intact, removing shard 0's newer ones. The
+// rounds after that cut are redone against the same weights as the first time, so the job ends
+// with the undisturbed run's weights, bit for bit (without the rollback they differ: the rounds
+// shard 1 redoes see shard 0's newer weights).
+TEST_F(FaultE2e, KilledShardWithRollbackEndsWithTheUndisturbedWeightsBitForBit) {
+  const std::vector<std::string> job =
+      With(Common("12000"), {"--workers=2", "--mode=bsp", "--epochs=4", "--save_weights"});
+  const std::string calm = RunDir("rollback_calm");
+  ASSERT_EQ(RunLaunch(calm, job), 0);
+  const std::string dir = RunDir("rollback");
+  const std::string checkpoints = dir + "/checkpoints";
+  const pid_t launch =
+      StartLaunch(dir,
+                  With(job, {"--checkpoint_root=" + checkpoints, "--checkpoint_every=25",
+                             "--restart_shards", "--rollback_shards", "--restart_delay_s=1"}),
+                  /*quiet=*/false);
+  ASSERT_TRUE(WaitForSteps(dir + "/worker-0.jsonl", 80, 120)) << ReadAll(dir + "/launch.log");
+  ASSERT_TRUE(WaitForCheckpoint(checkpoints + "/ps-1", 60)) << ReadAll(dir + "/launch.log");
+  ASSERT_EQ(Signal(PidOf(dir, "ps-1"), SIGKILL), 0);
+  ASSERT_EQ(WaitExit(launch), 0) << ReadAll(dir + "/launch.log");
+
+  const std::string log = ReadAll(dir + "/launch.log");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      log, m, std::regex(R"(every shard goes back to its checkpoint of version (\d+))")))
+      << log;
+  const int64_t version = std::stoll(m[1]);
+  EXPECT_GE(version, 25);
+  EXPECT_EQ(version % 25, 0);
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_TRUE(std::regex_search(log, std::regex(absl::StrCat(R"(\[ps-)", s, R"(\].*version=)",
+                                                               version, R"( \(restored\))"))))
+        << s << " " << log;
+  }
+  const nlohmann::json summary = nlohmann::json::parse(ReadAll(dir + "/summary.json"));
+  EXPECT_EQ(summary["shard_restarts"], 1);
+  EXPECT_EQ(summary["shard_rollbacks"], 1);
+  EXPECT_EQ(summary["restored_versions"], nlohmann::json::array({version, version}))
+      << summary.dump();
+  ExpectAllWorkApplied(summary);
+  const nlohmann::json undisturbed = nlohmann::json::parse(ReadAll(calm + "/summary.json"));
+  EXPECT_EQ(summary["test_accuracy"], undisturbed["test_accuracy"]);
+  EXPECT_EQ(summary["versions"], undisturbed["versions"]);
+  const auto a = ReadWeights(calm + "/weights.f32");
+  const auto b = ReadWeights(dir + "/weights.f32");
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_GT(a.size(), 0u);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  std::printf(
+      "shard kill with rollback: both shards back to version %lld; accuracy %.4f "
+      "(undisturbed %.4f)\n",
+      static_cast<long long>(version), summary["test_accuracy"].get<double>(),
+      undisturbed["test_accuracy"].get<double>());
+  // Rolling back is refused where there is no common cut to go back to.
+  const std::string refused = RunDir("rollback_refused");
+  for (const std::vector<std::string>& flags :
+       {std::vector<std::string>{"--rollback_shards"},
+        {"--rollback_shards", "--restart_shards", "--checkpoint_root=" + refused,
+         "--checkpoint_every=5", "--mode=asp"},
+        {"--rollback_shards", "--restart_shards", "--checkpoint_root=" + refused,
+         "--checkpoint_seconds=1"}}) {
+    EXPECT_EQ(WaitExit(StartLaunch(refused, With(job, flags))), 2) << absl::StrJoin(flags, " ");
+    EXPECT_TRUE(absl::StrContains(ReadAll(refused + "/launch.log"),
+                                  "--rollback_shards puts every shard back to one BSP cut"))
+        << ReadAll(refused + "/launch.log");
   }
   EXPECT_TRUE(ProcessesMentioning(dir).empty());
 }

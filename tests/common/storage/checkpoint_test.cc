@@ -229,6 +229,31 @@ TEST(CheckpointDir, RemovesTheCheckpointsNewerThanTheOneTheRunWentBackTo) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(CheckpointDir, FindsTheNewestCheckpointEveryFolderCanRestore) {
+  const std::string root = TempDir("common");
+  std::vector<CheckpointDir> dirs;
+  for (int shard = 0; shard < 3; ++shard) {
+    auto d = CheckpointDir::Open(absl::StrCat(root, "/ps-", shard), 5);
+    ASSERT_TRUE(d.ok());
+    dirs.push_back(*std::move(d));
+  }
+  EXPECT_EQ(NewestCommonRestorable(dirs), std::nullopt);
+  EXPECT_EQ(NewestCommonRestorable({}), std::nullopt);
+  for (const CheckpointDir& d : dirs) {
+    for (uint64_t v : {5, 10}) ASSERT_TRUE(d.Write(v, "state").ok());
+  }
+  ASSERT_TRUE(dirs[0].Write(15, "state").ok());  // one shard a cut ahead
+  ASSERT_TRUE(dirs[2].Write(15, "state").ok());
+  EXPECT_EQ(NewestCommonRestorable(dirs), 10u);
+  ASSERT_TRUE(dirs[1].Write(15, "delta", /*base=*/10).ok());
+  EXPECT_EQ(NewestCommonRestorable(dirs), 15u);
+  // A torn checkpoint, or one whose base is torn, is not restorable.
+  std::string bytes = ReadAll(dirs[1].Find(10)->path);
+  WriteAll(dirs[1].Find(10)->path, bytes.substr(0, bytes.size() - 3));
+  EXPECT_EQ(NewestCommonRestorable(dirs), 5u);
+  std::filesystem::remove_all(root);
+}
+
 TEST(CheckpointDir, OpenRemovesLeftoverTemporaryFiles) {
   const std::string dir = TempDir("tmp");
   ASSERT_TRUE(CheckpointDir::Open(dir, 1).ok());
