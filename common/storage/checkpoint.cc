@@ -390,12 +390,18 @@ absl::StatusOr<CheckpointDir::Loaded> CheckpointDir::LoadNewest(std::vector<std:
   return absl::NotFoundError(absl::StrCat("no intact checkpoint in ", dir_));
 }
 
-std::optional<uint64_t> NewestCommonRestorable(absl::Span<const CheckpointDir> dirs) {
+std::optional<uint64_t> NewestCommonRestorable(absl::Span<const CheckpointDir> dirs,
+                                               RestorableCheck check) {
   if (dirs.empty()) return std::nullopt;
+  const auto restorable = [check](const CheckpointDir& d, uint64_t sequence) {
+    if (check == RestorableCheck::kIntact) return d.CheckRestorable(sequence).ok();
+    const std::optional<CheckpointInfo> found = d.Find(sequence);
+    return found.has_value() && (!found->base.has_value() || d.Find(*found->base).has_value());
+  };
   const std::vector<CheckpointInfo> first = dirs[0].List();
   for (auto it = first.rbegin(); it != first.rend(); ++it) {
     const bool everywhere = std::all_of(dirs.begin(), dirs.end(), [&](const CheckpointDir& d) {
-      return d.CheckRestorable(it->sequence).ok();
+      return restorable(d, it->sequence);
     });
     if (everywhere) return it->sequence;
   }

@@ -136,9 +136,14 @@ class CheckpointDir {
   int keep_;
 };
 
-// The newest checkpoint number that every folder can restore (CheckRestorable), if there is one:
-// the state that shards which checkpoint at the same numbers (BSP's cuts) can all go back to.
-std::optional<uint64_t> NewestCommonRestorable(absl::Span<const CheckpointDir> dirs);
+// How NewestCommonRestorable judges a checkpoint: kListed by the folder's listing alone (it and
+// its base are there), kIntact by reading them too (CheckRestorable).
+enum class RestorableCheck { kListed, kIntact };
+
+// The newest checkpoint number that every folder can restore, if there is one: the state that
+// shards which checkpoint at the same numbers (BSP's cuts) can all go back to.
+std::optional<uint64_t> NewestCommonRestorable(absl::Span<const CheckpointDir> dirs,
+                                               RestorableCheck check = RestorableCheck::kIntact);
 
 }  // namespace ps
 

@@ -213,9 +213,9 @@ absl::Status CheckRestartFlags() {
   return absl::OkStatus();
 }
 
-// --rollback_shards: the newest checkpoint version every shard can restore, read once all of
-// them are stopped.
-std::optional<int64_t> CommonCheckpointVersion(const ps::ClusterSpec& spec) {
+// --rollback_shards: the newest checkpoint version every shard can restore; by the listing while
+// some shards run, their files read once all are stopped.
+std::optional<int64_t> CommonCheckpointVersion(const ps::ClusterSpec& spec, bool stopped) {
   std::vector<ps::CheckpointDir> dirs;
   for (int s = 0; s < spec.shards; ++s) {
     absl::StatusOr<ps::CheckpointDir> dir =
@@ -223,7 +223,8 @@ std::optional<int64_t> CommonCheckpointVersion(const ps::ClusterSpec& spec) {
     if (!dir.ok()) return std::nullopt;
     dirs.push_back(*std::move(dir));
   }
-  const std::optional<uint64_t> version = ps::NewestCommonRestorable(dirs);
+  const std::optional<uint64_t> version = ps::NewestCommonRestorable(
+      dirs, stopped ? ps::RestorableCheck::kIntact : ps::RestorableCheck::kListed);
   if (!version.has_value()) return std::nullopt;
   return static_cast<int64_t>(*version);
 }
@@ -262,7 +263,7 @@ int main(int argc, char** argv) {
   }
   Supervisor::RollbackVersion rollback;
   if (absl::GetFlag(FLAGS_rollback_shards)) {
-    rollback = [&spec] { return CommonCheckpointVersion(*spec); };
+    rollback = [&spec](bool stopped) { return CommonCheckpointVersion(*spec, stopped); };
   }
   if (absl::Status s =
           supervisor.RunUntilWorkersFinish(shards, absl::GetFlag(FLAGS_restart_shards), workers,

@@ -114,10 +114,18 @@ absl::Status Supervisor::Supervise(Member& m, bool restartable, bool finished_ok
 
 absl::Status Supervisor::RollBack(std::vector<Member>& shards, Member& dead,
                                   const RollbackVersion& rollback) {
+  if (!rollback(/*stopped=*/false).has_value()) {
+    std::printf(
+        "ps_launch: warning: no checkpoint version is on every shard; %s restarts alone at its "
+        "newest\n",
+        dead.name.c_str());
+    std::fflush(stdout);
+    return Start(dead);
+  }
   for (Member& m : shards) {
     if (&m != &dead && children_.running(m.id)) children_.Kill(m.id);
   }
-  const std::optional<int64_t> version = rollback();
+  const std::optional<int64_t> version = rollback(/*stopped=*/true);
   if (version.has_value()) {
     std::printf("ps_launch: every shard goes back to its checkpoint of version %lld\n",
                 static_cast<long long>(*version));

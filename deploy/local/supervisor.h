@@ -47,11 +47,11 @@ class Supervisor {
     absl::Time restart_at = absl::InfiniteFuture();  // a restart is pending while finite
   };
 
-  // When a shard is due to restart, what brings the shards back if not its restart alone: called
-  // once every shard is stopped (the others by SIGKILL), it returns the checkpoint version every
-  // shard is restarted at (ps_server --restore_version), or nullopt to restart each at its
-  // newest.
-  using RollbackVersion = std::function<std::optional<int64_t>()>;
+  // A rollback's checkpoint version: the one every shard can go back to, or nullopt. Asked when a
+  // dead shard is due to restart, first with `stopped` false while the others still run (a look
+  // at what is there, which spares them when there is nothing), then with `stopped` true once
+  // they are killed: the version every shard restarts at (ps_server --restore_version).
+  using RollbackVersion = std::function<std::optional<int64_t>(bool stopped)>;
 
   explicit Supervisor(SupervisorOptions options);
 
@@ -85,7 +85,7 @@ class Supervisor {
   absl::Status Supervise(Member& m, bool restartable, bool finished_ok,
                          const std::function<absl::Status(Member&)>& restart);
   // `dead`'s restart under a rollback: the other shards killed, every shard started again at
-  // the version `rollback` gives.
+  // the version `rollback` gives; `dead` alone when there is none to go back to.
   absl::Status RollBack(std::vector<Member>& shards, Member& dead, const RollbackVersion& rollback);
 
   // Shows a child's line (or, under quiet, keeps it among the last hidden ones).

@@ -49,15 +49,18 @@ void ExpectAllWorkApplied(const nlohmann::json& summary) {
 
 // A BSP job of 2 workers on `train_limit` samples, 2 epochs, whose shards checkpoint every
 // `checkpoint_every` updates into <dir>/checkpoints and are restarted `restart_delay_s` after
-// they die.
+// they die; `extra` flags after those.
 pid_t StartShardRestartingRun(const std::string& dir, const std::string& train_limit,
-                              int checkpoint_every, int restart_delay_s) {
+                              int checkpoint_every, int restart_delay_s,
+                              const std::vector<std::string>& extra = {}) {
   return StartLaunch(
       dir,
-      With(Common(train_limit),
-           {"--workers=2", "--mode=bsp", "--epochs=2", "--checkpoint_root=" + dir + "/checkpoints",
-            "--checkpoint_every=" + std::to_string(checkpoint_every), "--restart_shards",
-            "--restart_delay_s=" + std::to_string(restart_delay_s)}),
+      With(With(Common(train_limit),
+                {"--workers=2", "--mode=bsp", "--epochs=2",
+                 "--checkpoint_root=" + dir + "/checkpoints",
+                 "--checkpoint_every=" + std::to_string(checkpoint_every), "--restart_shards",
+                 "--restart_delay_s=" + std::to_string(restart_delay_s)}),
+           extra),
       /*quiet=*/false);
 }
 
@@ -328,6 +331,28 @@ TEST_F(FaultE2e, SigtermedShardRestoresTheVersionItStoppedAt) {
   EXPECT_EQ(Field(summary, "shard_restarts"), 1);
   // 8000 / 64 = 125 steps x 2 epochs: every shard applied every round exactly once.
   EXPECT_TRUE(absl::StrContains(summary, "\"versions\":[250,250]")) << summary;
+}
+
+// --rollback_shards, but no version on both shards: a SIGTERMed shard's final checkpoint (which
+// lost nothing) is its alone, far from any periodic one. The other shard keeps running and the
+// stopped one restarts alone at its final checkpoint; every round is applied once.
+TEST_F(FaultE2e, UnderRollbackAShardWithNoCutInCommonRestartsAlone) {
+  const std::string dir = RunDir("rollback_alone");
+  const pid_t launch = StartShardRestartingRun(dir, "8000", 100000, 1, {"--rollback_shards"});
+  ASSERT_TRUE(WaitForSteps(dir + "/worker-0.jsonl", 60, 120)) << ReadAll(dir + "/launch.log");
+  const pid_t survivor = PidOf(dir, "ps-1");
+  ASSERT_EQ(Signal(PidOf(dir, "ps-0"), SIGTERM), 0);
+  ASSERT_EQ(WaitExit(launch), 0) << ReadAll(dir + "/launch.log");
+  const std::string log = ReadAll(dir + "/launch.log");
+  EXPECT_TRUE(absl::StrContains(
+      log, "no checkpoint version is on every shard; ps-0 restarts alone at its newest"))
+      << log;
+  EXPECT_EQ(PidOf(dir, "ps-1"), survivor);
+  const nlohmann::json summary = nlohmann::json::parse(ReadAll(dir + "/summary.json"));
+  EXPECT_EQ(summary["shard_restarts"], 1);
+  EXPECT_EQ(summary["shard_rollbacks"], 0);
+  EXPECT_EQ(summary["versions"], nlohmann::json::array({250, 250})) << summary.dump();
+  ExpectAllWorkApplied(summary);
 }
 
 // Replies lost after the shard applied the push (every third one) and every push sent twice:

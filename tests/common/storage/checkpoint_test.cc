@@ -247,10 +247,13 @@ TEST(CheckpointDir, FindsTheNewestCheckpointEveryFolderCanRestore) {
   EXPECT_EQ(NewestCommonRestorable(dirs), 10u);
   ASSERT_TRUE(dirs[1].Write(15, "delta", /*base=*/10).ok());
   EXPECT_EQ(NewestCommonRestorable(dirs), 15u);
-  // A torn checkpoint, or one whose base is torn, is not restorable.
+  // A torn checkpoint, or one whose base is torn, is not restorable; by the listing alone it is.
   std::string bytes = ReadAll(dirs[1].Find(10)->path);
   WriteAll(dirs[1].Find(10)->path, bytes.substr(0, bytes.size() - 3));
   EXPECT_EQ(NewestCommonRestorable(dirs), 5u);
+  EXPECT_EQ(NewestCommonRestorable(dirs, RestorableCheck::kListed), 15u);
+  std::filesystem::remove(dirs[1].Find(10)->path);  // 15's base
+  EXPECT_EQ(NewestCommonRestorable(dirs, RestorableCheck::kListed), 5u);
   std::filesystem::remove_all(root);
 }
 
