@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <regex>
 #include <sstream>
 #include <vector>
 
@@ -226,6 +227,33 @@ std::vector<std::string> ProcessesMentioning(const std::string& marker) {
     if (absl::StrContains(cmdline, marker)) found.push_back(pid + ": " + cmdline);
   }
   return found;
+}
+
+int RunWithShardKilled(const std::string& dir, int checkpoint_every, int steps,
+                       const std::vector<std::string>& job) {
+  const std::string checkpoints = dir + "/checkpoints";
+  const pid_t launch =
+      StartLaunch(dir,
+                  With(job, {"--checkpoint_root=" + checkpoints,
+                             "--checkpoint_every=" + std::to_string(checkpoint_every),
+                             "--restart_shards", "--restart_delay_s=1"}),
+                  /*quiet=*/false);
+  EXPECT_TRUE(WaitForSteps(dir + "/worker-0.jsonl", steps, 120)) << ReadAll(dir + "/launch.log");
+  // A checkpoint is written and synced behind the updates: at 80 steps (0.2 s into a run) the
+  // folder once held only the first one's temporary file, which a restart rightly discards.
+  EXPECT_TRUE(WaitForCheckpoint(checkpoints + "/ps-1", 60)) << ReadAll(dir + "/launch.log");
+  EXPECT_EQ(Signal(static_cast<pid_t>(std::stol(ReadAll(dir + "/ps-1.pid"))), SIGKILL), 0);
+  return WaitExit(launch);
+}
+
+int64_t RollbackVersionIn(const std::string& launch_log) {
+  std::smatch m;
+  if (!std::regex_search(
+          launch_log, m,
+          std::regex(R"(every shard goes back to its checkpoint of version (\d+))"))) {
+    return -1;
+  }
+  return std::stoll(m[1]);
 }
 
 std::vector<std::string> Common(const std::string& train_limit) {

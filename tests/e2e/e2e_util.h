@@ -59,6 +59,15 @@ TestServer StartServer(const std::string& dir, const std::string& name,
 // Waits up to `timeout` until the shard checkpoint folder `dir` holds a finished checkpoint
 // (a ckpt-*.ps file: the writer renames it there once written and synced).
 bool WaitForCheckpoint(const std::string& dir, double timeout_s);
+// Runs ps_launch with `job` in `dir`, its shards checkpointing every `checkpoint_every` updates
+// into <dir>/checkpoints and restarted 1 s after they die; kills shard 1 with SIGKILL once worker
+// 0 has logged `steps` steps and a checkpoint of shard 1 is on disk; returns the launcher's exit
+// code. Its output (not quiet) is in <dir>/launch.log.
+int RunWithShardKilled(const std::string& dir, int checkpoint_every, int steps,
+                       const std::vector<std::string>& job);
+// The checkpoint version a ps_launch log says every shard went back to (--rollback_shards); -1
+// when it says none.
+int64_t RollbackVersionIn(const std::string& launch_log);
 
 // Flags of a small, fast run: a subset of the data, a small MLP, 2 shards.
 std::vector<std::string> Common(const std::string& train_limit);

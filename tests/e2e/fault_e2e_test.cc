@@ -196,19 +196,12 @@ TEST_F(FaultE2e, AShardDownForMoreThanAMinuteLosesNoWork) {
 // finishes. 4 epochs, so that the job outlasts the wait for a finished checkpoint by far.
 TEST_F(FaultE2e, KilledShardRestoresItsCheckpointAndTheJobFinishes) {
   const std::string dir = RunDir("shard_kill");
-  const std::string checkpoints = dir + "/checkpoints";
-  const pid_t launch = StartLaunch(
-      dir,
-      {"--data=fashion-mnist:" + DataDir(), "--train_limit=12000", "--test_limit=0", "--shards=2",
-       "--workers=2", "--mode=bsp", "--epochs=4", "--checkpoint_root=" + checkpoints,
-       "--checkpoint_every=25", "--restart_shards", "--restart_delay_s=1"},
-      /*quiet=*/false);
-  ASSERT_TRUE(WaitForSteps(dir + "/worker-0.jsonl", 80, 120)) << ReadAll(dir + "/launch.log");
-  // A checkpoint is written and synced behind the updates: at 80 steps (0.2 s into a run) the
-  // folder once held only the first one's temporary file, which a restart rightly discards.
-  ASSERT_TRUE(WaitForCheckpoint(checkpoints + "/ps-1", 60)) << ReadAll(dir + "/launch.log");
-  ASSERT_EQ(Signal(PidOf(dir, "ps-1"), SIGKILL), 0);
-  ASSERT_EQ(WaitExit(launch), 0) << ReadAll(dir + "/launch.log");
+  ASSERT_EQ(RunWithShardKilled(
+                dir, 25, 80,
+                {"--data=fashion-mnist:" + DataDir(), "--train_limit=12000", "--test_limit=0",
+                 "--shards=2", "--workers=2", "--mode=bsp", "--epochs=4"}),
+            0)
+      << ReadAll(dir + "/launch.log");
 
   const std::string log = ReadAll(dir + "/launch.log");
   std::smatch m;
@@ -247,24 +240,11 @@ TEST_F(FaultE2e, KilledShardWithRollbackEndsWithTheUndisturbedWeightsBitForBit) 
   const std::string calm = RunDir("rollback_calm");
   ASSERT_EQ(RunLaunch(calm, job), 0);
   const std::string dir = RunDir("rollback");
-  const std::string checkpoints = dir + "/checkpoints";
-  const pid_t launch =
-      StartLaunch(dir,
-                  With(job, {"--checkpoint_root=" + checkpoints, "--checkpoint_every=25",
-                             "--restart_shards", "--rollback_shards", "--restart_delay_s=1"}),
-                  /*quiet=*/false);
-  ASSERT_TRUE(WaitForSteps(dir + "/worker-0.jsonl", 80, 120)) << ReadAll(dir + "/launch.log");
-  ASSERT_TRUE(WaitForCheckpoint(checkpoints + "/ps-1", 60)) << ReadAll(dir + "/launch.log");
-  ASSERT_EQ(Signal(PidOf(dir, "ps-1"), SIGKILL), 0);
-  ASSERT_EQ(WaitExit(launch), 0) << ReadAll(dir + "/launch.log");
-
+  ASSERT_EQ(RunWithShardKilled(dir, 25, 80, With(job, {"--rollback_shards"})), 0)
+      << ReadAll(dir + "/launch.log");
   const std::string log = ReadAll(dir + "/launch.log");
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(
-      log, m, std::regex(R"(every shard goes back to its checkpoint of version (\d+))")))
-      << log;
-  const int64_t version = std::stoll(m[1]);
-  EXPECT_GE(version, 25);
+  const int64_t version = RollbackVersionIn(log);
+  EXPECT_GE(version, 25) << log;
   EXPECT_EQ(version % 25, 0);
   for (int s = 0; s < 2; ++s) {
     EXPECT_TRUE(std::regex_search(log, std::regex(absl::StrCat(R"(\[ps-)", s, R"(\].*version=)",
