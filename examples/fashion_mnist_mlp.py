@@ -15,6 +15,7 @@ weights on the test set and prints `test_accuracy A` (and writes --result as JSO
 """
 
 import argparse
+import functools
 import gzip
 import json
 import os
@@ -107,21 +108,30 @@ def main():
             return ((logits.argmax(1) == test_y).float().mean().item(),
                     loss_fn(logits, test_y).item())
 
-    start = time.time()
-    max_staleness = 0
-    # The steps this rank pushed before: a restarted worker resumes where the shards hold it,
-    # on the same samples (each epoch's order is a function of the seed and the epoch).
-    done = opt.clock
-    for epoch in range(args.epochs):
-        if (epoch + 1) * steps_per_epoch <= done:
-            continue
+    @functools.lru_cache(maxsize=2)
+    def samples_of_epoch(epoch):
+        """This rank's samples of an epoch, in order: a function of the seed and the epoch."""
         order = torch.randperm(len(train_x), generator=torch.Generator().manual_seed(
             args.seed * 1000 + epoch))
-        mine = order[rank::workers][:steps_per_epoch * per_step]
-        loss_sum, batches = 0.0, 0
-        first = max(0, done - epoch * steps_per_epoch) * per_step
-        for i in range(first, len(mine), args.batch_size):
-            batch = mine[i:i + args.batch_size]
+        return order[rank::workers]
+
+    def samples_of(step):
+        """This rank's samples of a step, the same whenever the step runs."""
+        epoch, index = divmod(step, steps_per_epoch)
+        return samples_of_epoch(epoch)[index * per_step:(index + 1) * per_step]
+
+    start = time.time()
+    max_staleness = 0
+    loss_sum, batches = 0.0, 0
+    total = steps_per_epoch * args.epochs
+    # Driven by the shards' clock for this rank, not a count of its own: a restarted worker
+    # resumes where the shards hold it, and when shards go back to an older checkpoint
+    # (ps_launch --rollback_shards) the steps they lost are redone on the same samples.
+    while opt.clock < total:
+        step = opt.clock
+        samples = samples_of(step)
+        for i in range(0, per_step, args.batch_size):
+            batch = samples[i:i + args.batch_size]
             opt.zero_grad()
             loss = loss_fn(model(train_x[batch]), train_y[batch])
             loss.backward()
@@ -129,9 +139,13 @@ def main():
             max_staleness = max(max_staleness, stats.staleness)
             loss_sum += loss.item()
             batches += 1
-        print(f"rank {rank} epoch {epoch + 1} train_loss "
+        if (step + 1) % steps_per_epoch != 0 or opt.clock != step + 1:
+            continue
+        epoch = (step + 1) // steps_per_epoch
+        print(f"rank {rank} epoch {epoch} train_loss "
               f"{loss_sum / max(1, batches):.4f} "
               f"elapsed {time.time() - start:.1f}s", flush=True)
+        loss_sum, batches = 0.0, 0
         if rank == 0 and args.eval_each_epoch:
             accuracy, test_loss = evaluate()  # the weights this rank pulled last
             pst.report_eval(test_accuracy=accuracy, test_loss=test_loss)

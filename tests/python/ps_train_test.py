@@ -50,8 +50,8 @@ class Shards:
             raise
         return self
 
-    def start(self, s, port):
-        """Starts shard s on `port` (0: a free one) and returns its port."""
+    def start(self, s, port, extra=()):
+        """Starts shard s on `port` (0: a free one), with `extra` flags, and returns its port."""
         port_file = os.path.join(self.tmp, f"ps-{s}.port")
         if os.path.exists(port_file):
             os.remove(port_file)
@@ -60,7 +60,7 @@ class Shards:
                 [os.path.join(BIN_DIR, "ps_server"), f"--shard_id={s}",
                  f"--num_shards={self.count}", f"--num_workers={self.workers}", f"--port={port}",
                  f"--port_file={port_file}", "--shared_memory", "--log_level=warn"]
-                + [f.replace("{shard}", str(s)) for f in self.flags],
+                + [f.replace("{shard}", str(s)) for f in self.flags] + list(extra),
                 stdout=log, stderr=subprocess.STDOUT)
         deadline = time.time() + 30
         while not os.path.exists(port_file):
@@ -70,9 +70,9 @@ class Shards:
         with open(port_file, encoding="utf-8") as f:
             return int(f.read().strip())
 
-    def restart(self, s):
-        """Starts shard s again on its port (after kill)."""
-        self.start(s, port=int(self.addresses[s].rsplit(":", 1)[1]))
+    def restart(self, s, extra=()):
+        """Starts shard s again on its port (after kill), with `extra` flags."""
+        self.start(s, port=int(self.addresses[s].rsplit(":", 1)[1]), extra=extra)
 
     def log(self, s):
         with open(os.path.join(self.tmp, f"ps-{s}.log"), encoding="utf-8", errors="replace") as f:
@@ -664,6 +664,42 @@ class Errors(unittest.TestCase):
             pst.finish(wait_s=0)
         self.assertEqual([s.step for s in seen], list(range(steps)))
         self.assertEqual([s.rolled_back for s in seen], [0] * steps)
+        self.assertEqual(seen[-1].rejoins, 1)
+        got = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
+        self.assertLess(relative_error(got, reference_sgd(steps, batch, lr=0.1)), 1e-5)
+
+    def test_a_shard_gone_back_to_an_older_checkpoint_makes_the_step_it_lost_computed_again(self):
+        # Shard restarted at version 3 (ps_launch --rollback_shards does it) while step 6
+        # travels: the step is not pushed (its gradient is step 6's), the worker is back at step
+        # 3, and a loop driven by opt.clock redoes steps 3 to 5 on their own rows, so the
+        # weights are the reference's.
+        steps, batch = 8, 16
+        x, y = make_data()
+        with tempfile.TemporaryDirectory() as tmp, Shards(
+                1, 1, SGD + [f"--checkpoint_dir={tmp}/ckpt-{{shard}}", "--checkpoint_every=1",
+                             "--checkpoint_keep=10"], tmp) as cluster:
+            pst.init(servers=cluster.servers, rank=0, num_workers=1, retry_s=60)
+            model = make_model()
+            opt = pst.ServerOptimizer(model)
+            seen = []
+            while opt.clock < steps:
+                t = opt.clock
+                if t == 6 and not any(s.rejoins for s in seen):
+                    deadline = time.time() + 30
+                    while pst.status()[0]["checkpoint_version"] < 6:
+                        self.assertLess(time.time(), deadline, "no checkpoint of version 6")
+                        time.sleep(0.05)
+                    cluster.kill(0)
+                    cluster.restart(0, extra=["--restore_version=3"])
+                opt.zero_grad()
+                rows = slice(t * batch, (t + 1) * batch)
+                torch.nn.functional.cross_entropy(model(x[rows]), y[rows]).backward()
+                seen.append(opt.step())
+            pst.finish(wait_s=0)
+        self.assertEqual([(s.pushed, s.step) for s in seen],
+                         [(True, t) for t in range(6)] + [(False, -1)] +
+                         [(True, t) for t in range(3, steps)])
+        self.assertEqual([s.rolled_back for s in seen], [0] * 6 + [3] * 6)
         self.assertEqual(seen[-1].rejoins, 1)
         got = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
         self.assertLess(relative_error(got, reference_sgd(steps, batch, lr=0.1)), 1e-5)

@@ -9,9 +9,11 @@ command lines with exit code 2.
 
 import json
 import os
+import signal
 import struct
 import subprocess
 import tempfile
+import time
 import unittest
 
 BIN_DIR = os.environ.get("PS_BIN_DIR", "build/bin")
@@ -170,6 +172,50 @@ class PythonWorkers(unittest.TestCase):
                             summary = json.load(f)
                         self.assertEqual(summary["gradients_applied"], 2 * 11)
                         self.assertNotIn("job_report", summary)
+
+    def test_a_shard_killed_under_rollback_leaves_the_undisturbed_result(self):
+        # The example picks each step's samples by the shards' clock, so when ps_launch puts both
+        # shards back to a checkpoint the workers redo the lost steps on the same samples.
+        job = ["--shards=2", "--workers=2", "--mode=bsp", "--quiet"]
+        script = ["--python", EXAMPLE, "--", "--epochs", "2", "--train_limit", "6000",
+                  "--test_limit", "1000"]
+        with tempfile.TemporaryDirectory() as tmp:
+            calm = launch(job + [f"--metrics_dir={tmp}/calm"] + script, timeout=300)
+            self.assertEqual(calm.returncode, 0, calm.stdout + calm.stderr)
+            run = f"{tmp}/rollback"
+            with subprocess.Popen(
+                    [os.path.join(BIN_DIR, "ps_launch")] + job +
+                    [f"--metrics_dir={run}", f"--checkpoint_root={tmp}/checkpoints",
+                     "--checkpoint_every=10", "--restart_shards", "--rollback_shards",
+                     "--restart_delay_s=1"] + script,
+                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+                # 93 steps an epoch: shard 1 dies in the second one, a checkpoint of it on disk.
+                deadline = time.time() + 120
+                while time.time() < deadline:
+                    steps = 0
+                    if os.path.exists(f"{run}/worker-0.jsonl"):
+                        with open(f"{run}/worker-0.jsonl", encoding="utf-8") as f:
+                            steps = sum(json.loads(line)["kind"] == "step" for line in f
+                                        if line.endswith("\n"))
+                    if steps >= 120 and any(name.startswith("ckpt-") for name in os.listdir(
+                            f"{tmp}/checkpoints/ps-1")):
+                        break
+                    time.sleep(0.02)
+                with open(f"{run}/ps-1.pid", encoding="utf-8") as f:
+                    os.kill(int(f.read()), signal.SIGKILL)
+                out, _ = proc.communicate(timeout=300)
+            self.assertEqual(proc.returncode, 0, out)
+            self.assertIn("every shard goes back to its checkpoint of version", out)
+            summaries = []
+            for name in ("calm", "rollback"):
+                with open(f"{tmp}/{name}/summary.json", encoding="utf-8") as f:
+                    summaries.append(json.load(f))
+        undisturbed, rolled_back = summaries
+        self.assertEqual((rolled_back["shard_restarts"], rolled_back["shard_rollbacks"]), (1, 1))
+        self.assertEqual(rolled_back["gradients_applied"], undisturbed["gradients_applied"])
+        self.assertEqual(rolled_back["gradients_applied"], rolled_back["gradients_expected"])
+        self.assertEqual((rolled_back["test_accuracy"], rolled_back["test_loss"]),
+                         (undisturbed["test_accuracy"], undisturbed["test_loss"]))
 
     def test_a_script_without_finish_leaves_no_report_and_the_summary_says_so(self):
         script = (

@@ -110,11 +110,20 @@ py::dict Worker::Step(int num_samples, const std::vector<RowGradients>& rows) {
   const absl::Time start = absl::Now();
   const int64_t clock = clock_;
   const std::vector<RowsToPush> push_rows = ViewRows(rows);
-  const PushPullStats stats = WithRejoin<PushPullStats>([this, num_samples, &push_rows] {
-    return client_->PushPullWithRows(clock_, versions_, num_samples, Gradient(), push_rows,
-                                     clock_ + 1, Weights(), {});
-  });
-  return StepDone(clock, stats.pushed, stats.pulled, start);
+  const std::optional<PushPullStats> stats =
+      WithRejoinAt<PushPullStats>(clock, [this, clock, num_samples, &push_rows] {
+        return client_->PushPullWithRows(clock, versions_, num_samples, Gradient(), push_rows,
+                                         clock + 1, Weights(), {});
+      });
+  if (!stats.has_value()) return Moved(clock, start);
+  return StepDone(clock, stats->pushed, stats->pulled, start);
+}
+
+py::dict Worker::Moved(int64_t clock, absl::Time start) const {
+  const bool held = clock_ == clock + 1;
+  py::dict d = StatsDict(held ? clock : -1, PushStats{}, PullStats{}, start);
+  d["pushed"] = held;
+  return d;
 }
 
 void Worker::PullRows(int table, const py::array_t<uint64_t>& keys, py::array_t<float>& out,
@@ -155,13 +164,16 @@ py::dict Worker::FinishParts(int num_samples) {
       calls_.Call<absl::StatusOr<PushStats>>([this] { return sender_->Wait(); }, Canceller());
   if (!parts.ok() && !absl::IsAborted(parts.status())) throw StatusError{parts.status()};
   if (!parts.ok()) {
-    // Some parts went nowhere: after the rejoin the whole gradient goes as one push.
+    // Some parts went nowhere: after the rejoin the whole gradient goes as one push, if the
+    // shards still expect this step.
     Rejoin(parts.status());
-    return Step(num_samples, {});
+    return clock_ == clock ? Step(num_samples, {}) : Moved(clock, start);
   }
-  const PullStats pulled = WithRejoin<PullStats>(
-      [this] { return client_->Pull(clock_ + 1, /*no_wait=*/false, Weights()); });
-  return StepDone(clock, *parts, pulled, start);
+  // The step is pushed; a rejoin while its successor's weights come may still move this rank.
+  const std::optional<PullStats> pulled = WithRejoinAt<PullStats>(
+      clock, [this, clock] { return client_->Pull(clock + 1, /*no_wait=*/false, Weights()); });
+  if (!pulled.has_value()) return Moved(clock, start);
+  return StepDone(clock, *parts, *pulled, start);
 }
 
 std::vector<std::string> Worker::Status() {

@@ -220,6 +220,25 @@ class Worker {
     }
   }
 
+  // `call` for step `clock` (this clock) with its gradient, as WithRejoin, but only while the
+  // shards resume this rank at `clock`: nullopt once a rejoin moved it (a rollback to an older
+  // checkpoint, or rounds closed without this worker). The gradient in hand belongs to `clock`,
+  // not to the step the shards expect next, so it is not pushed: the caller computes that step.
+  template <typename T>
+  std::optional<T> WithRejoinAt(int64_t clock, std::function<absl::StatusOr<T>()> call) {
+    for (;;) {
+      absl::StatusOr<T> result = calls_.Call<absl::StatusOr<T>>(call, Canceller());
+      if (result.ok() || !absl::IsAborted(result.status())) return ValueOrThrow(std::move(result));
+      Rejoin(result.status());
+      if (clock_ != clock) return std::nullopt;
+    }
+  }
+
+  // Step `clock` after the shards moved this rank to another clock while it travelled (see
+  // WithRejoinAt): pushed when they hold it (they resume at the step after it), otherwise its
+  // stats say `pushed` false.
+  py::dict Moved(int64_t clock, absl::Time start) const;
+
   // Registers again after `why` (ABORTED), at most config_.max_rejoins times in a worker's life
   // (then ABORTED is thrown); offers this worker's weights to a shard that lost its own, takes the
   // clock the shards resume this rank at and pulls that clock's weights.

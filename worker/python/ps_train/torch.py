@@ -172,7 +172,9 @@ def _require_config():
 @dataclass
 class StepStats:
     """What one opt.step() did. pushed is False for the micro-batches of an accumulation window
-    before its last (nothing travelled); the rest is then zero."""
+    before its last (nothing travelled), and for a step the shards no longer expected once it
+    reached them (they went back to an older checkpoint: rolled_back counts the steps lost, and
+    opt.clock names the step to compute next); the rest is then zero."""
     pushed: bool
     step: int = 0  # the clock of the pushed gradient
     staleness: int = 0  # the largest over the shards that applied it now (SSP, ASP)
@@ -474,10 +476,13 @@ class ServerOptimizer:
                 result = self._worker.step(samples, self._take_row_grads())
         self._bind()
         self._last_return = time.perf_counter()
-        stats = StepStats(pushed=True, compute_ms=compute_ms, injected_ms=1000.0 * injected_s,
+        # Not pushed when the shards moved this rank to another step while it travelled (they
+        # went back to an older checkpoint): the caller computes the step of `clock` next.
+        pushed = result.pop("pushed", True)
+        stats = StepStats(pushed=pushed, compute_ms=compute_ms, injected_ms=1000.0 * injected_s,
                           **result)
         self._own_transfer_s = max(0.0, stats.round_trip_ms - stats.server_wait_ms) / 1000.0
-        if self._metrics is not None:
+        if self._metrics is not None and pushed:
             # The whole step, its micro-batches' compute included, since the last push returned.
             line = {"kind": "step", "step": stats.step, "samples": samples,
                     "step_ms": 1000.0 * (self._last_return - self._last_push_return),
