@@ -204,8 +204,11 @@ def expand(config):
             python_args = (config.get("common", {}).get("python_args", []) +
                            spec.get("python_args", []))
             flags.pop("python_args", None)
+            env = {}
             if "python" in flags:  # the script takes the seed; ps_launch's is ps_worker's
                 python_args = python_args + [f"--seed={seed}"]
+                # ps_train draws a straggler scenario's jitter from it, as ps_worker from --seed.
+                env["PS_DELAY_SEED"] = str(seed)
                 # A path from the caller's folder, or else from the repository's.
                 if not os.path.exists(flags["python"]):
                     flags["python"] = os.path.join(ROOT, flags["python"])
@@ -214,7 +217,7 @@ def expand(config):
             label = f"{scenario}__{mode_name.replace(':', '')}__{rule}__seed{seed}"
             runs.append(dict(label=label, scenario=scenario, mode=mode, mode_name=mode_name,
                              staleness=s, rule=rule, seed=seed, flags=flags,
-                             python_args=python_args))
+                             python_args=python_args, env=env))
     return runs
 
 
@@ -252,7 +255,8 @@ def run_one(run, bin_dir, run_dir, stop, metric):
     cmd += launch_flags(run)
     start = time.time()
     with open(os.path.join(run_dir, "launch.log"), "w") as log:
-        stop.child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        stop.child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                      env=dict(os.environ, **run["env"]))
         if stop.signal is not None:  # it came after the loop's check, before the child was known
             stop.child.send_signal(signal.SIGTERM)
         try:

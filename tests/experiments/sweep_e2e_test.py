@@ -202,13 +202,15 @@ class SweepTest(unittest.TestCase):
         paired = [final[("asp", seed)] - final[("bsp", seed)] for seed in (1, 2, 3)]
         self.assertEqual(rows["asp"][6], interval(paired, sign="+")[0] + " vs bsp", table)
 
-    def test_a_python_run_gets_its_seed_as_the_scripts_argument(self):
+    def test_a_python_run_gets_its_seed_as_the_scripts_argument_and_its_delays_seed(self):
         runs = run_sweep.expand(PYTHON)
         self.assertEqual([run_sweep.launch_flags(r)[-9:] for r in runs][:2], [
             ["--", "--epochs", "1", "--train_limit", "1920", "--test_limit", "500",
              "--eval_each_epoch", f"--seed={seed}"] for seed in (1, 2)])
         for r in runs:
             self.assertNotIn("seed", r["flags"])  # ps_launch's --seed is ps_worker's
+            # The jitter's draws follow the run's seed, as ps_worker's do.
+            self.assertEqual(r["env"], {"PS_DELAY_SEED": str(r["seed"])})
             self.assertEqual(r["flags"]["python"],
                              os.path.join(ROOT, "examples", "fashion_mnist_mlp.py"))
 
