@@ -48,8 +48,9 @@ absl::StatusOr<std::optional<CheckpointInfo>> RestoreCheckpoint(const Checkpoint
     RETURN_IF_ERROR(restore(exact));
     ASSIGN_OR_RETURN(const std::vector<std::string> removed,
                      dir.RemoveNewerThan(exact.info.sequence));
-    for (const std::string& path : removed)
+    for (const std::string& path : removed) {
       spdlog::info("removed {}: newer than {}", path, version);
+    }
     loaded = std::move(exact);
   } else {
     std::vector<std::string> skipped;

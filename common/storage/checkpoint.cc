@@ -73,8 +73,9 @@ absl::Status FsyncPath(const std::string& path, int flags) {
 constexpr absl::string_view kBaseMark = ".on-";
 
 std::string NameOf(uint64_t sequence, uint64_t base) {
-  if (base == CheckpointDir::kNoBase)
+  if (base == CheckpointDir::kNoBase) {
     return absl::StrFormat("%s%020u%s", kPrefix, sequence, kSuffix);
+  }
   return absl::StrFormat("%s%020u%s%020u%s", kPrefix, sequence, kBaseMark, base, kSuffix);
 }
 
