@@ -92,6 +92,10 @@ class CheckpointDir {
   // Creates `dir` if needed. INVALID_ARGUMENT for keep < 1; PERMISSION_DENIED or INTERNAL when
   // the folder cannot be made.
   static absl::StatusOr<CheckpointDir> Open(const std::string& dir, int keep);
+  // `dir` to read (List, Find, Load, CheckRestorable) while its writer may still run: unlike
+  // Open(), it creates and removes nothing, so a checkpoint being written is left alone. Not
+  // for Write().
+  static CheckpointDir ForReading(const std::string& dir) { return CheckpointDir(dir, 1); }
 
   // Durably writes checkpoint number `sequence` (a growing number, e.g. the shard's version; an
   // existing file of that number is replaced), incremental over checkpoint number `base` when

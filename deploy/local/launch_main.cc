@@ -214,14 +214,11 @@ absl::Status CheckRestartFlags() {
 }
 
 // --rollback_shards: the newest checkpoint version every shard can restore; by the listing while
-// some shards run, their files read once all are stopped.
+// some shards run (their writers' files left alone), their files read once all are stopped.
 std::optional<int64_t> CommonCheckpointVersion(const ps::ClusterSpec& spec, bool stopped) {
   std::vector<ps::CheckpointDir> dirs;
   for (int s = 0; s < spec.shards; ++s) {
-    absl::StatusOr<ps::CheckpointDir> dir =
-        ps::CheckpointDir::Open(ps::ShardCheckpointDir(s), /*keep=*/1);
-    if (!dir.ok()) return std::nullopt;
-    dirs.push_back(*std::move(dir));
+    dirs.push_back(ps::CheckpointDir::ForReading(ps::ShardCheckpointDir(s)));
   }
   const std::optional<uint64_t> version = ps::NewestCommonRestorable(
       dirs, stopped ? ps::RestorableCheck::kIntact : ps::RestorableCheck::kListed);

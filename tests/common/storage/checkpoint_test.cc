@@ -257,6 +257,24 @@ TEST(CheckpointDir, FindsTheNewestCheckpointEveryFolderCanRestore) {
   std::filesystem::remove_all(root);
 }
 
+TEST(CheckpointDir, ReadingLeavesACheckpointBeingWrittenAlone) {
+  const std::string dir = TempDir("reading");
+  auto d = CheckpointDir::Open(dir, 3);
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE(d->Write(5, "state 5").ok());
+  WriteAll(dir + "/.tmp-ckpt-00000000000000000010.ps", "a writer's half");
+  const CheckpointDir reader = CheckpointDir::ForReading(dir);
+  ASSERT_EQ(reader.List().size(), 1u);
+  EXPECT_TRUE(reader.CheckRestorable(5).ok());
+  EXPECT_EQ(NewestCommonRestorable({reader}), 5u);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/.tmp-ckpt-00000000000000000010.ps"));
+  // A folder that is not there reads as empty, and is not made.
+  const CheckpointDir missing = CheckpointDir::ForReading(dir + "/none");
+  EXPECT_TRUE(missing.List().empty());
+  EXPECT_FALSE(std::filesystem::exists(dir + "/none"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CheckpointDir, OpenRemovesLeftoverTemporaryFiles) {
   const std::string dir = TempDir("tmp");
   ASSERT_TRUE(CheckpointDir::Open(dir, 1).ok());
