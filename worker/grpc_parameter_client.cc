@@ -134,16 +134,17 @@ absl::Status GrpcParameterClient::CallAll(const char* method, StartFn<Request, R
       responses, timeout, wait_for_ready, nullptr, retry, each_status);
 }
 
-absl::Status GrpcParameterClient::CallRaw(const char* method, RawMethod raw,
-                                          const std::vector<Piece>& pieces,
-                                          const std::vector<grpc::ByteBuffer>& requests,
-                                          std::vector<grpc::ByteBuffer>* responses,
-                                          absl::Duration timeout,
-                                          const std::function<void(size_t)>& on_ok) {
+absl::Status GrpcParameterClient::CallRaw(
+    const char* method, RawMethod raw, const std::vector<Piece>& pieces,
+    const std::vector<grpc::ByteBuffer>& requests, std::vector<grpc::ByteBuffer>* responses,
+    absl::Duration timeout, const std::function<void(size_t)>& on_ok, std::vector<int>* sends) {
   responses->assign(pieces.size(), grpc::ByteBuffer());
   std::vector<char> answered(pieces.size(), 0);
-  if (std::optional<absl::Status> local =
-          CallLocal(method, raw, pieces, requests, responses, timeout, on_ok, &answered)) {
+  std::vector<int> local_sends(pieces.size(), 0);
+  if (sends != nullptr) sends->assign(pieces.size(), 0);
+  if (std::optional<absl::Status> local = CallLocal(method, raw, pieces, requests, responses,
+                                                    timeout, on_ok, &answered, &local_sends)) {
+    if (sends != nullptr) *sends = std::move(local_sends);
     return *local;
   }
   // Over gRPC: the pieces the local channels did not answer, each answer put where the caller
@@ -155,7 +156,8 @@ absl::Status GrpcParameterClient::CallRaw(const char* method, RawMethod raw,
   std::vector<int> shards(rest.size());
   for (size_t j = 0; j < rest.size(); ++j) shards[j] = pieces[rest[j]].shard;
   std::vector<grpc::ByteBuffer> answers;
-  return CallEach(
+  std::vector<int> attempts;
+  const absl::Status status = CallEach(
       method, shards,
       [&](size_t j, grpc::ClientContext* ctx, grpc::CompletionQueue* cq) {
         const Piece& piece = pieces[rest[j]];
@@ -167,7 +169,11 @@ absl::Status GrpcParameterClient::CallRaw(const char* method, RawMethod raw,
         (*responses)[rest[j]] = std::move(answers[j]);
         if (on_ok) on_ok(rest[j]);
       },
-      /*retry=*/true, /*each_status=*/nullptr, LoneShardWindow());
+      /*retry=*/true, /*each_status=*/nullptr, LoneShardWindow(), &attempts);
+  if (sends != nullptr && attempts.size() == rest.size()) {
+    for (size_t j = 0; j < rest.size(); ++j) (*sends)[rest[j]] = local_sends[rest[j]] + attempts[j];
+  }
+  return status;
 }
 
 size_t GrpcParameterClient::LoneShardWindow() const {
@@ -185,7 +191,8 @@ size_t GrpcParameterClient::LoneShardWindow() const {
 std::optional<absl::Status> GrpcParameterClient::CallLocal(
     const char* method, RawMethod raw, const std::vector<Piece>& pieces,
     const std::vector<grpc::ByteBuffer>& requests, std::vector<grpc::ByteBuffer>* responses,
-    absl::Duration timeout, const std::function<void(size_t)>& on_ok, std::vector<char>* answered) {
+    absl::Duration timeout, const std::function<void(size_t)>& on_ok, std::vector<char>* answered,
+    std::vector<int>* sends) {
   LocalFrameHeader header;
   const absl::string_view path = raw.path;
   if (path == "/ps.v1.ParameterServer/Push") {
@@ -227,6 +234,9 @@ std::optional<absl::Status> GrpcParameterClient::CallLocal(
     return absl::StrCat(method, " to shard ", shard, " (", options_.servers[shard], ")");
   };
   for (size_t i = 0; i < pieces.size(); ++i) {
+    // Counted before it is known to be whole: a frame cut short is not read as a request, but
+    // one the shard read before the channel broke is.
+    ++(*sends)[i];
     if (!WriteLocalFrame(channels[i]->fd(), header, requests[i]).ok()) {
       abandon();
       return std::nullopt;
@@ -308,7 +318,7 @@ absl::Status GrpcParameterClient::CallEach(const char* method, const std::vector
                                            absl::Duration timeout, bool wait_for_ready,
                                            const std::function<void(size_t)>& on_ok, bool retry,
                                            std::vector<absl::Status>* each_status,
-                                           size_t max_in_flight) {
+                                           size_t max_in_flight, std::vector<int>* attempts) {
   responses->assign(shards.size(), Response());
   // A retry replaces call i's reader once its previous attempt has finished.
   std::vector<std::unique_ptr<grpc::ClientAsyncResponseReader<Response>>> readers(shards.size());
@@ -326,6 +336,7 @@ absl::Status GrpcParameterClient::CallEach(const char* method, const std::vector
   calls.on_ok = on_ok;
   calls.each_status = each_status;
   calls.max_in_flight = max_in_flight;
+  calls.attempts = attempts;
   return fanout_.Run(calls);
 }
 

@@ -217,6 +217,24 @@ class GrpcParameterClient final : public ParameterClient {
   // PullRows and PullStepRows: an observer's read (no_wait) or the worker's.
   absl::Status PullRowsAlone(int64_t clock, bool no_wait, absl::Span<const RowsToPull> rows);
   static absl::Status ReplyDoesNotFit(const char* method, int shard, const absl::Status& why);
+  // What each piece of one push call came to, for top-k's error feedback.
+  struct PushOutcomes {
+    explicit PushOutcomes(size_t pieces) : answered(pieces, 0), duplicate(pieces, 0) {}
+    void Answered(size_t i, const ps::v1::PushResponse& r) {
+      answered[i] = 1;
+      duplicate[i] = r.duplicate() && !r.staged();
+    }
+    std::vector<char> answered;   // the shard answered OK
+    std::vector<char> duplicate;  // ... that it had this push already
+    std::vector<int> sends;       // times each piece went out (CallRaw)
+  };
+  // Top-k sends part of its residual with each piece and keeps the rest; a piece its shard did
+  // not take would lose what it carried. Those pieces' residual goes back to what it was before
+  // the call: a failed piece (the trainer computes the step again from the shards' clock), and a
+  // duplicate of an earlier call's push (the shard has the step from that call, whose residual
+  // stands). A duplicate that answers a piece sent twice in this call is its own first send,
+  // taken: the reply was lost, not the push.
+  void SettleTopK(const std::vector<Piece>& pieces, const PushOutcomes& outcomes);
   static void CountPush(const ps::v1::PushResponse& r, PushStats* stats);
   // Pull and PullParts: one raw call per piece; each piece is decoded into `params` as it
   // arrives, and on_part(i) runs once part i's pieces have all arrived.
@@ -245,15 +263,18 @@ class GrpcParameterClient final : public ParameterClient {
                        absl::Duration timeout, bool wait_for_ready, bool retry = true,
                        std::vector<absl::Status>* each_status = nullptr);
   // Raw calls, call i to pieces[i]'s shard over its connection, all in flight together;
-  // on_ok(i), if given, runs on this thread as soon as call i has succeeded.
+  // on_ok(i), if given, runs on this thread as soon as call i has succeeded. `sends`, if given:
+  // how many times each request went out, over the local channel and gRPC together.
   absl::Status CallRaw(const char* method, RawMethod raw, const std::vector<Piece>& pieces,
                        const std::vector<grpc::ByteBuffer>& requests,
                        std::vector<grpc::ByteBuffer>* responses, absl::Duration timeout,
-                       const std::function<void(size_t)>& on_ok = nullptr);
+                       const std::function<void(size_t)>& on_ok = nullptr,
+                       std::vector<int>* sends = nullptr);
   // How many of a call's pieces CallRaw keeps in flight (0: all of them).
   size_t LoneShardWindow() const;
   // CallRaw over the local channels, when every piece goes to its own shard and that shard's
-  // channel is free. Sets answered[i] for each piece answered (on_ok(i) has run). Returns the
+  // channel is free. Sets answered[i] for each piece answered (on_ok(i) has run) and counts
+  // each request written in sends[i]. Returns the
   // call's outcome, or nothing when the pieces not answered should go over gRPC: no channel, one
   // that broke (a shard restarted, CancelCallsTo) or an UNAVAILABLE answer (a shard shutting
   // down), which gRPC's retries handle.
@@ -263,7 +284,7 @@ class GrpcParameterClient final : public ParameterClient {
                                         std::vector<grpc::ByteBuffer>* responses,
                                         absl::Duration timeout,
                                         const std::function<void(size_t)>& on_ok,
-                                        std::vector<char>* answered);
+                                        std::vector<char>* answered, std::vector<int>* sends);
   // Breaks `channel` (shard `shard`'s) and forgets it: later calls to the shard use gRPC until
   // the next Register connects again.
   void DropLocal(int shard, const std::shared_ptr<LocalChannel>& channel);
@@ -277,7 +298,7 @@ class GrpcParameterClient final : public ParameterClient {
                         std::vector<Response>* responses, absl::Duration timeout,
                         bool wait_for_ready, const std::function<void(size_t)>& on_ok,
                         bool retry = true, std::vector<absl::Status>* each_status = nullptr,
-                        size_t max_in_flight = 0);
+                        size_t max_in_flight = 0, std::vector<int>* attempts = nullptr);
   // Cancels the calls in flight to `shard` as the shard would (CANCELLED, which this client
   // retries): for calls that wait on a process that is gone.
   void CancelCallsTo(int shard);

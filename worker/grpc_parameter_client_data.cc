@@ -233,11 +233,23 @@ absl::StatusOr<PushStats> GrpcParameterClient::PushPieces(int64_t clock,
   }
   const RawMethod push{"/ps.v1.ParameterServer/Push"};
   std::vector<grpc::ByteBuffer> replies;
-  RETURN_IF_ERROR(CallRaw("Push", push, pieces, requests, &replies, options_.call_timeout));
-  std::vector<ps::v1::PushResponse> responses(replies.size());
-  for (size_t i = 0; i < replies.size(); ++i) {
-    RETURN_IF_ERROR(ParseFromByteBuffer(replies[i], &responses[i]));
-  }
+  std::vector<ps::v1::PushResponse> responses(pieces.size());
+  PushOutcomes outcomes(pieces.size());
+  absl::Status parsed = absl::OkStatus();
+  const absl::Status called = CallRaw(
+      "Push", push, pieces, requests, &replies, options_.call_timeout,
+      [&](size_t i) {
+        const absl::Status ok = ParseFromByteBuffer(replies[i], &responses[i]);
+        if (ok.ok()) {
+          outcomes.Answered(i, responses[i]);
+        } else if (parsed.ok()) {
+          parsed = ReplyDoesNotFit("Push", pieces[i].shard, ok);
+        }
+      },
+      &outcomes.sends);
+  SettleTopK(pieces, outcomes);
+  RETURN_IF_ERROR(called);
+  RETURN_IF_ERROR(parsed);
   if (options_.duplicate_pushes) {
     std::vector<grpc::ByteBuffer> again;
     RETURN_IF_ERROR(CallRaw("Push", push, pieces, requests, &again, options_.call_timeout));
@@ -326,27 +338,33 @@ absl::StatusOr<PushPullStats> GrpcParameterClient::PushPullWithRows(
   }
   absl::Status decoded = absl::OkStatus();
   std::vector<grpc::ByteBuffer> replies;
-  RETURN_IF_ERROR(
-      CallRaw("PushPull", RawMethod{"/ps.v1.ParameterServer/PushPull"}, pieces, requests, &replies,
-              options_.pull_timeout, [&](size_t i) {
-                ps::v1::PushPullResponse header;
-                SplitMessage split;  // the values are decoded from gRPC's buffers into `params`
-                absl::Status ok = SplitPayloadMessage(
-                    replies[i], ps::v1::PushPullResponse::kValuesFieldNumber, &header, &split);
-                if (ok.ok()) {
-                  ok = DecodePulled(pieces[i], header.pull(), split, weights_leases.slot(i),
-                                    direct_weights >= 0, params, &stats.pulled);
-                }
-                if (ok.ok()) {
-                  ok = ScatterPulledRows(routed_pull[pieces[i].shard], header.pull().rows(),
-                                         pull_rows, options_.tables);
-                }
-                if (!ok.ok()) {
-                  if (decoded.ok()) decoded = ReplyDoesNotFit("PushPull", pieces[i].shard, ok);
-                  return;
-                }
-                CountPush(header.push(), &stats.pushed);
-              }));
+  PushOutcomes outcomes(pieces.size());
+  const absl::Status called = CallRaw(
+      "PushPull", RawMethod{"/ps.v1.ParameterServer/PushPull"}, pieces, requests, &replies,
+      options_.pull_timeout,
+      [&](size_t i) {
+        ps::v1::PushPullResponse header;
+        SplitMessage split;  // the values are decoded from gRPC's buffers into `params`
+        absl::Status ok = SplitPayloadMessage(
+            replies[i], ps::v1::PushPullResponse::kValuesFieldNumber, &header, &split);
+        if (ok.ok()) {
+          outcomes.Answered(i, header.push());
+          ok = DecodePulled(pieces[i], header.pull(), split, weights_leases.slot(i),
+                            direct_weights >= 0, params, &stats.pulled);
+        }
+        if (ok.ok()) {
+          ok = ScatterPulledRows(routed_pull[pieces[i].shard], header.pull().rows(), pull_rows,
+                                 options_.tables);
+        }
+        if (!ok.ok()) {
+          if (decoded.ok()) decoded = ReplyDoesNotFit("PushPull", pieces[i].shard, ok);
+          return;
+        }
+        CountPush(header.push(), &stats.pushed);
+      },
+      &outcomes.sends);
+  SettleTopK(pieces, outcomes);
+  RETURN_IF_ERROR(called);
   RETURN_IF_ERROR(decoded);
   for (int64_t& v : stats.pulled.versions) {
     if (v == std::numeric_limits<int64_t>::max()) v = 0;  // a shard with no piece
@@ -454,6 +472,16 @@ absl::Status GrpcParameterClient::DecodePulled(const Piece& piece,
   stats->versions[piece.shard] = std::min(stats->versions[piece.shard], header.version());
   stats->server_wait = std::max(stats->server_wait, absl::Microseconds(header.wait_us()));
   return absl::OkStatus();
+}
+
+void GrpcParameterClient::SettleTopK(const std::vector<Piece>& pieces,
+                                     const PushOutcomes& outcomes) {
+  if (topk_ == nullptr) return;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const bool sent_before = i < outcomes.sends.size() && outcomes.sends[i] > 1;
+    const bool taken = outcomes.answered[i] && (!outcomes.duplicate[i] || sent_before);
+    if (!taken) topk_->Restore(pieces[i].range.begin, pieces[i].range.end);
+  }
 }
 
 absl::Status GrpcParameterClient::ReplyDoesNotFit(const char* method, int shard,

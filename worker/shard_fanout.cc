@@ -90,6 +90,11 @@ class ShardFanout::Run_ {
     return absl::OkStatus();
   }
 
+  void CountAttempts(std::vector<int>* out) const {
+    out->resize(attempts_.size());
+    for (size_t i = 0; i < attempts_.size(); ++i) (*out)[i] = attempts_[i].attempts;
+  }
+
  private:
   struct Attempt {
     std::unique_ptr<grpc::ClientContext> context;
@@ -224,6 +229,11 @@ class ShardFanout::Run_ {
   size_t in_flight_ = 0, waiting_ = 0;
 };
 
-absl::Status ShardFanout::Run(const Calls& calls) { return Run_(*this, calls).Run(); }
+absl::Status ShardFanout::Run(const Calls& calls) {
+  Run_ run(*this, calls);
+  absl::Status status = run.Run();
+  if (calls.attempts != nullptr) run.CountAttempts(calls.attempts);
+  return status;
+}
 
 }  // namespace ps

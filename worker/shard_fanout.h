@@ -54,6 +54,9 @@ class ShardFanout {
     // by its shard (a pull waiting for its round) must not hold back a call that would release
     // it, so the pieces of one shard's transfer, not a fan-out over several shards.
     size_t max_in_flight = 0;
+    // If given: how many times each call was sent (0: never started), whatever the outcome. A
+    // call sent more than once may have reached its shard before the attempt that answered.
+    std::vector<int>* attempts = nullptr;
   };
   // Runs the calls to their end. The error names the method and the shard; CANCELLED after
   // Cancel().

@@ -307,6 +307,9 @@ int64_t TopKCompressor::Compress(absl::Span<const float> gradient, int64_t begin
   assert(0 <= begin && begin <= end && end <= static_cast<int64_t>(residual_.size()));
   float* r = residual_.data() + begin;
   const int64_t n = end - begin;
+  // Allocated at the first push: a compressor that is never used costs one residual.
+  if (before_.empty()) before_.resize(residual_.size());
+  std::copy(r, r + n, before_.begin() + begin);
   for (int64_t i = 0; i < n; ++i) r[i] += gradient[begin + i];
   const int64_t k = KFor(n);
   order_.resize(n);
@@ -325,6 +328,12 @@ int64_t TopKCompressor::Compress(absl::Span<const float> gradient, int64_t begin
     r[index] = 0.0f;  // sent: the residual keeps only what was held back
   }
   return k;
+}
+
+void TopKCompressor::Restore(int64_t begin, int64_t end) {
+  assert(0 <= begin && begin <= end && end <= static_cast<int64_t>(residual_.size()));
+  if (before_.empty()) return;  // nothing compressed yet
+  std::copy(before_.begin() + begin, before_.begin() + end, residual_.begin() + begin);
 }
 
 }  // namespace ps

@@ -145,6 +145,12 @@ class TopKCompressor {
   // is resized to k * 8 bytes.
   int64_t Compress(absl::Span<const float> gradient, int64_t begin, int64_t end,
                    std::vector<char>* out);
+  // Puts [begin, end) of the residual back as it was before the last Compress of that range, as
+  // if that Compress had not run: for a payload its shard did not take (the push failed, or the
+  // shard had that step already), whose values would otherwise be lost and whose gradient the
+  // caller computes again or has delivered before. Exact (a copy, not a subtraction). Only the
+  // last Compress of a range can be undone, once.
+  void Restore(int64_t begin, int64_t end);
   // Elements sent per step for a range of `n` elements.
   int64_t KFor(int64_t n) const;
   absl::Span<const float> residual() const { return residual_; }
@@ -152,6 +158,7 @@ class TopKCompressor {
  private:
   double ratio_;
   std::vector<float> residual_;
+  std::vector<float> before_;    // the residual before each range's last Compress
   std::vector<uint32_t> order_;  // scratch for the selection
 };
 

@@ -28,6 +28,8 @@ struct OneShardOptions {
   int shared_memory_slots = 1;
   int64_t chunk_bytes = 0;        // 0: one call per shard
   int drop_push_reply_every = 0;  // fault injection on the shard
+  TensorEncoding push_encoding = TensorEncoding::kF32;
+  double topk_ratio = 0.01;
 };
 struct OneShard {
   std::unique_ptr<ShardServer> server;
@@ -43,6 +45,8 @@ OneShard StartOneShard(const OneShardOptions& options) {
   o.shared_memory = options.shared_memory;
   o.shared_memory_slots = options.shared_memory_slots;
   o.chunk_bytes = options.chunk_bytes;
+  o.push_encoding = options.push_encoding;
+  o.topk_ratio = options.topk_ratio;
   o.initial_backoff = absl::Milliseconds(1);
   auto client = GrpcParameterClient::Create(o);
   EXPECT_TRUE(client.ok());
@@ -186,6 +190,81 @@ TEST(PushPullClient, RetryAfterALostReplyPullsWithoutApplyingTwice) {
   EXPECT_EQ(both->pushed.duplicates, 1);
   EXPECT_EQ(w, (std::vector<float>{-1, 0, 1}));
   EXPECT_EQ(both->pulled.versions, (std::vector<int64_t>{2}));
+}
+
+// Top-k error feedback under faults, with one of the 3 parameters sent per push (the largest of
+// the residual) to the shard of SGD at lr 1 with weights {1, 2, 3}: the values a push carried
+// reach the weights once, whatever happened to the push.
+OneShard StartTopKShard(int drop_push_reply_every) {
+  OneShardOptions options;
+  options.shared_memory = false;
+  options.drop_push_reply_every = drop_push_reply_every;
+  options.push_encoding = TensorEncoding::kTopK;
+  options.topk_ratio = 1.0 / 3;
+  return StartOneShard(options);
+}
+std::vector<float> PulledWeights(GrpcParameterClient& client, int64_t clock) {
+  std::vector<float> w(3);
+  const absl::Status pulled = client.Pull(clock, false, absl::MakeSpan(w)).status();
+  EXPECT_TRUE(pulled.ok()) << pulled;
+  return w;
+}
+
+// A step pushed again after its shard had it (a worker computing it again after a rejoin) is a
+// duplicate: the residual stays as the push the shard took left it, so the next push sends
+// what it would have sent without the second. Keeping the second's residual sent 3 (the
+// gradient's held-back 3 counted twice) where 2 was due.
+TEST(TopKClient, APushTheShardHadAlreadyLeavesTheResidualAsTheTakenOneLeftIt) {
+  OneShard one = StartTopKShard(0);
+  GrpcParameterClient& client = *one.client;
+  ASSERT_TRUE(client.Push(0, {0}, 1, std::vector<float>{3, 2, 1}).ok());  // sends the 3
+  auto again = client.Push(0, {0}, 1, std::vector<float>{3, 2, 1});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->duplicates, 1);
+  // The same through PushPull, the trainer's one call per step.
+  std::vector<float> w(3);
+  auto both = client.PushPull(0, {0}, 1, std::vector<float>{3, 2, 1}, 1, absl::MakeSpan(w));
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(both->pushed.duplicates, 1);
+  EXPECT_EQ(w, (std::vector<float>{-2, 2, 3}));
+  ASSERT_TRUE(client.Push(1, {1}, 1, std::vector<float>{0, 0, 0}).ok());  // the held-back 2
+  EXPECT_EQ(PulledWeights(client, 2), (std::vector<float>{-2, 0, 3}));
+}
+
+// A lost reply: the shard took the push, the client's retry hears it is a duplicate. That
+// duplicate is the push's own first send, so its residual stands (undoing it lost the 2 and 1
+// held back and sent the 3 again).
+TEST(TopKClient, ARetryAfterALostReplyKeepsTheResidualOfThePushTheShardTook) {
+  OneShard one = StartTopKShard(2);  // the second push's reply is lost
+  GrpcParameterClient& client = *one.client;
+  ASSERT_TRUE(client.Push(0, {0}, 1, std::vector<float>{0, 0, 0}).ok());
+  auto lost = client.Push(1, {1}, 1, std::vector<float>{3, 2, 1});
+  ASSERT_TRUE(lost.ok()) << lost.status();
+  EXPECT_EQ(lost->duplicates, 1);
+  EXPECT_EQ(PulledWeights(client, 2), (std::vector<float>{-2, 2, 3}));
+  ASSERT_TRUE(client.Push(2, {2}, 1, std::vector<float>{0, 0, 0}).ok());
+  EXPECT_EQ(PulledWeights(client, 3), (std::vector<float>{-2, 0, 3}));
+}
+
+// A push answered ABORTED (here another process took this worker's rank) was not applied: its
+// residual goes back, and the step computed again after the worker registers sends the 5 it
+// carried (its gradient's 4 and the 1 held back), not 4 alone.
+TEST(TopKClient, AnAbortedPushGivesBackWhatItCarried) {
+  OneShard one = StartTopKShard(0);
+  GrpcParameterClient& client = *one.client;
+  ASSERT_TRUE(client.Push(0, {0}, 1, std::vector<float>{3, 2, 1}).ok());
+  GrpcClientOptions o = ClientOptionsFor({one.server.get()}, kFp, 3);
+  o.shared_memory = false;
+  auto other = GrpcParameterClient::Create(o);
+  ASSERT_TRUE(other.ok());
+  ASSERT_TRUE((*other)->Register(0, absl::Seconds(10)).ok());  // takes over rank 0
+  const absl::Status refused = client.Push(1, {1}, 1, std::vector<float>{0, 0, 4}).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kAborted) << refused;
+  auto back = client.Register(0, absl::Seconds(10));
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->resume_clock, 1);
+  ASSERT_TRUE(client.Push(1, {1}, 1, std::vector<float>{0, 0, 4}).ok());
+  EXPECT_EQ(PulledWeights(client, 2), (std::vector<float>{-2, 2, -2}));
 }
 
 // Two ASP shards of 4 parameters with a short lease (1.5 s), and a registered, initialised

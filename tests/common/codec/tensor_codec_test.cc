@@ -207,6 +207,36 @@ TEST(TopKCompressor, WorksOnASubrangeWithRelativeIndices) {
   EXPECT_EQ(c.residual()[0], 0.0f);  // outside the range: untouched
 }
 
+// A payload its shard did not take is undone exactly: the range's residual is as before that
+// Compress, the other ranges keep theirs, and the next Compress sends what it would have sent.
+TEST(TopKCompressor, RestoreUndoesTheLastCompressOfARangeOnly) {
+  TopKCompressor c(6, 1.0 / 3);  // one of each range of 3; dyadic values, exact sums
+  std::vector<char> out;
+  c.Restore(0, 6);  // before any Compress: nothing to undo
+  EXPECT_EQ(std::vector<float>(c.residual().begin(), c.residual().end()),
+            std::vector<float>(6, 0.0f));
+  ASSERT_EQ(c.Compress(std::vector<float>{0.125f, 3, 0.25f, 4, 0.5f, 0.75f}, 0, 3, &out), 1);
+  ASSERT_EQ(c.Compress(std::vector<float>{0.125f, 3, 0.25f, 4, 0.5f, 0.75f}, 3, 6, &out), 1);
+  const std::vector<float> after_first(c.residual().begin(), c.residual().end());
+  EXPECT_EQ(after_first, (std::vector<float>{0.125f, 0, 0.25f, 0, 0.5f, 0.75f}));
+  // The second step's first range is refused by its shard; its second range is taken.
+  const std::vector<float> g = {2, 0.25f, 1, 0.125f, 3, 0.0625f};
+  ASSERT_EQ(c.Compress(g, 0, 3, &out), 1);
+  ASSERT_EQ(c.Compress(g, 3, 6, &out), 1);
+  c.Restore(0, 3);
+  EXPECT_EQ(std::vector<float>(c.residual().begin(), c.residual().end()),
+            (std::vector<float>{0.125f, 0, 0.25f, 0.125f, 0, 0.8125f}));
+  // Computed again, the step sends from the first range what it sent the first time.
+  ASSERT_EQ(c.Compress(g, 0, 3, &out), 1);
+  uint32_t index;
+  float value;
+  std::memcpy(&index, out.data(), 4);
+  std::memcpy(&value, out.data() + 4, 4);
+  EXPECT_EQ(index, 0u);
+  EXPECT_EQ(value, 2.125f);
+  EXPECT_EQ(c.residual()[1], 0.25f);
+  EXPECT_EQ(c.residual()[2], 1.25f);
+}
 // The fused decode gives the same update as decoding first and applying float32.
 TEST(OptimizerFusedDecode, MatchesDecodeThenApplyForEveryRuleAndEncoding) {
   for (OptimizerKind kind : AllOptimizerKinds()) {
