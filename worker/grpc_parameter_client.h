@@ -222,10 +222,10 @@ class GrpcParameterClient final : public ParameterClient {
     explicit PushOutcomes(size_t pieces) : answered(pieces, 0), duplicate(pieces, 0) {}
     void Answered(size_t i, const ps::v1::PushResponse& r) {
       answered[i] = 1;
-      duplicate[i] = r.duplicate() && !r.staged();
+      duplicate[i] = r.duplicate();
     }
     std::vector<char> answered;   // the shard answered OK
-    std::vector<char> duplicate;  // ... that it had this push already
+    std::vector<char> duplicate;  // ... that it had this piece already (applied or staged)
     std::vector<int> sends;       // times each piece went out (CallRaw)
   };
   // Top-k sends part of its residual with each piece and keeps the rest; a piece its shard did

@@ -231,6 +231,28 @@ TEST(TopKClient, APushTheShardHadAlreadyLeavesTheResidualAsTheTakenOneLeftIt) {
   EXPECT_EQ(PulledWeights(client, 2), (std::vector<float>{-2, 0, 3}));
 }
 
+// The same for a piece of a step that its shard holds staged, waiting for the step's other
+// pieces (priority scheduling, chunks): the piece sent again is a duplicate, and the residual
+// stays as the staged one left it. Then the step's last piece completes it.
+TEST(TopKClient, APieceTheShardHoldsStagedAlreadyLeavesTheResidualAsTheStagedOneLeftIt) {
+  OneShardOptions options;
+  options.shared_memory = false;
+  options.push_encoding = TensorEncoding::kTopK;
+  options.topk_ratio = 0.5;  // one of a piece of 2, two of 3
+  OneShard one = StartOneShard(options);
+  GrpcParameterClient& client = *one.client;
+  const std::vector<float> g = {3, 2, 1};
+  const std::vector<KeyRange> first = {KeyRange{0, 2}}, last = {KeyRange{2, 3}};
+  ASSERT_TRUE(client.PushParts(0, {0}, 1, g, first).ok());  // sends the 3, keeps the 2
+  auto again = client.PushParts(0, {0}, 1, g, first);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(one.server->shard().GetStatus().pieces_received, 1);
+  ASSERT_TRUE(client.PushParts(0, {0}, 1, g, last).ok());  // the 1: the step is whole
+  EXPECT_EQ(PulledWeights(client, 1), (std::vector<float>{-2, 2, 2}));
+  ASSERT_TRUE(client.Push(1, {1}, 1, std::vector<float>{0, 0, 0}).ok());  // the 2 (and a 0)
+  EXPECT_EQ(PulledWeights(client, 2), (std::vector<float>{-2, 0, 2}));
+}
+
 // A lost reply: the shard took the push, the client's retry hears it is a duplicate. That
 // duplicate is the push's own first send, so its residual stands (undoing it lost the 2 and 1
 // held back and sent the 3 again).
