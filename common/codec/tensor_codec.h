@@ -141,8 +141,8 @@ class TopKCompressor {
   // `ratio` of the elements (at least one) is sent per step; 0 < ratio <= 1.
   TopKCompressor(int64_t size, double ratio);
   // Adds `gradient` to the residual and moves the k largest-magnitude residual elements of
-  // [begin, end) into `out` as kTopK units, in index order relative to begin; returns k. `out`
-  // is resized to k * 8 bytes.
+  // [begin, end) into `out` as kTopK units, in index order relative to begin; returns k. Of
+  // equal magnitudes at the cut, the lowest indices go. `out` is resized to k * 8 bytes.
   int64_t Compress(absl::Span<const float> gradient, int64_t begin, int64_t end,
                    std::vector<char>* out);
   // Puts [begin, end) of the residual back as it was before the last Compress of that range, as
@@ -158,8 +158,8 @@ class TopKCompressor {
  private:
   double ratio_;
   std::vector<float> residual_;
-  std::vector<float> before_;    // the residual before each range's last Compress
-  std::vector<uint32_t> order_;  // scratch for the selection
+  std::vector<float> before_;     // the residual before each range's last Compress
+  std::vector<uint32_t> counts_;  // scratch for the selection: a count per digit value
 };
 
 }  // namespace ps

@@ -1,8 +1,11 @@
 #include "common/codec/tensor_codec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -205,6 +208,57 @@ TEST(TopKCompressor, WorksOnASubrangeWithRelativeIndices) {
   EXPECT_EQ(index, 1u);  // element 4 of the whole, 1 of the range
   EXPECT_EQ(value, -5.0f);
   EXPECT_EQ(c.residual()[0], 0.0f);  // outside the range: untouched
+}
+
+// The selection against a sort: exactly the k largest magnitudes, ties at the cut to the lowest
+// indices, in index order, with their signs; the residual keeps the rest. The values come from a
+// small set (many ties) with signed zeros, subnormals, huge values and infinities, at sizes
+// from 1 to past one digit's 2048 values.
+TEST(TopKCompressor, SendsTheKLargestMagnitudesAndTiesGoToTheLowestIndices) {
+  const float kValues[] = {0.0f,
+                           -0.0f,
+                           1e-40f,
+                           -1e-40f,
+                           0.5f,
+                           -0.5f,
+                           1.0f,
+                           -1.0f,
+                           3e38f,
+                           -3e38f,
+                           1.5f,
+                           -2.0f,
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity()};
+  std::mt19937 rng(7);
+  for (int64_t n : {1, 2, 3, 17, 1000, 5003}) {
+    for (double ratio : {1e-6, 0.01, 0.3, 1.0}) {
+      std::vector<float> g(n);
+      for (float& v : g) v = kValues[rng() % (n < 20 ? 6 : std::size(kValues))];
+      std::vector<float> residual(n);  // 0 + g: what the compressor selects from (no -0)
+      for (int64_t i = 0; i < n; ++i) residual[i] = 0.0f + g[i];
+      TopKCompressor c(n, ratio);
+      std::vector<char> out;
+      const int64_t k = c.Compress(g, 0, n, &out);
+      ASSERT_EQ(k, c.KFor(n));
+      std::vector<uint32_t> order(n);
+      std::iota(order.begin(), order.end(), 0u);
+      std::stable_sort(order.begin(), order.end(),
+                       [&g](uint32_t a, uint32_t b) { return std::fabs(g[a]) > std::fabs(g[b]); });
+      std::vector<uint32_t> want(order.begin(), order.begin() + k);
+      std::sort(want.begin(), want.end());
+      for (int64_t i = 0; i < k; ++i) {
+        uint32_t index;
+        float value;
+        std::memcpy(&index, out.data() + 8 * i, 4);
+        std::memcpy(&value, out.data() + 8 * i + 4, 4);
+        ASSERT_EQ(index, want[i]) << "n " << n << " ratio " << ratio << " unit " << i;
+        EXPECT_EQ(std::memcmp(&value, &residual[index], 4), 0) << "n " << n << " index " << index;
+        residual[index] = 0.0f;
+      }
+      EXPECT_EQ(std::memcmp(c.residual().data(), residual.data(), 4 * n), 0)
+          << "n " << n << " ratio " << ratio;
+    }
+  }
 }
 
 // A payload its shard did not take is undone exactly: the range's residual is as before that
