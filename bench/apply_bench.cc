@@ -15,17 +15,27 @@
 // sparse_apply/OPTIMIZER/ROWS and sparse_read/ROWS are the table's Apply and Read of batches of
 // kSparseBatch distinct random keys among ROWS rows of kSparseDim floats, with rows_per_sec and
 // ratio_vs_scatter.
+//
+// And a worker's top-k compression (TopKCompressor::Compress at 1 %: the gradient added to the
+// residual, the k largest magnitudes selected, encoded and taken out of it) against the textbook
+// exact selection doing the same in the same run, topk_nth_element/N: nth_element over the
+// indices by magnitude, then a sort of the k chosen. topk_compress/N carries ratio_vs_nth_element.
 
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <map>
 #include <memory>
+#include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "common/base/random.h"
+#include "common/codec/tensor_codec.h"
 #include "common/optim/optimizer.h"
 #include "common/optim/sparse_table.h"
 
@@ -59,7 +69,8 @@ int Streams(ps::OptimizerKind kind) {
 }
 
 // Runs `body` for every iteration the state asks for and sets the counters of `streams` float
-// streams over n elements; returns parameters per second over the wall time of the loop.
+// streams over n elements (gbps only for streams > 0); returns parameters per second over the
+// wall time of the loop.
 template <typename Body>
 double Measure(benchmark::State& state, int64_t n, int streams, Body body) {
   const auto start = Clock::now();
@@ -71,7 +82,7 @@ double Measure(benchmark::State& state, int64_t n, int streams, Body body) {
   const double per_second = static_cast<double>(n) * static_cast<double>(state.iterations()) /
                             (seconds > 0 ? seconds : 1e-9);
   state.counters["params_per_sec"] = per_second;
-  state.counters["gbps"] = per_second * streams * 4 / 1e9;
+  if (streams > 0) state.counters["gbps"] = per_second * streams * 4 / 1e9;
   return per_second;
 }
 
@@ -215,6 +226,54 @@ void SparseRead(benchmark::State& state) {
   });
 }
 
+constexpr double kTopKRatio = 0.01;
+
+// A gradient of N(0, 1) values, the same for both top-k benchmarks.
+std::vector<float> TopKGradient(int64_t n) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> g(n);
+  for (float& v : g) v = normal(rng);
+  return g;
+}
+
+std::map<int64_t, double>& NthElementRates() {
+  static std::map<int64_t, double> rates;
+  return rates;
+}
+
+void TopKNthElement(benchmark::State& state, int64_t n) {
+  const std::vector<float> g = TopKGradient(n);
+  std::vector<float> residual(n, 0.0f);
+  std::vector<uint32_t> order(n);
+  const int64_t k = static_cast<int64_t>(std::ceil(kTopKRatio * static_cast<double>(n)));
+  std::vector<char> out(k * 8);
+  NthElementRates()[n] = Measure(state, n, 0, [&] {
+    float* r = residual.data();
+    for (int64_t i = 0; i < n; ++i) r[i] += g[i];
+    std::iota(order.begin(), order.end(), 0u);
+    std::nth_element(order.begin(), order.begin() + k, order.end(),
+                     [r](uint32_t a, uint32_t b) { return std::fabs(r[a]) > std::fabs(r[b]); });
+    std::sort(order.begin(), order.begin() + k);
+    for (int64_t i = 0; i < k; ++i) {
+      std::memcpy(out.data() + 8 * i, &order[i], 4);
+      std::memcpy(out.data() + 8 * i + 4, &r[order[i]], 4);
+      r[order[i]] = 0.0f;
+    }
+  });
+  state.counters["ratio_vs_nth_element"] = 1.0;
+}
+
+void TopKCompress(benchmark::State& state, int64_t n) {
+  const std::vector<float> g = TopKGradient(n);
+  ps::TopKCompressor compressor(n, kTopKRatio);
+  std::vector<char> out;
+  const double per_second = Measure(state, n, 0, [&] { compressor.Compress(g, 0, n, &out); });
+  const auto reference = NthElementRates().find(n);
+  state.counters["ratio_vs_nth_element"] =
+      reference == NthElementRates().end() ? 0.0 : per_second / reference->second;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -240,6 +299,13 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark(name.c_str(), SparseApply, kind)->UseRealTime();
   }
   benchmark::RegisterBenchmark(("sparse_read/" + rows).c_str(), SparseRead)->UseRealTime();
+  for (int64_t n : kSizes) {
+    benchmark::RegisterBenchmark(("topk_nth_element/" + std::to_string(n)).c_str(), TopKNthElement,
+                                 n)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark(("topk_compress/" + std::to_string(n)).c_str(), TopKCompress, n)
+        ->UseRealTime();
+  }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
   benchmark::RunSpecifiedBenchmarks();

@@ -311,13 +311,23 @@ uint32_t MagnitudeBits(float x) {
   return bits & 0x7fffffffu;
 }
 
-// The digits of a magnitude's 31 bits, most significant first, for the radix select: small
-// enough that each pass's counts stay in the L1 cache.
+// The digits of a magnitude's 31 bits for the radix select, most significant first: the top one
+// (the exponent and 3 bits of the mantissa) over the whole range, the others over the magnitudes
+// that share the top digit of the k-th largest. Each count table stays in the L1 cache.
 struct Digit {
   int shift;
   int bits;
 };
-constexpr Digit kMagnitudeDigits[] = {{20, 11}, {9, 11}, {0, 9}};
+constexpr Digit kTopDigit = {20, 11};
+constexpr Digit kLowerDigits[] = {{9, 11}, {0, 9}};
+
+// The digit value at which the counts, summed from the largest value down, reach `rank`; leaves
+// in `rank` the rank still wanted among the magnitudes with that value.
+uint32_t DigitAtRank(const std::vector<uint32_t>& counts, int64_t* rank) {
+  uint32_t value = static_cast<uint32_t>(counts.size()) - 1;
+  while (value > 0 && static_cast<int64_t>(counts[value]) < *rank) *rank -= counts[value--];
+  return value;
+}
 
 }  // namespace
 
@@ -327,33 +337,38 @@ int64_t TopKCompressor::Compress(absl::Span<const float> gradient, int64_t begin
   float* r = residual_.data() + begin;
   const float* g = gradient.data() + begin;
   const int64_t n = end - begin;
+  const int64_t k = KFor(n);
   // Allocated at the first push: a compressor that is never used costs one residual.
   if (before_.empty()) before_.resize(residual_.size());
   float* before = before_.data() + begin;
+  // The k-th largest magnitude by a radix select, digit by digit from the top. This pass keeps
+  // the range as it was (Restore), adds the gradient and counts the top digits; the next one
+  // gathers the magnitudes that share the chosen top digit, a small share of the range, and the
+  // lower digits are chosen among those alone. Three passes over the range in all (with the one
+  // that sends), and no comparisons through indices (docs/performance.md, Results: compression).
+  const uint32_t top_mask = (uint32_t{1} << kTopDigit.bits) - 1;
+  counts_.assign(size_t{top_mask} + 1, 0);
   for (int64_t i = 0; i < n; ++i) {
     before[i] = r[i];
     r[i] += g[i];
+    ++counts_[MagnitudeBits(r[i]) >> kTopDigit.shift];
   }
-  const int64_t k = KFor(n);
-  // The k-th largest magnitude, a digit at a time from the top (a radix select): each pass counts
-  // the digit of the magnitudes whose higher digits equal the ones chosen so far, and takes the
-  // digit where the count from the top reaches the rank still wanted. Three linear passes, with
-  // no comparisons through indices: 4-5x faster than nth_element over the indices was at 235 146
-  // and 3.2 M elements.
-  uint32_t threshold = 0;  // its digits chosen so far
-  uint32_t chosen = 0;     // the mask of those digits
-  int64_t rank = k;        // it is the rank-th largest of the magnitudes that agree so far
-  for (const Digit& digit : kMagnitudeDigits) {
-    const uint32_t values = uint32_t{1} << digit.bits;
-    counts_.assign(values, 0);
-    for (int64_t i = 0; i < n; ++i) {
-      const uint32_t m = MagnitudeBits(r[i]);
-      if ((m & chosen) == threshold) ++counts_[(m >> digit.shift) & (values - 1)];
+  int64_t rank = k;  // the k-th largest is the rank-th largest of the magnitudes that agree so far
+  uint32_t threshold = DigitAtRank(counts_, &rank) << kTopDigit.shift;  // its digits so far
+  uint32_t chosen = top_mask << kTopDigit.shift;                        // the mask of those
+  candidates_.clear();
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t m = MagnitudeBits(r[i]);
+    if ((m & chosen) == threshold) candidates_.push_back(m);
+  }
+  for (const Digit& digit : kLowerDigits) {
+    const uint32_t mask = (uint32_t{1} << digit.bits) - 1;
+    counts_.assign(size_t{mask} + 1, 0);
+    for (uint32_t m : candidates_) {
+      if ((m & chosen) == threshold) ++counts_[(m >> digit.shift) & mask];
     }
-    uint32_t value = values - 1;
-    while (value > 0 && static_cast<int64_t>(counts_[value]) < rank) rank -= counts_[value--];
-    threshold |= value << digit.shift;
-    chosen |= (values - 1) << digit.shift;
+    threshold |= DigitAtRank(counts_, &rank) << digit.shift;
+    chosen |= mask << digit.shift;
   }
   // Sent, in index order: every magnitude above the k-th largest, and the first `rank` equal to
   // it (ties go to the lowest indices).

@@ -158,8 +158,9 @@ class TopKCompressor {
  private:
   double ratio_;
   std::vector<float> residual_;
-  std::vector<float> before_;     // the residual before each range's last Compress
-  std::vector<uint32_t> counts_;  // scratch for the selection: a count per digit value
+  std::vector<float> before_;         // the residual before each range's last Compress
+  std::vector<uint32_t> counts_;      // scratch for the selection: a count per digit value
+  std::vector<uint32_t> candidates_;  // ... and the magnitudes that share the cut's top digit
 };
 
 }  // namespace ps

@@ -418,11 +418,16 @@ class BenchSmokeTest(unittest.TestCase):
         self.assertEqual(done.returncode, 0, done.stderr)
         results = {b["name"].split("/1048576/")[0]: b for b in json.loads(done.stdout)["benchmarks"]}
         rules = ["sgd", "momentum", "adam", "adamw", "adagrad"]
+        topk = ["topk_nth_element", "topk_compress"]
         self.assertEqual(sorted(results), sorted(
-            ["stream_triad"] + [f"{rule}/threads:{t}" for rule in rules for t in (0, 1)]))
+            ["stream_triad"] + [f"{rule}/threads:{t}" for rule in rules for t in (0, 1)] + topk))
         self.assertEqual(results["stream_triad"]["ratio_vs_stream"], 1.0)
-        for result in results.values():
-            self.assert_positive(result, "params_per_sec", "gbps", "ratio_vs_stream")
+        for name, result in results.items():
+            if name not in topk:
+                self.assert_positive(result, "params_per_sec", "gbps", "ratio_vs_stream")
+        # Top-k's selection against nth_element over the indices, measured in the same run.
+        self.assertEqual(results["topk_nth_element"]["ratio_vs_nth_element"], 1.0)
+        self.assert_positive(results["topk_compress"], "params_per_sec", "ratio_vs_nth_element")
 
 
 if __name__ == "__main__":
