@@ -273,11 +273,10 @@ class GrpcParameterClient final : public ParameterClient {
   // How many of a call's pieces CallRaw keeps in flight (0: all of them).
   size_t LoneShardWindow() const;
   // CallRaw over the local channels, when every piece goes to its own shard and that shard's
-  // channel is free. Sets answered[i] for each piece answered (on_ok(i) has run) and counts
-  // each request written in sends[i]. Returns the
-  // call's outcome, or nothing when the pieces not answered should go over gRPC: no channel, one
-  // that broke (a shard restarted, CancelCallsTo) or an UNAVAILABLE answer (a shard shutting
-  // down), which gRPC's retries handle.
+  // channel is free. Sets answered[i] for each piece answered (on_ok(i) has run) and counts each
+  // request written in sends[i]. Returns the call's outcome, or nothing when the pieces not
+  // answered should go over gRPC: no channel, one that broke (a shard restarted, CancelCallsTo)
+  // or an UNAVAILABLE answer (a shard shutting down), which gRPC's retries handle.
   std::optional<absl::Status> CallLocal(const char* method, RawMethod raw,
                                         const std::vector<Piece>& pieces,
                                         const std::vector<grpc::ByteBuffer>& requests,
