@@ -65,7 +65,12 @@ done
 # Names resolve through the hosts file of each namespace.
 ip netns exec "$(ns_of worker-0)" getent hosts ps-1 | grep -q "$NET.2" || { echo "no name resolution" >&2; exit 1; }
 
-common=(--num_workers=2 --mode=bsp --lease_ms=10000)
+# The lease outlasts the cut with room to spare. The connections stay up through the cut (the
+# keepalive is 20 s), but TCP's retransmission timer doubles while the link is down, so traffic
+# resumes up to about 3 s after the heal; with the default 10 s lease a worker whose last beat
+# came just before the cut could then expire (its skipped steps are reported and the job fails
+# --require_all_work), which is what a longer outage should do, not this one.
+common=(--num_workers=2 --mode=bsp --lease_ms=20000)
 for s in 0 1; do
   ip netns exec "$(ns_of "ps-$s")" "$BIN/ps_server" --shard_id=$s --num_shards=2 --host=0.0.0.0 \
     --port=5000 "${common[@]}" --optimizer=adam --lr=0.001 --lr_schedule=cosine \
