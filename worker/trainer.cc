@@ -23,6 +23,13 @@ namespace ps {
 
 namespace {
 
+// The width of the rows the model's sparse table holds; 0 for a model without one. A worker
+// trains one table at most (ParamDescription may describe more).
+int64_t SparseRowDim(const Model& model) {
+  const std::vector<SparseTableSpec>& tables = model.description().sparse();
+  return tables.empty() ? 0 : tables[0].dim;
+}
+
 // One evaluation batch's rows of the model's sparse table, fetched and bound to the model.
 class EvaluationRows {
  public:
@@ -35,7 +42,7 @@ class EvaluationRows {
           absl::StrCat("evaluating ", model.name(), " needs its sparse table's rows"));
     }
     r.fields_ = data.keys_per_sample();
-    r.dim_ = model.description().sparse()[0].dim;
+    r.dim_ = SparseRowDim(model);
     const int64_t lookups = int64_t{model.max_batch()} * r.fields_;
     ASSIGN_OR_RETURN(r.rows_dev_, device.Allocate(sizeof(float) * lookups * r.dim_));
     ASSIGN_OR_RETURN(r.lookups_dev_, device.Allocate(sizeof(int32_t) * lookups));
@@ -240,6 +247,49 @@ absl::StatusOr<ClusterInfo> Trainer::Register() {
   return cluster;
 }
 
+absl::StatusOr<Schedule> Trainer::PickSchedule(const ClusterInfo& cluster) const {
+  const Schedule schedule = ChooseSchedule(options_.schedule, cluster.mode, cluster.staleness);
+  const std::string shortfall =
+      ScheduleShortfall(options_.schedule, cluster.mode, cluster.staleness);
+  if (!shortfall.empty()) spdlog::warn("{}", shortfall);
+  if (options_.clip_norm > 0 && schedule == Schedule::kPriority) {
+    return absl::InvalidArgumentError(
+        "--clip_norm needs the whole gradient before the push; --priority pushes each layer as "
+        "backward produces it: drop one of them");
+  }
+  if (SparseRowDim(model_) > 0 && !CarriesRows(schedule)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model ", model_.name(), " pulls and pushes sparse rows with each whole step, which the ",
+        ScheduleName(schedule), " schedule cuts into layers: drop --priority"));
+  }
+  return schedule;
+}
+
+absl::Status Trainer::AnnounceStart(const ClusterInfo& cluster, const BatchPlan& plan,
+                                    int64_t total_steps, Schedule schedule) {
+  spdlog::info(
+      "rank {}/{} {} mode={} staleness={} shards={} params={} global_batch={} "
+      "steps/epoch={} resume_step={} schedule={}",
+      options_.rank, cluster.num_workers, model_.name(), ConsistencyModeName(cluster.mode),
+      cluster.staleness, cluster.num_shards, model_.layout().total(), plan.global_batch(),
+      plan.steps_per_epoch(), cluster.resume_clock, ScheduleName(schedule));
+  if (metrics_ == nullptr) return absl::OkStatus();
+  JsonObject line;
+  line.Add("kind", "start")
+      .Add("rank", options_.rank)
+      .Add("resume_step", cluster.resume_clock)
+      .Add("total_steps", total_steps)
+      .Add("schedule", ScheduleName(schedule));
+  return metrics_->Write(line);
+}
+
+DelayOptions Trainer::SeededDelays() const {
+  DelayOptions delays = options_.delays;
+  delays.seed = options_.seed;
+  delays.rank = options_.rank;
+  return delays;
+}
+
 absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   RETURN_IF_ERROR(ValidateTrainerOptions(options_));
   ASSIGN_OR_RETURN(ClusterInfo cluster, Register());
@@ -251,22 +301,7 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
   const int64_t total_steps =
       options_.steps > 0 ? options_.steps : plan.steps_per_epoch() * options_.epochs;
   DeclareWork(cluster, total_steps);
-  const Schedule schedule = ChooseSchedule(options_.schedule, cluster.mode, cluster.staleness);
-  const std::string shortfall =
-      ScheduleShortfall(options_.schedule, cluster.mode, cluster.staleness);
-  if (!shortfall.empty()) spdlog::warn("{}", shortfall);
-  const std::vector<SparseTableSpec>& tables = model_.description().sparse();
-  const int64_t row_dim = tables.empty() ? 0 : tables[0].dim;
-  if (options_.clip_norm > 0 && schedule == Schedule::kPriority) {
-    return absl::InvalidArgumentError(
-        "--clip_norm needs the whole gradient before the push; --priority pushes each layer as "
-        "backward produces it: drop one of them");
-  }
-  if (row_dim > 0 && !CarriesRows(schedule)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model ", model_.name(), " pulls and pushes sparse rows with each whole step, which the ",
-        ScheduleName(schedule), " schedule cuts into layers: drop --priority"));
-  }
+  ASSIGN_OR_RETURN(const Schedule schedule, PickSchedule(cluster));
   const int64_t n = model_.layout().total();
   ASSIGN_OR_RETURN(const StepBuffers buffers,
                    StepBuffers::Create(client_, device_, n, NeedsSecondWeights(schedule),
@@ -275,34 +310,17 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
     model_.InitParams(options_.seed, buffers.weights().data());
     RETURN_IF_ERROR(AsJoinError(client_.Init(buffers.weights())));
   }
-  spdlog::info(
-      "rank {}/{} {} mode={} staleness={} shards={} params={} global_batch={} "
-      "steps/epoch={} resume_step={} schedule={}",
-      options_.rank, cluster.num_workers, model_.name(), ConsistencyModeName(cluster.mode),
-      cluster.staleness, cluster.num_shards, n, plan.global_batch(), plan.steps_per_epoch(),
-      cluster.resume_clock, ScheduleName(schedule));
   HeartbeatThread heartbeat(client_, cluster.lease);
-  if (metrics_ != nullptr) {
-    JsonObject line;
-    line.Add("kind", "start")
-        .Add("rank", options_.rank)
-        .Add("resume_step", cluster.resume_clock)
-        .Add("total_steps", total_steps)
-        .Add("schedule", ScheduleName(schedule));
-    RETURN_IF_ERROR(metrics_->Write(line));
-  }
+  RETURN_IF_ERROR(AnnounceStart(cluster, plan, total_steps, schedule));
   ASSIGN_OR_RETURN(StepAccountingOptions accounting_options,
                    AccountingOptions(cluster, plan.steps_per_epoch()));
   StepAccounting accounting(std::move(accounting_options), metrics_, stats_, live_);
-  DelayOptions delay_options = options_.delays;
-  delay_options.seed = options_.seed;
-  delay_options.rank = options_.rank;
-  DelayInjector delays(delay_options);
+  DelayInjector delays(SeededDelays());
   const std::unique_ptr<StepSchedule> steps = MakeStepSchedule(
-      schedule,
-      StepEnvironment{client_, *gradient, delays, accounting, buffers, total_steps,
-                      options_.batch_size * options_.accumulate,
-                      MergeParts(model_.LayerParamRanges(), options_.priority_min_part), row_dim});
+      schedule, StepEnvironment{client_, *gradient, delays, accounting, buffers, total_steps,
+                                options_.batch_size * options_.accumulate,
+                                MergeParts(model_.LayerParamRanges(), options_.priority_min_part),
+                                SparseRowDim(model_)});
 
   // One step at a time; after the last (or at the time budget) what is in flight is flushed. An
   // ABORTED answer anywhere makes the worker register again and go on at the shards' clock.

@@ -85,6 +85,14 @@ class Trainer {
   // allocated here when a test set is given.
   absl::StatusOr<StepAccountingOptions> AccountingOptions(const ClusterInfo& cluster,
                                                           int64_t steps_per_epoch);
+  // The schedule the options ask for in the cluster's mode (what it leaves out is logged);
+  // INVALID_ARGUMENT where it cannot serve this model or clipping.
+  absl::StatusOr<Schedule> PickSchedule(const ClusterInfo& cluster) const;
+  // The start line of the log and of the metrics (one JSON line "kind": "start").
+  absl::Status AnnounceStart(const ClusterInfo& cluster, const BatchPlan& plan, int64_t total_steps,
+                             Schedule schedule);
+  // The injected delays, seeded by the job's seed and this rank.
+  DelayOptions SeededDelays() const;
   // The client's Register, with the refusals no restart fixes as AsJoinError's.
   absl::StatusOr<ClusterInfo> Register();
   // Registers again after `why` (an ABORTED answer) and returns where to resume; offers `params`
