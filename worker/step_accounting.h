@@ -7,10 +7,13 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/json_lines.h"
 #include "common/nn/model.h"
@@ -73,11 +76,12 @@ struct CompletedStep {
   int64_t unique_keys = -1;  // a sparse model's distinct rows of the step; -1: a dense model
 };
 
-// The test set's loss and accuracy on the shards' freshest weights, and the largest shard
-// version read.
+// The test set's loss and accuracy on the shards' freshest weights, the largest shard version
+// read, and when they were read (the time its metrics line carries as wall_s).
 struct FreshEvaluation {
   BatchStats test;
   int64_t updates = 0;
+  absl::Time read_at = absl::Now();
 };
 
 struct StepAccountingOptions {
@@ -91,6 +95,14 @@ struct StepAccountingOptions {
   // buffers a schedule computes in.
   std::function<absl::StatusOr<FreshEvaluation>(int64_t step)> evaluate;
   std::function<void(const EpochReport&)> on_epoch;  // may be empty
+  // Evaluate on a thread of StepAccounting's own instead of the training thread's. Under SSP and
+  // ASP an evaluation that pauses its rank makes the rank's next gradient stale by every update
+  // the others push meanwhile: the staleness a run measures would be partly the measurement's.
+  // `evaluate` and `on_epoch` then run on that thread, one evaluation at a time, and `evaluate`
+  // must use a model and device of its own. A periodic evaluation that falls due while another
+  // waits to start replaces it (the replaced ones are counted and logged); epoch reports always
+  // run, in order.
+  bool evaluate_in_background = false;
 };
 
 // Not thread-safe: the training thread calls Finish in step order.
@@ -99,18 +111,35 @@ class StepAccounting {
   // `stats` and `live` must outlive this; `metrics` may be null. Training starts now.
   StepAccounting(StepAccountingOptions options, JsonLinesWriter* metrics, TrainStats& stats,
                  LiveCounters& live);
+  // Waits for the evaluation that runs, if any; the ones still waiting are dropped (a run that
+  // ends well calls FinishEvaluations first).
+  ~StepAccounting();
 
-  // Records `done`, writes its metrics line and runs the evaluations due after it.
+  // Records `done`, writes its metrics line and runs the evaluations due after it (in the
+  // background: starts them). The first error of a background evaluation is returned here, by
+  // the next call after it.
   absl::Status Finish(const CompletedStep& done);
+  // Runs every evaluation still waiting and returns the first error of any; the end of a run.
+  absl::Status FinishEvaluations();
 
   absl::Time start() const { return start_; }
   // The push time of the step finished last (zero before any): a DelayInjector's input.
   absl::Duration last_push() const { return last_push_; }
 
  private:
+  // An evaluation due after `step`: a periodic one, or an epoch's report with what the
+  // training side knows of the epoch filled in at the step.
+  struct EvaluationRequest {
+    int64_t step = 0;
+    bool epoch = false;
+    EpochReport report;
+  };
+
   absl::Status WriteStepLine(const CompletedStep& done);
-  absl::Status EvaluatePeriodically(int64_t step);
-  absl::Status ReportEpoch(int64_t step);
+  absl::Status RequestEvaluation(EvaluationRequest request);
+  // Evaluates and writes the request's line (and calls on_epoch for an epoch's report).
+  absl::Status Evaluate(EvaluationRequest request);
+  void EvaluateInTheBackground();
 
   StepAccountingOptions options_;
   JsonLinesWriter* metrics_;
@@ -122,6 +151,15 @@ class StepAccounting {
   int64_t epoch_samples_ = 0;
   int64_t reported_epochs_ = 0;
   absl::Duration last_push_;
+
+  // The background evaluations (evaluate_in_background).
+  absl::Mutex mu_;
+  std::deque<EvaluationRequest> waiting_ ABSL_GUARDED_BY(mu_);
+  bool evaluating_ ABSL_GUARDED_BY(mu_) = false;
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status evaluation_error_ ABSL_GUARDED_BY(mu_);
+  int64_t evaluations_replaced_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread evaluator_;  // started by the first request
 };
 
 }  // namespace ps

@@ -222,14 +222,18 @@ absl::StatusOr<StepAccountingOptions> Trainer::AccountingOptions(const ClusterIn
   o.evaluate_every = options_.evaluate_every;
   o.on_epoch = on_epoch_;
   if (test_ != nullptr) {
-    const int64_t n = model_.layout().total();
-    ASSIGN_OR_RETURN(eval_host_, device_.AllocateHost(n * sizeof(float)));
-    ASSIGN_OR_RETURN(eval_device_, device_.Allocate(n * sizeof(float)));
-    o.evaluate = [this, n](int64_t step) -> absl::StatusOr<FreshEvaluation> {
-      FreshEvaluation fresh;
-      ASSIGN_OR_RETURN(fresh.test, EvaluateFresh(step, absl::Span<float>(eval_host_.as<float>(), n),
-                                                 eval_device_.as<float>(), &fresh.updates));
-      return fresh;
+    // Under BSP the others wait at the round for an evaluating rank anyway, and the inline read
+    // gets exactly the weights after the step's round.
+    o.evaluate_in_background = eval_model_ != nullptr && !options_.evaluate_inline &&
+                               cluster.mode != ConsistencyMode::kBsp;
+    Model& model = o.evaluate_in_background ? *eval_model_ : model_;
+    Device& device = o.evaluate_in_background ? *eval_dev_ : device_;
+    const int64_t n = model.layout().total();
+    ASSIGN_OR_RETURN(eval_host_, device.AllocateHost(n * sizeof(float)));
+    ASSIGN_OR_RETURN(eval_device_, device.Allocate(n * sizeof(float)));
+    o.evaluate = [this, n, &model, &device](int64_t step) {
+      return EvaluateFresh(step, model, device, absl::Span<float>(eval_host_.as<float>(), n),
+                           eval_device_.as<float>());
     };
   }
   return o;
@@ -361,6 +365,7 @@ absl::Status Trainer::Run(const std::atomic<bool>& stop) {
     }
   }
   steps->Drain();  // a prefetch is never started past the last step; this is for the budget
+  RETURN_IF_ERROR(accounting.FinishEvaluations());
   spdlog::info("rank {} finished {} of its {} steps in {:.1f}s", options_.rank, step, total_steps,
                absl::ToDoubleSeconds(absl::Now() - accounting.start()));
   return absl::OkStatus();
@@ -394,14 +399,18 @@ absl::StatusOr<ClusterInfo> Trainer::Rejoin(const absl::Status& why,
   return cluster;
 }
 
-absl::StatusOr<BatchStats> Trainer::EvaluateFresh(int64_t step, absl::Span<float> params,
-                                                  float* params_dev, int64_t* updates) {
+absl::StatusOr<FreshEvaluation> Trainer::EvaluateFresh(int64_t step, Model& model, Device& device,
+                                                       absl::Span<float> params,
+                                                       float* params_dev) {
+  FreshEvaluation fresh;
   // An observer read: the freshest weights, whatever the consistency mode.
   ASSIGN_OR_RETURN(PullStats read, client_.Pull(step + 1, /*no_wait=*/true, params));
-  *updates = 0;
-  for (int64_t v : read.versions) *updates = std::max(*updates, v);
-  RETURN_IF_ERROR(device_.CopyToDevice(params.data(), params.size() * sizeof(float), params_dev));
-  return EvaluateDataset(model_, device_, params_dev, *test_, ObserverRows(client_, step + 1));
+  fresh.read_at = absl::Now();
+  for (int64_t v : read.versions) fresh.updates = std::max(fresh.updates, v);
+  RETURN_IF_ERROR(device.CopyToDevice(params.data(), params.size() * sizeof(float), params_dev));
+  ASSIGN_OR_RETURN(fresh.test, EvaluateDataset(model, device, params_dev, *test_,
+                                               ObserverRows(client_, step + 1)));
+  return fresh;
 }
 
 }  // namespace ps

@@ -55,6 +55,11 @@ struct TrainerOptions {
   bool overlap_copies = true;
   // Stop (successfully) after this much training time, whatever step was reached.
   absl::Duration max_duration = absl::InfiniteDuration();
+  // Evaluate on the training thread under SSP and ASP too, pausing this rank while the others
+  // push (as BSP always does, where the others wait for it at the round and the weights an
+  // evaluation reads are exactly those after the step's round). False: with an evaluation
+  // replica (UseEvaluationReplica), SSP and ASP evaluate on a thread of their own.
+  bool evaluate_inline = false;
 };
 
 class Trainer {
@@ -65,6 +70,14 @@ class Trainer {
           const Dataset& train, const Dataset* test, JsonLinesWriter* metrics,
           std::function<void(const EpochReport&)> on_epoch);
 
+  // A copy of the model, on a device of its own, for the evaluations that run beside training
+  // (SSP and ASP, unless evaluate_inline); both must outlive the trainer. Without one, every
+  // evaluation runs on the training thread with the training model.
+  void UseEvaluationReplica(Model& model, Device& device) {
+    eval_model_ = &model;
+    eval_dev_ = &device;
+  }
+
   // Trains to the end. Returns CANCELLED when `stop` becomes true, or the first error.
   absl::Status Run(const std::atomic<bool>& stop);
   const TrainStats& stats() const { return stats_; }
@@ -72,10 +85,10 @@ class Trainer {
   const LiveCounters& live() const { return live_; }
 
  private:
-  // Test-set loss and accuracy of the shards' current weights (an observer read into `params`,
-  // then onto the device); `updates` receives the largest shard version read.
-  absl::StatusOr<BatchStats> EvaluateFresh(int64_t step, absl::Span<float> params,
-                                           float* params_dev, int64_t* updates);
+  // Test-set loss and accuracy of the shards' current weights by `model` on `device` (an
+  // observer read into `params`, then onto the device), the largest shard version read and when.
+  absl::StatusOr<FreshEvaluation> EvaluateFresh(int64_t step, Model& model, Device& device,
+                                                absl::Span<float> params, float* params_dev);
   // Where this rank's samples come from in a cluster of `num_workers`.
   BatchPlanOptions PlanOptions(int num_workers) const;
   // Declares the work this worker owes (see ParameterClient::SetWorkPlan) and says when there
@@ -112,6 +125,8 @@ class Trainer {
   TrainStats stats_;
   // Evaluation's own buffers: the freshest weights on the host and on the device.
   DeviceBuffer eval_host_, eval_device_;
+  Model* eval_model_ = nullptr;
+  Device* eval_dev_ = nullptr;
 };
 
 // INVALID_ARGUMENT naming the options that cannot go together or are out of range (also

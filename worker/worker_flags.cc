@@ -53,6 +53,11 @@ ABSL_FLAG(double, clip_norm, 0,
           "(0: off); not with --priority, which pushes layers before the norm is known.");
 ABSL_FLAG(int64_t, eval_every, 0,
           "Rank 0 also measures test accuracy every this many steps (0: only at epoch ends).");
+ABSL_FLAG(bool, eval_inline, false,
+          "Rank 0 evaluates on its training thread under SSP and ASP too, pausing its training "
+          "while the others push (its next gradient is then stale by their updates meanwhile). "
+          "Default: a copy of the model on the CPU evaluates beside training. BSP always "
+          "evaluates inline, where the others wait at the round anyway.");
 ABSL_FLAG(double, max_seconds, 0,
           "Stop training successfully after this many seconds (0: run every epoch); the worker "
           "then leaves the job, so that no other worker waits for it.");

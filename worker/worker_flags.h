@@ -31,6 +31,7 @@ ABSL_DECLARE_FLAG(double, push_pull_split_mib);
 ABSL_DECLARE_FLAG(bool, fault_duplicate_pushes);
 ABSL_DECLARE_FLAG(double, clip_norm);
 ABSL_DECLARE_FLAG(int64_t, eval_every);
+ABSL_DECLARE_FLAG(bool, eval_inline);
 ABSL_DECLARE_FLAG(double, max_seconds);
 ABSL_DECLARE_FLAG(std::string, jitter);
 

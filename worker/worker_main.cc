@@ -202,6 +202,7 @@ absl::StatusOr<ps::TrainerOptions> TrainerOptionsFromFlags(int rank, const ps::W
     return absl::InvalidArgumentError("--eval_every must be >= 0 (0: only at epoch ends)");
   }
   o.evaluate_every = rank == 0 ? absl::GetFlag(FLAGS_eval_every) : 0;
+  o.evaluate_inline = absl::GetFlag(FLAGS_eval_inline);
   o.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
   if (absl::GetFlag(FLAGS_max_seconds) < 0) {
     return absl::InvalidArgumentError("--max_seconds must be >= 0");
@@ -281,7 +282,7 @@ int Generate(ps::Model& model, ps::Device& device, ps::GrpcParameterClient& clie
 }
 
 int Train(ps::Model& model, ps::Device& device, ps::GrpcParameterClient& client,
-          const ps::Workload& workload, const ps::Dataset& test, int rank,
+          const ps::Workload& workload, const ps::Dataset& test, int eval_batch, int rank,
           const std::atomic<bool>& stop) {
   auto train = ps::OpenWorkloadData(workload, ps::Split::kTrain);
   if (!train.ok()) return FailConfiguration(train.status());
@@ -294,7 +295,17 @@ int Train(ps::Model& model, ps::Device& device, ps::GrpcParameterClient& client,
     if (!writer.ok()) return Fail(writer.status());
     metrics = std::move(*writer);
   }
+  // SSP and ASP evaluate beside training, with a copy of the model on the CPU (whatever the
+  // training device: CudaDevice makes its GPU current only on the thread that created it).
+  ps::CpuDevice eval_device;
+  std::unique_ptr<ps::Model> eval_model;
+  if ((options->evaluate_each_epoch || options->evaluate_every > 0) && !options->evaluate_inline) {
+    auto replica = ps::MakeModel(workload.model, test.shape(), eval_device, eval_batch);
+    if (!replica.ok()) return FailConfiguration(replica.status());
+    eval_model = std::move(*replica);
+  }
   ps::Trainer trainer(*options, model, device, client, **train, &test, metrics.get(), PrintEpoch);
+  if (eval_model != nullptr) trainer.UseEvaluationReplica(*eval_model, eval_device);
   auto metrics_server = ServeMetrics(trainer.live(), rank);
   if (!metrics_server.ok()) return Fail(metrics_server.status());
   if (absl::Status s = CheckWorkerCount(client, rank, options->register_timeout); !s.ok()) {
@@ -370,7 +381,9 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_generate) > 0) {
     return Generate(**model, **device, **client, **test, workload->seed);
   }
-  if (!evaluate) return Train(**model, **device, **client, *workload, **test, rank, stop);
+  if (!evaluate) {
+    return Train(**model, **device, **client, *workload, **test, eval_batch, rank, stop);
+  }
   ps::JobEvaluationOptions evaluation;
   evaluation.wait_for_job = absl::Seconds(absl::GetFlag(FLAGS_wait_for_job_s));
   evaluation.require_all_work = ps::RequireAllWorkFromFlags;

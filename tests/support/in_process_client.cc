@@ -47,6 +47,9 @@ absl::Status InProcessClient::BeginCall(std::atomic<int>* counter) {
     return absl::AbortedError(absl::StrCat("injected: call ", call, " aborted; register again"));
   }
   if (faults_->delay > absl::ZeroDuration()) absl::SleepFor(faults_->delay);
+  const bool push = counter == &counts_->pushes || counter == &counts_->push_pulls ||
+                    counter == &counts_->push_parts;
+  if (push && faults_->before_push) faults_->before_push();
   return absl::OkStatus();
 }
 
@@ -199,6 +202,9 @@ absl::StatusOr<PullStats> InProcessClient::PullWithRows(int64_t clock, bool no_w
                                                         absl::Span<float> params,
                                                         absl::Span<const RowsToPull> rows) {
   RETURN_IF_ERROR(BeginCall(&counts_->pulls));
+  if (no_wait && faults_ != nullptr && faults_->before_observer_read) {
+    faults_->before_observer_read();
+  }
   return PullRanges(clock, no_wait, params, WholeRanges(), nullptr, rows);
 }
 

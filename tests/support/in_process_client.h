@@ -10,7 +10,10 @@
 // - drop_push_reply N: the Nth push (Push or PushPull) reaches the shards, its reply is lost,
 //   and it is sent again, as the real client retries an UNAVAILABLE answer (the shards answer
 //   the second as a duplicate);
-// - delay: every data call first sleeps this long.
+// - delay: every data call first sleeps this long;
+// - before_push, before_observer_read: run on the caller's thread at the start of every push
+//   (Push, PushPull, PushParts) and of every Pull with no_wait (an evaluation's read), to hold
+//   the call until the test lets it go, or to see which thread makes it.
 // The shards keep their own rules: lease expiry (a fake that stops beating expires as a real
 // worker would), BSP barriers (a Pull blocks the caller's thread), exactly-once pushes.
 
@@ -29,6 +32,8 @@ struct FaultSwitches {
   std::atomic<int> abort_call{0};
   std::atomic<int> drop_push_reply{0};
   absl::Duration delay;
+  std::function<void()> before_push;
+  std::function<void()> before_observer_read;
 };
 
 // Calls per kind, counted as they are made (an aborted call counts).

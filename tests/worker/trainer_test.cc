@@ -4,9 +4,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -936,15 +939,19 @@ TEST(Trainer, AsJoinErrorLeavesEveryOtherStatusAsItIs) {
 }
 
 // Rank 0 reports each finished epoch with the run's length in epochs: fractional when the run
-// was given in steps, whose last, partial epoch gets no report.
+// was given in steps, whose last, partial epoch gets no report. Under ASP, where a replica
+// evaluates beside training, every report still arrives, in order, before Run returns.
 TEST(Trainer, EpochReportsCountTheRunsLengthInEpochs) {
   const ImageDataset train = SyntheticData(256, 6);
   const ImageDataset test = SyntheticData(64, 7);
-  for (const int64_t steps : {int64_t{0}, int64_t{40}}) {
-    Cluster c = StartCluster(1, 1, ConsistencyMode::kBsp);
-    CpuDevice dev;
+  for (const auto& [steps, mode] :
+       {std::pair{int64_t{0}, ConsistencyMode::kBsp}, std::pair{int64_t{40}, ConsistencyMode::kBsp},
+        std::pair{int64_t{0}, ConsistencyMode::kAsp}}) {
+    Cluster c = StartCluster(1, 1, mode);
+    CpuDevice dev, eval_dev;
     auto model = MakeMlp(16, {8}, 4, dev, 64);
-    ASSERT_TRUE(model.ok());
+    auto replica = MakeMlp(16, {8}, 4, eval_dev, 64);
+    ASSERT_TRUE(model.ok() && replica.ok());
     InProcessClient client({&c.servers[0]->shard()}, (*model)->layout().fingerprint(),
                            (*model)->layout().total(), /*incarnation=*/100, nullptr);
     TrainerOptions o;
@@ -955,6 +962,7 @@ TEST(Trainer, EpochReportsCountTheRunsLengthInEpochs) {
     std::vector<EpochReport> reports;
     Trainer trainer(o, **model, dev, client, train, &test, nullptr,
                     [&](const EpochReport& r) { reports.push_back(r); });
+    trainer.UseEvaluationReplica(**replica, eval_dev);
     std::atomic<bool> stop{false};
     ASSERT_TRUE(trainer.Run(stop).ok());
     ASSERT_EQ(reports.size(), steps == 0 ? 3u : 2u) << steps;
@@ -963,6 +971,114 @@ TEST(Trainer, EpochReportsCountTheRunsLengthInEpochs) {
       EXPECT_EQ(reports[i].epochs, steps == 0 ? 3.0 : 2.5);
       EXPECT_GT(reports[i].test_accuracy, 0.0);
     }
+  }
+}
+
+// The steps of the "eval" lines in a metrics file, in file order.
+std::vector<int64_t> EvalLineSteps(const std::string& path) {
+  std::vector<int64_t> steps;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    if (!absl::StrContains(line, "\"kind\":\"eval\"")) continue;
+    const size_t at = line.find("\"step\":");
+    EXPECT_NE(at, std::string::npos) << line;
+    if (at != std::string::npos) steps.push_back(std::stoll(line.substr(at + 7)));
+  }
+  return steps;
+}
+
+// One worker of 64 steps (one epoch) that asks for an evaluation every 8, with a replica of the
+// model to evaluate with; `faults` holds the evaluations' reads. The steps of its "eval" lines.
+std::vector<int64_t> EvaluatingRun(ConsistencyMode mode, bool evaluate_inline,
+                                   FaultSwitches& faults, Trainer** running) {
+  Cluster c = StartCluster(1, 1, mode);
+  const ImageDataset train = SyntheticData(1024, 8);
+  const ImageDataset test = SyntheticData(64, 9);
+  CpuDevice dev, eval_dev;
+  auto model = MakeMlp(16, {8}, 4, dev, 64);
+  auto replica = MakeMlp(16, {8}, 4, eval_dev, 64);
+  EXPECT_TRUE(model.ok() && replica.ok());
+  const std::string path =
+      testing::TempDir() + "/evaluating_run_" + std::to_string(getpid()) + ".jsonl";
+  {
+    auto metrics = JsonLinesWriter::Open(path);
+    EXPECT_TRUE(metrics.ok());
+    InProcessClient client({&c.servers[0]->shard()}, (*model)->layout().fingerprint(),
+                           (*model)->layout().total(), /*incarnation=*/100, &faults);
+    TrainerOptions o;
+    o.batch_size = 16;
+    o.epochs = 1;
+    o.evaluate_every = 8;
+    o.evaluate_inline = evaluate_inline;
+    Trainer trainer(o, **model, dev, client, train, &test, metrics->get(), nullptr);
+    trainer.UseEvaluationReplica(**replica, eval_dev);
+    *running = &trainer;
+    std::atomic<bool> stop{false};
+    EXPECT_EQ(trainer.Run(stop), absl::OkStatus());
+    *running = nullptr;
+  }
+  const std::vector<int64_t> steps = EvalLineSteps(path);
+  std::filesystem::remove(path);
+  return steps;
+}
+
+// Under ASP an evaluation that paused its rank would make the rank's next gradient stale by all
+// the others pushed meanwhile: it runs beside training instead. The test holds the training
+// after its 9th step until the first evaluation (of step 8) reads, and holds that read until 41
+// steps are done: the periodic requests that pile up behind it give way to the newest, and the
+// last request of the run is always evaluated.
+TEST(Trainer, AspEvaluatesBesideTrainingAndTheNewestWaitingRequestWins) {
+  FaultSwitches faults;
+  Trainer* running = nullptr;
+  std::atomic<bool> reading{false};
+  std::vector<std::thread::id> readers;  // written by the evaluation thread alone
+  bool trained_while_held = false;
+  // Waits until `until` holds, or 20 s (the time a wrong implementation takes to fail); whether
+  // it holds.
+  const auto wait_for = [](const std::function<bool()>& until) {
+    const absl::Time give_up = absl::Now() + absl::Seconds(20);
+    while (!until() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+    return until();
+  };
+  faults.before_push = [&] {
+    if (running->live().steps.load() >= 9) wait_for([&] { return reading.load(); });
+  };
+  faults.before_observer_read = [&] {
+    readers.push_back(std::this_thread::get_id());
+    if (readers.size() > 1) return;
+    reading.store(true);
+    trained_while_held = wait_for([&] { return running->live().steps.load() >= 41; });
+  };
+  const std::vector<int64_t> steps =
+      EvaluatingRun(ConsistencyMode::kAsp, /*evaluate_inline=*/false, faults, &running);
+  EXPECT_TRUE(trained_while_held);
+  ASSERT_FALSE(readers.empty());
+  EXPECT_NE(readers[0], std::this_thread::get_id());
+  // Asked after steps 8, 16, ..., 56: 16, 24 and 32 waited behind the held 8 and gave way to 40
+  // (the 41st step's accounting starts after the 40th's request). Which later ones give way
+  // depends on the timing.
+  ASSERT_GE(steps.size(), 2u);
+  EXPECT_EQ(steps[0], 8);
+  EXPECT_GE(steps[1], 40);
+  EXPECT_EQ(steps.back(), 56);
+  EXPECT_TRUE(std::is_sorted(steps.begin(), steps.end()));
+}
+
+// BSP evaluates on the training thread (the others wait at the round anyway, and the weights
+// read are exactly those after the step's round); so does SSP or ASP with evaluate_inline. Every
+// request is evaluated, in order.
+TEST(Trainer, BspAndInlineEvaluationsRunOnTheTrainingThread) {
+  for (const bool bsp : {true, false}) {
+    FaultSwitches faults;
+    Trainer* running = nullptr;
+    std::vector<std::thread::id> readers;
+    faults.before_observer_read = [&] { readers.push_back(std::this_thread::get_id()); };
+    const std::vector<int64_t> steps =
+        EvaluatingRun(bsp ? ConsistencyMode::kBsp : ConsistencyMode::kAsp,
+                      /*evaluate_inline=*/!bsp, faults, &running);
+    EXPECT_EQ(steps, (std::vector<int64_t>{8, 16, 24, 32, 40, 48, 56})) << bsp;
+    ASSERT_EQ(readers.size(), 7u) << bsp;
+    for (const std::thread::id reader : readers) EXPECT_EQ(reader, std::this_thread::get_id());
   }
 }
 
