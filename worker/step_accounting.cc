@@ -123,7 +123,7 @@ void StepAccounting::EvaluateInTheBackground() {
     waiting_.pop_front();
     evaluating_ = true;
     mu_.Unlock();
-    absl::Status s = evaluation_error_.ok() ? Evaluate(std::move(request)) : absl::OkStatus();
+    const absl::Status s = Evaluate(std::move(request));
     mu_.Lock();
     evaluating_ = false;
     if (evaluation_error_.ok()) evaluation_error_ = s;
