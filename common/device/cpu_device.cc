@@ -74,13 +74,11 @@ absl::Status CpuDevice::Fill(float value, int64_t n, float* x) {
 
 absl::Status CpuDevice::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                              const float* a, const float* b, float beta, float* c) {
-  ASSIGN_OR_RETURN(const bool has_work, GemmHasWork(m, n, k));
-  if (!has_work) return absl::OkStatus();
-  const int lda = trans_a ? m : k;
-  const int ldb = trans_b ? k : n;
+  ASSIGN_OR_RETURN(const GemmPlan plan, PlanGemm(trans_a, trans_b, m, n, k));
+  if (!plan.has_work) return absl::OkStatus();
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, std::max(1, lda), b,
-              std::max(1, ldb), beta, c, std::max(1, n));
+              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, plan.lda, b, plan.ldb, beta,
+              c, plan.ldc);
   return absl::OkStatus();
 }
 

@@ -8,6 +8,7 @@
 //
 // CpuDevice (cpu_device.h) is the reference; other devices are validated against it.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -113,13 +114,21 @@ class Device {
   }
 };
 
-// Gemm's size check, the same on every device: INVALID_ARGUMENT for a negative size; false when
-// the product is empty (m or n is 0: nothing to write), true when there is work.
-inline absl::StatusOr<bool> GemmHasWork(int m, int n, int k) {
+// What every device's Gemm checks and derives from the sizes. has_work is false when the product
+// is empty (m or n is 0: nothing to write). The leading dimensions are those of the row-major
+// operands as stored (A is k x m when transposed, else m x k; B is n x k or k x n; C is m x n),
+// at least 1 as BLAS requires.
+struct GemmPlan {
+  bool has_work = false;
+  int lda = 1, ldb = 1, ldc = 1;
+};
+// INVALID_ARGUMENT for a negative size.
+inline absl::StatusOr<GemmPlan> PlanGemm(bool trans_a, bool trans_b, int m, int n, int k) {
   if (m < 0 || n < 0 || k < 0) {
     return absl::InvalidArgumentError(absl::StrCat("Gemm: negative size ", m, "x", n, "x", k));
   }
-  return m > 0 && n > 0;
+  return GemmPlan{m > 0 && n > 0, std::max(1, trans_a ? m : k), std::max(1, trans_b ? k : n),
+                  std::max(1, n)};
 }
 
 // The shape of a valid (unpadded, stride 1) convolution of a height x width x channels image

@@ -85,7 +85,7 @@ absl::Status LayerNorm::Backward(Device& dev, const BackwardPass& pass) {
 // TransformerBlock.
 
 TransformerBlock::TransformerBlock(std::string name, int tokens, int dim, int heads, int layers)
-    : name_(std::move(name)), tokens_(tokens), dim_(dim), heads_(heads), layers_(layers) {}
+    : SequenceLayer(std::move(name), tokens, dim), heads_(heads), layers_(layers) {}
 
 TransformerBlock::Offsets TransformerBlock::offsets() const {
   const int64_t c = dim_;

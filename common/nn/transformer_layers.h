@@ -7,6 +7,7 @@
 // Backward must follow the Forward of the same batch, as Model::ForwardBackward does.
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/nn/layers.h"
@@ -31,13 +32,25 @@ class TokenPositionEmbedding final : public Layer {
   int vocab_, tokens_, dim_;
 };
 
-// Layer normalisation of each position's vector: gain 1 and bias 0 at start.
-class LayerNorm final : public Layer {
+// A named layer whose output has its input's shape, (batch, tokens * dim): the layers between
+// the embedding and the head. Its parameters are named after it ("block0.ln1.weight").
+class SequenceLayer : public Layer {
  public:
-  LayerNorm(std::string name, int tokens, int dim)
-      : name_(std::move(name)), tokens_(tokens), dim_(dim) {}
   int64_t input_size() const override { return int64_t{tokens_} * dim_; }
   int64_t output_size() const override { return input_size(); }
+
+ protected:
+  SequenceLayer(std::string name, int tokens, int dim)
+      : name_(std::move(name)), tokens_(tokens), dim_(dim) {}
+
+  const std::string name_;
+  const int tokens_, dim_;
+};
+
+// Layer normalisation of each position's vector: gain 1 and bias 0 at start.
+class LayerNorm final : public SequenceLayer {
+ public:
+  LayerNorm(std::string name, int tokens, int dim) : SequenceLayer(std::move(name), tokens, dim) {}
   std::vector<TensorSpec> ParamSpecs() const override;
   void InitParams(Rng& rng, float* params) const override;
   absl::Status Prepare(Device& dev, int max_batch) override;
@@ -45,8 +58,6 @@ class LayerNorm final : public Layer {
   absl::Status Backward(Device& dev, const BackwardPass& pass) override;
 
  private:
-  std::string name_;
-  int tokens_, dim_;
   DeviceBuffer mean_, rstd_;  // of the last forward pass, per row
 };
 
@@ -58,11 +69,9 @@ class LayerNorm final : public Layer {
 // 4 dim), fc.bias, fc_proj.weight (4 dim, dim), fc_proj.bias; each weight is (in, out) as Linear's.
 // Initialised as GPT-2: weights N(0, 0.02), the two projections into the residual stream N(0,
 // 0.02 / sqrt(2 layers)), biases 0, LayerNorm gains 1.
-class TransformerBlock final : public Layer {
+class TransformerBlock final : public SequenceLayer {
  public:
   TransformerBlock(std::string name, int tokens, int dim, int heads, int layers);
-  int64_t input_size() const override { return int64_t{tokens_} * dim_; }
-  int64_t output_size() const override { return input_size(); }
   std::vector<TensorSpec> ParamSpecs() const override;
   void InitParams(Rng& rng, float* params) const override;
   absl::Status Prepare(Device& dev, int max_batch) override;
@@ -77,8 +86,7 @@ class TransformerBlock final : public Layer {
   };
   Offsets offsets() const;
 
-  std::string name_;
-  int tokens_, dim_, heads_, layers_;
+  int heads_, layers_;
   // The forward pass's values, per row (batch * tokens rows): ln1's output, mean and rstd; the
   // queries, keys and values; the attention weights (heads x tokens per row); the heads'
   // output; h; ln2's output, mean and rstd; the MLP's input to GELU and GELU's output.

@@ -196,15 +196,13 @@ absl::StatusOr<DeviceBuffer> CudaDevice::RegisterHostMemory(void* host, size_t b
 
 absl::Status CudaDevice::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                               const float* a, const float* b, float beta, float* c) {
-  ASSIGN_OR_RETURN(const bool has_work, GemmHasWork(m, n, k));
-  if (!has_work) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const GemmPlan plan, PlanGemm(trans_a, trans_b, m, n, k));
+  if (!plan.has_work) return absl::OkStatus();
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands and keep
   // each one's transpose flag and leading dimension.
-  const int lda = trans_a ? m : k;
-  const int ldb = trans_b ? k : n;
   return CublasStatus(
       cublasSgemm(cublas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                  n, m, k, &alpha, b, std::max(1, ldb), a, std::max(1, lda), &beta, c, n),
+                  n, m, k, &alpha, b, plan.ldb, a, plan.lda, &beta, c, plan.ldc),
       "cublasSgemm");
 }
 
