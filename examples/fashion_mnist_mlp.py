@@ -15,6 +15,7 @@ weights on the test set and prints `test_accuracy A` (and writes --result as JSO
 """
 
 import argparse
+import concurrent.futures
 import functools
 import gzip
 import json
@@ -84,8 +85,9 @@ def main():
     parser.add_argument("--seed", type=int, default=int(os.environ.get("PS_SEED", 1)))
     parser.add_argument("--result", default="", help="rank 0 writes its result here as JSON")
     parser.add_argument("--eval_each_epoch", action="store_true",
-                        help="rank 0 measures its weights on the test set after each epoch "
-                             "(the run's curve in ps_launch's metrics; the others wait for it)")
+                        help="rank 0 measures its weights on the test set after each epoch, "
+                             "on a thread beside training (the run's curve in ps_launch's "
+                             "metrics)")
     args = parser.parse_args()
 
     torch.set_num_threads(1)  # one core per worker process
@@ -94,7 +96,8 @@ def main():
     train_x, train_y = load(args.data, "train", args.train_limit)
     test_x, test_y = load(args.data, "test", args.test_limit) if rank == 0 else (None, None)
     torch.manual_seed(args.seed)  # every rank starts alike; the first to reach the shards wins
-    model = mlp([int(h) for h in args.hidden.split(",") if h])
+    hidden = [int(h) for h in args.hidden.split(",") if h]
+    model = mlp(hidden)
     per_step = args.batch_size * args.accumulate
     steps_per_epoch = len(train_x) // (workers * per_step)
     opt = pst.ServerOptimizer(model, accumulate=args.accumulate, overlap=args.overlap,
@@ -102,11 +105,25 @@ def main():
                               steps=steps_per_epoch * args.epochs)
     loss_fn = torch.nn.CrossEntropyLoss()
 
-    def evaluate():
+    def evaluate(net):
         with torch.no_grad():
-            logits = model(test_x)
+            logits = net(test_x)
             return ((logits.argmax(1) == test_y).float().mean().item(),
                     loss_fn(logits, test_y).item())
+
+    # Rank 0's evaluations during training run on a thread of their own, on a copy of the weights
+    # it pulled last, stamped with the run's point when they were taken. On the training thread
+    # they would pause rank 0 while the others push: under SSP and ASP its next gradient would be
+    # stale by all their updates meanwhile, and a sweep would measure its own evaluations as
+    # staleness (ps_worker evaluates beside training too).
+    evaluator = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    evaluations = []
+    eval_model = mlp(hidden) if rank == 0 else None
+
+    def evaluate_and_report(weights, point):
+        eval_model.load_state_dict(weights)
+        accuracy, test_loss = evaluate(eval_model)
+        pst.report_eval(at=point, test_accuracy=accuracy, test_loss=test_loss)
 
     @functools.lru_cache(maxsize=2)
     def samples_of_epoch(epoch):
@@ -147,12 +164,15 @@ def main():
               f"elapsed {time.time() - start:.1f}s", flush=True)
         loss_sum, batches = 0.0, 0
         if rank == 0 and args.eval_each_epoch:
-            accuracy, test_loss = evaluate()  # the weights this rank pulled last
-            pst.report_eval(test_accuracy=accuracy, test_loss=test_loss)
+            weights = {name: value.detach().clone() for name, value in model.state_dict().items()}
+            evaluations.append(evaluator.submit(evaluate_and_report, weights, pst.eval_point()))
     work = pst.finish()  # rank 0: waits for the others; its parameters hold the final weights
+    evaluator.shutdown()
+    for evaluation in evaluations:
+        evaluation.result()  # an evaluation's error ends the script here
     if rank != 0:
         return
-    accuracy, test_loss = evaluate()
+    accuracy, test_loss = evaluate(model)
     pst.report_result(test_accuracy=accuracy, test_loss=test_loss)  # into ps_launch's summary
     print(f"test_accuracy {accuracy:.4f}  max_staleness {max_staleness}  "
           f"gradients {work['gradients_applied']}/{work['gradients_expected']}", flush=True)

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -528,6 +529,8 @@ class StepLines(unittest.TestCase):
                     opt.step(loss=first)
                 backward()
                 opt.step(loss=second)
+                if opt.clock == 1:
+                    point = pst.eval_point()  # weights taken after the first window
             for bad, error in ((torch.ones(2), ValueError), ("1.0", TypeError),
                                (True, TypeError)):
                 with self.assertRaises(error):
@@ -536,6 +539,13 @@ class StepLines(unittest.TestCase):
                 pst.report_eval()
             with self.assertRaisesRegex(ValueError, "not a finite number"):
                 pst.report_eval(test_accuracy=float("nan"))
+            with self.assertRaisesRegex(TypeError, "not an EvalPoint"):
+                pst.report_eval(at=(1, 1, 0.5), test_accuracy=0.5)
+            # Measured later on a thread beside training: the line has the point of the weights.
+            reporter = threading.Thread(target=pst.report_eval,
+                                        kwargs={"at": point, "test_accuracy": 0.25})
+            reporter.start()
+            reporter.join()
             pst.report_eval(test_accuracy=0.5, test_loss=2)
             pst.finish(wait_s=10)
             with open(os.path.join(tmp, "worker-0.jsonl"), encoding="utf-8") as f:
@@ -544,11 +554,13 @@ class StepLines(unittest.TestCase):
         self.assertEqual([(s["step"], s["samples"], s.get("loss")) for s in steps],
                          [(0, 8, 2.0), (1, 8, None), (2, 8, 5.0)])
         evals = [line for line in lines if line["kind"] == "eval"]
-        self.assertEqual(len(evals), 1)
-        self.assertEqual({k: v for k, v in evals[0].items() if k != "wall_s"},
+        self.assertEqual(len(evals), 2)
+        self.assertEqual(evals[0], {"kind": "eval", "rank": 0, "step": 1, "updates": 1,
+                                    "test_accuracy": 0.25, "wall_s": point.wall_s})
+        self.assertEqual({k: v for k, v in evals[1].items() if k != "wall_s"},
                          {"kind": "eval", "rank": 0, "step": 3, "updates": 3,
                           "test_accuracy": 0.5, "test_loss": 2.0})
-        self.assertGreater(evals[0]["wall_s"], 0)
+        self.assertGreater(evals[1]["wall_s"], point.wall_s)
 
 
 class InjectedDelays(unittest.TestCase):

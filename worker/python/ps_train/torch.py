@@ -37,8 +37,8 @@ import torch
 from ps_train import _core
 from ps_train.errors import PsError
 
-__all__ = ["init", "ServerOptimizer", "Embedding", "StepStats", "finish", "report_eval",
-           "report_result", "status", "PsError"]
+__all__ = ["init", "ServerOptimizer", "Embedding", "StepStats", "EvalPoint", "finish",
+           "eval_point", "report_eval", "report_result", "status", "PsError"]
 
 _DEADLINE_EXCEEDED, _DATA_LOSS = 4, 15  # grpc.StatusCode's values
 
@@ -574,26 +574,49 @@ def _check_measures(caller, measures):
             raise ValueError(f"ps_train.{caller}: {name}={value!r} is not a finite number")
 
 
-def report_eval(**measures):
+@dataclass(frozen=True)
+class EvalPoint:
+    """Where a run stood: this worker's step (its optimizers' largest clock), the shards' largest
+    version (updates applied) and the seconds since init()."""
+    step: int
+    updates: int
+    wall_s: float
+
+
+def eval_point():
+    """The run's point now (one status() call), for a report_eval(at=...) of weights taken now
+    and measured later, e.g. on a thread beside training."""
+    _require_config()
+    wall_s = time.perf_counter() - _started
+    updates = max(shard["version"] for shard in status())
+    step = max((opt.clock for opt in _optimizers), default=0)
+    return EvalPoint(step=step, updates=updates, wall_s=wall_s)
+
+
+def report_eval(at=None, **measures):
     """Records an evaluation made during training (numbers: test_accuracy=0.85, test_loss=...)
     as a point of the run's curve: under ps_launch, a line of this worker's PS_METRICS_FILE with
-    the time since init() and the shards' updates so far, as ps_worker's --eval_every writes.
-    A staleness sweep draws rank 0's points and takes its time to a target accuracy from them.
-    Outside ps_launch it does nothing. ValueError for no measure or one that is not a finite
-    number."""
+    the step, the shards' updates and the time since init() of `at` (an eval_point(); default:
+    now), as ps_worker's --eval_every writes. A staleness sweep draws rank 0's points and takes
+    its time to a target accuracy from them. Thread-safe: an evaluation on a thread beside
+    training reports with the point its weights were taken at. Outside ps_launch it does
+    nothing. ValueError for no measure or one that is not a finite number, TypeError for an `at`
+    that is not an EvalPoint."""
     config = _require_config()
     if not measures:
         raise ValueError("ps_train.report_eval: give at least one measure (test_accuracy=...)")
     _check_measures("report_eval", measures)
+    if at is not None and not isinstance(at, EvalPoint):
+        raise TypeError(f"ps_train.report_eval: at={at!r} is not an EvalPoint (eval_point())")
     path = os.environ.get("PS_METRICS_FILE", "")
     if not path:
         return
-    wall_s = time.perf_counter() - _started
-    updates = max(shard["version"] for shard in status())
-    step = max((opt.clock for opt in _optimizers), default=0)
-    line = {"kind": "eval", "rank": config.rank, "step": step, "updates": updates}
+    point = at if at is not None else eval_point()
+    line = {"kind": "eval", "rank": config.rank, "step": point.step, "updates": point.updates}
     line.update({name: float(value) for name, value in measures.items()})
-    line["wall_s"] = wall_s
+    line["wall_s"] = point.wall_s
+    # One write of a whole line in append mode, as the optimizers' step lines: the lines of
+    # threads that report at once do not interleave.
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(line) + "\n")
 
