@@ -187,7 +187,8 @@ absl::Status StepAccounting::Evaluate(EvaluationRequest request) {
     JsonObject line;
     line.Add("kind", "eval")
         .Add("rank", options_.rank)
-        .Add("step", request.step + 1)
+        .Add("step", fresh.steps_done)
+        .Add("requested_step", request.step + 1)
         .Add("updates", fresh.updates)
         .Add("test_loss", test_loss)
         .Add("test_accuracy", test_accuracy);
@@ -204,7 +205,8 @@ absl::Status StepAccounting::Evaluate(EvaluationRequest request) {
     line.Add("kind", "epoch")
         .Add("rank", options_.rank)
         .Add("epoch", report.epoch)
-        .Add("step", request.step + 1)
+        .Add("step", fresh.steps_done)
+        .Add("requested_step", request.step + 1)
         .Add("updates", fresh.updates)
         .Add("train_loss", report.train_loss)
         .Add("test_loss", report.test_loss)

@@ -76,11 +76,14 @@ struct CompletedStep {
   int64_t unique_keys = -1;  // a sparse model's distinct rows of the step; -1: a dense model
 };
 
-// The test set's loss and accuracy on the shards' freshest weights, the largest shard version
-// read, and when they were read (the time its metrics line carries as wall_s).
+// The test set's loss and accuracy on the shards' freshest weights, and the point of the run
+// they were read at: the largest shard version, the steps this rank had finished, and the time
+// (its metrics line's updates, step and wall_s). An evaluation beside training reads later than
+// the step that asked for it.
 struct FreshEvaluation {
   BatchStats test;
   int64_t updates = 0;
+  int64_t steps_done = 0;
   absl::Time read_at = absl::Now();
 };
 

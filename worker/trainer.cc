@@ -406,6 +406,7 @@ absl::StatusOr<FreshEvaluation> Trainer::EvaluateFresh(int64_t step, Model& mode
   // An observer read: the freshest weights, whatever the consistency mode.
   ASSIGN_OR_RETURN(PullStats read, client_.Pull(step + 1, /*no_wait=*/true, params));
   fresh.read_at = absl::Now();
+  fresh.steps_done = live_.step.load() + 1;
   for (int64_t v : read.versions) fresh.updates = std::max(fresh.updates, v);
   RETURN_IF_ERROR(device.CopyToDevice(params.data(), params.size() * sizeof(float), params_dev));
   ASSIGN_OR_RETURN(fresh.test, EvaluateDataset(model, device, params_dev, *test_,

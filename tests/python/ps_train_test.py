@@ -555,11 +555,11 @@ class StepLines(unittest.TestCase):
                          [(0, 8, 2.0), (1, 8, None), (2, 8, 5.0)])
         evals = [line for line in lines if line["kind"] == "eval"]
         self.assertEqual(len(evals), 2)
-        self.assertEqual(evals[0], {"kind": "eval", "rank": 0, "step": 1, "updates": 1,
-                                    "test_accuracy": 0.25, "wall_s": point.wall_s})
+        self.assertEqual(evals[0], {"kind": "eval", "rank": 0, "step": 1, "requested_step": 1,
+                                    "updates": 1, "test_accuracy": 0.25, "wall_s": point.wall_s})
         self.assertEqual({k: v for k, v in evals[1].items() if k != "wall_s"},
-                         {"kind": "eval", "rank": 0, "step": 3, "updates": 3,
-                          "test_accuracy": 0.5, "test_loss": 2.0})
+                         {"kind": "eval", "rank": 0, "step": 3, "requested_step": 3,
+                          "updates": 3, "test_accuracy": 0.5, "test_loss": 2.0})
         self.assertGreater(evals[1]["wall_s"], point.wall_s)
 
 

@@ -17,6 +17,7 @@
 #include "common/device/cpu_device.h"
 #include "common/nn/model_registry.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "server/shard_server.h"
 #include "tests/common/device/deferred_copy_device.h"
 #include "tests/support/in_process_client.h"
@@ -974,23 +975,29 @@ TEST(Trainer, EpochReportsCountTheRunsLengthInEpochs) {
   }
 }
 
-// The steps of the "eval" lines in a metrics file, in file order.
-std::vector<int64_t> EvalLineSteps(const std::string& path) {
-  std::vector<int64_t> steps;
+// An "eval" line's steps: the one that asked for it, and the steps done when its weights were
+// read.
+struct EvalLineSteps {
+  int64_t requested = 0;
+  int64_t read = 0;
+};
+
+// The "eval" lines of a metrics file, in file order.
+std::vector<EvalLineSteps> EvalLinesOf(const std::string& path) {
+  std::vector<EvalLineSteps> lines;
   std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    if (!absl::StrContains(line, "\"kind\":\"eval\"")) continue;
-    const size_t at = line.find("\"step\":");
-    EXPECT_NE(at, std::string::npos) << line;
-    if (at != std::string::npos) steps.push_back(std::stoll(line.substr(at + 7)));
+  for (std::string text; std::getline(in, text);) {
+    if (!absl::StrContains(text, "\"kind\":\"eval\"")) continue;
+    const nlohmann::json line = nlohmann::json::parse(text);
+    lines.push_back({line.at("requested_step").get<int64_t>(), line.at("step").get<int64_t>()});
   }
-  return steps;
+  return lines;
 }
 
 // One worker of 64 steps (one epoch) that asks for an evaluation every 8, with a replica of the
-// model to evaluate with; `faults` holds the evaluations' reads. The steps of its "eval" lines.
-std::vector<int64_t> EvaluatingRun(ConsistencyMode mode, bool evaluate_inline,
-                                   FaultSwitches& faults, Trainer** running) {
+// model to evaluate with; `faults` holds the evaluations' reads. Its "eval" lines.
+std::vector<EvalLineSteps> EvaluatingRun(ConsistencyMode mode, bool evaluate_inline,
+                                         FaultSwitches& faults, Trainer** running) {
   Cluster c = StartCluster(1, 1, mode);
   const ImageDataset train = SyntheticData(1024, 8);
   const ImageDataset test = SyntheticData(64, 9);
@@ -1017,8 +1024,14 @@ std::vector<int64_t> EvaluatingRun(ConsistencyMode mode, bool evaluate_inline,
     EXPECT_EQ(trainer.Run(stop), absl::OkStatus());
     *running = nullptr;
   }
-  const std::vector<int64_t> steps = EvalLineSteps(path);
+  const std::vector<EvalLineSteps> lines = EvalLinesOf(path);
   std::filesystem::remove(path);
+  return lines;
+}
+
+std::vector<int64_t> RequestedSteps(const std::vector<EvalLineSteps>& lines) {
+  std::vector<int64_t> steps;
+  for (const EvalLineSteps& line : lines) steps.push_back(line.requested);
   return steps;
 }
 
@@ -1049,7 +1062,7 @@ TEST(Trainer, AspEvaluatesBesideTrainingAndTheNewestWaitingRequestWins) {
     reading.store(true);
     trained_while_held = wait_for([&] { return running->live().steps.load() >= 41; });
   };
-  const std::vector<int64_t> steps =
+  const std::vector<EvalLineSteps> lines =
       EvaluatingRun(ConsistencyMode::kAsp, /*evaluate_inline=*/false, faults, &running);
   EXPECT_TRUE(trained_while_held);
   ASSERT_FALSE(readers.empty());
@@ -1057,11 +1070,16 @@ TEST(Trainer, AspEvaluatesBesideTrainingAndTheNewestWaitingRequestWins) {
   // Asked after steps 8, 16, ..., 56: 16, 24 and 32 waited behind the held 8 and gave way to 40
   // (the 41st step's accounting starts after the 40th's request). Which later ones give way
   // depends on the timing.
-  ASSERT_GE(steps.size(), 2u);
-  EXPECT_EQ(steps[0], 8);
-  EXPECT_GE(steps[1], 40);
-  EXPECT_EQ(steps.back(), 56);
-  EXPECT_TRUE(std::is_sorted(steps.begin(), steps.end()));
+  const std::vector<int64_t> requested = RequestedSteps(lines);
+  ASSERT_GE(requested.size(), 2u);
+  EXPECT_EQ(requested[0], 8);
+  EXPECT_GE(requested[1], 40);
+  EXPECT_EQ(requested.back(), 56);
+  EXPECT_TRUE(std::is_sorted(requested.begin(), requested.end()));
+  // A line's step is where training stood when the weights were read: the first read was held
+  // until 41 steps were done.
+  EXPECT_GE(lines[0].read, 41);
+  for (const EvalLineSteps& line : lines) EXPECT_GE(line.read, line.requested);
 }
 
 // BSP evaluates on the training thread (the others wait at the round anyway, and the weights
@@ -1073,10 +1091,12 @@ TEST(Trainer, BspAndInlineEvaluationsRunOnTheTrainingThread) {
     Trainer* running = nullptr;
     std::vector<std::thread::id> readers;
     faults.before_observer_read = [&] { readers.push_back(std::this_thread::get_id()); };
-    const std::vector<int64_t> steps =
+    const std::vector<EvalLineSteps> lines =
         EvaluatingRun(bsp ? ConsistencyMode::kBsp : ConsistencyMode::kAsp,
                       /*evaluate_inline=*/!bsp, faults, &running);
-    EXPECT_EQ(steps, (std::vector<int64_t>{8, 16, 24, 32, 40, 48, 56})) << bsp;
+    EXPECT_EQ(RequestedSteps(lines), (std::vector<int64_t>{8, 16, 24, 32, 40, 48, 56})) << bsp;
+    // Read at once: each line's step is the one that asked for it.
+    for (const EvalLineSteps& line : lines) EXPECT_EQ(line.read, line.requested) << bsp;
     ASSERT_EQ(readers.size(), 7u) << bsp;
     for (const std::thread::id reader : readers) EXPECT_EQ(reader, std::this_thread::get_id());
   }

@@ -612,7 +612,9 @@ def report_eval(at=None, **measures):
     if not path:
         return
     point = at if at is not None else eval_point()
-    line = {"kind": "eval", "rank": config.rank, "step": point.step, "updates": point.updates}
+    # requested_step as ps_worker's lines have it: the weights were taken when they were asked for.
+    line = {"kind": "eval", "rank": config.rank, "step": point.step, "requested_step": point.step,
+            "updates": point.updates}
     line.update({name: float(value) for name, value in measures.items()})
     line["wall_s"] = point.wall_s
     # One write of a whole line in append mode, as the optimizers' step lines: the lines of
