@@ -224,8 +224,12 @@ absl::StatusOr<StepAccountingOptions> Trainer::AccountingOptions(const ClusterIn
   if (test_ != nullptr) {
     // Under BSP the others wait at the round for an evaluating rank anyway, and the inline read
     // gets exactly the weights after the step's round.
-    o.evaluate_in_background = eval_model_ != nullptr && !options_.evaluate_inline &&
+    o.evaluate_in_background = (o.evaluate_each_epoch || o.evaluate_every > 0) &&
+                               make_replica_ != nullptr && !options_.evaluate_inline &&
                                cluster.mode != ConsistencyMode::kBsp;
+    if (o.evaluate_in_background && eval_model_ == nullptr) {
+      ASSIGN_OR_RETURN(eval_model_, make_replica_(*eval_dev_));
+    }
     Model& model = o.evaluate_in_background ? *eval_model_ : model_;
     Device& device = o.evaluate_in_background ? *eval_dev_ : device_;
     const int64_t n = model.layout().total();

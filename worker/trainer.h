@@ -12,8 +12,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/base/json_lines.h"
 #include "common/data/dataset.h"
@@ -70,12 +72,16 @@ class Trainer {
           const Dataset& train, const Dataset* test, JsonLinesWriter* metrics,
           std::function<void(const EpochReport&)> on_epoch);
 
-  // A copy of the model, on a device of its own, for the evaluations that run beside training
-  // (SSP and ASP, unless evaluate_inline); both must outlive the trainer. Without one, every
-  // evaluation runs on the training thread with the training model.
-  void UseEvaluationReplica(Model& model, Device& device) {
-    eval_model_ = &model;
+  // Makes a copy of the model on the device it is given.
+  using ReplicaFactory = std::function<absl::StatusOr<std::unique_ptr<Model>>(Device& device)>;
+  // SSP and ASP (unless evaluate_inline) evaluate beside training, with a copy of the model
+  // that `make` builds on `device` once Run knows the mode: a BSP run never builds one (a CNN's
+  // buffers for an evaluation batch of 1000 are some 660 MiB). `device` must outlive the
+  // trainer. Without a factory, every evaluation runs on the training thread with the training
+  // model.
+  void UseEvaluationReplica(Device& device, ReplicaFactory make) {
     eval_dev_ = &device;
+    make_replica_ = std::move(make);
   }
 
   // Trains to the end. Returns CANCELLED when `stop` becomes true, or the first error.
@@ -125,8 +131,9 @@ class Trainer {
   TrainStats stats_;
   // Evaluation's own buffers: the freshest weights on the host and on the device.
   DeviceBuffer eval_host_, eval_device_;
-  Model* eval_model_ = nullptr;
   Device* eval_dev_ = nullptr;
+  ReplicaFactory make_replica_;
+  std::unique_ptr<Model> eval_model_;  // made by make_replica_ when first needed
 };
 
 // INVALID_ARGUMENT naming the options that cannot go together or are out of range (also

@@ -295,17 +295,13 @@ int Train(ps::Model& model, ps::Device& device, ps::GrpcParameterClient& client,
     if (!writer.ok()) return Fail(writer.status());
     metrics = std::move(*writer);
   }
+  ps::Trainer trainer(*options, model, device, client, **train, &test, metrics.get(), PrintEpoch);
   // SSP and ASP evaluate beside training, with a copy of the model on the CPU (whatever the
   // training device: CudaDevice makes its GPU current only on the thread that created it).
   ps::CpuDevice eval_device;
-  std::unique_ptr<ps::Model> eval_model;
-  if ((options->evaluate_each_epoch || options->evaluate_every > 0) && !options->evaluate_inline) {
-    auto replica = ps::MakeModel(workload.model, test.shape(), eval_device, eval_batch);
-    if (!replica.ok()) return FailConfiguration(replica.status());
-    eval_model = std::move(*replica);
-  }
-  ps::Trainer trainer(*options, model, device, client, **train, &test, metrics.get(), PrintEpoch);
-  if (eval_model != nullptr) trainer.UseEvaluationReplica(*eval_model, eval_device);
+  trainer.UseEvaluationReplica(eval_device, [&](ps::Device& on) {
+    return ps::MakeModel(workload.model, test.shape(), on, eval_batch);
+  });
   auto metrics_server = ServeMetrics(trainer.live(), rank);
   if (!metrics_server.ok()) return Fail(metrics_server.status());
   if (absl::Status s = CheckWorkerCount(client, rank, options->register_timeout); !s.ok()) {

@@ -939,6 +939,14 @@ TEST(Trainer, AsJoinErrorLeavesEveryOtherStatusAsItIs) {
             absl::InvalidArgumentError("the shards refuse this worker: z"));
 }
 
+// The evaluation replicas a trainer asks for: MLPs like the tests' model, counted in `made`.
+Trainer::ReplicaFactory CountedMlpReplicas(int* made) {
+  return [made](Device& device) {
+    ++*made;
+    return MakeMlp(16, {8}, 4, device, 64);
+  };
+}
+
 // Rank 0 reports each finished epoch with the run's length in epochs: fractional when the run
 // was given in steps, whose last, partial epoch gets no report. Under ASP, where a replica
 // evaluates beside training, every report still arrives, in order, before Run returns.
@@ -951,8 +959,7 @@ TEST(Trainer, EpochReportsCountTheRunsLengthInEpochs) {
     Cluster c = StartCluster(1, 1, mode);
     CpuDevice dev, eval_dev;
     auto model = MakeMlp(16, {8}, 4, dev, 64);
-    auto replica = MakeMlp(16, {8}, 4, eval_dev, 64);
-    ASSERT_TRUE(model.ok() && replica.ok());
+    ASSERT_TRUE(model.ok());
     InProcessClient client({&c.servers[0]->shard()}, (*model)->layout().fingerprint(),
                            (*model)->layout().total(), /*incarnation=*/100, nullptr);
     TrainerOptions o;
@@ -963,9 +970,11 @@ TEST(Trainer, EpochReportsCountTheRunsLengthInEpochs) {
     std::vector<EpochReport> reports;
     Trainer trainer(o, **model, dev, client, train, &test, nullptr,
                     [&](const EpochReport& r) { reports.push_back(r); });
-    trainer.UseEvaluationReplica(**replica, eval_dev);
+    int replicas = 0;
+    trainer.UseEvaluationReplica(eval_dev, CountedMlpReplicas(&replicas));
     std::atomic<bool> stop{false};
     ASSERT_TRUE(trainer.Run(stop).ok());
+    EXPECT_EQ(replicas, mode == ConsistencyMode::kAsp ? 1 : 0);
     ASSERT_EQ(reports.size(), steps == 0 ? 3u : 2u) << steps;
     for (size_t i = 0; i < reports.size(); ++i) {
       EXPECT_EQ(reports[i].epoch, static_cast<int>(i) + 1);
@@ -994,17 +1003,17 @@ std::vector<EvalLineSteps> EvalLinesOf(const std::string& path) {
   return lines;
 }
 
-// One worker of 64 steps (one epoch) that asks for an evaluation every 8, with a replica of the
-// model to evaluate with; `faults` holds the evaluations' reads. Its "eval" lines.
+// One worker of 64 steps (one epoch) that asks for an evaluation every 8, and may make a
+// replica of the model to evaluate with (counted in `replicas`); `faults` holds the
+// evaluations' reads. Its "eval" lines.
 std::vector<EvalLineSteps> EvaluatingRun(ConsistencyMode mode, bool evaluate_inline,
-                                         FaultSwitches& faults, Trainer** running) {
+                                         FaultSwitches& faults, Trainer** running, int* replicas) {
   Cluster c = StartCluster(1, 1, mode);
   const ImageDataset train = SyntheticData(1024, 8);
   const ImageDataset test = SyntheticData(64, 9);
   CpuDevice dev, eval_dev;
   auto model = MakeMlp(16, {8}, 4, dev, 64);
-  auto replica = MakeMlp(16, {8}, 4, eval_dev, 64);
-  EXPECT_TRUE(model.ok() && replica.ok());
+  EXPECT_TRUE(model.ok());
   const std::string path =
       testing::TempDir() + "/evaluating_run_" + std::to_string(getpid()) + ".jsonl";
   {
@@ -1018,7 +1027,7 @@ std::vector<EvalLineSteps> EvaluatingRun(ConsistencyMode mode, bool evaluate_inl
     o.evaluate_every = 8;
     o.evaluate_inline = evaluate_inline;
     Trainer trainer(o, **model, dev, client, train, &test, metrics->get(), nullptr);
-    trainer.UseEvaluationReplica(**replica, eval_dev);
+    trainer.UseEvaluationReplica(eval_dev, CountedMlpReplicas(replicas));
     *running = &trainer;
     std::atomic<bool> stop{false};
     EXPECT_EQ(trainer.Run(stop), absl::OkStatus());
@@ -1062,8 +1071,10 @@ TEST(Trainer, AspEvaluatesBesideTrainingAndTheNewestWaitingRequestWins) {
     reading.store(true);
     trained_while_held = wait_for([&] { return running->live().steps.load() >= 41; });
   };
+  int replicas = 0;
   const std::vector<EvalLineSteps> lines =
-      EvaluatingRun(ConsistencyMode::kAsp, /*evaluate_inline=*/false, faults, &running);
+      EvaluatingRun(ConsistencyMode::kAsp, /*evaluate_inline=*/false, faults, &running, &replicas);
+  EXPECT_EQ(replicas, 1);
   EXPECT_TRUE(trained_while_held);
   ASSERT_FALSE(readers.empty());
   EXPECT_NE(readers[0], std::this_thread::get_id());
@@ -1091,9 +1102,11 @@ TEST(Trainer, BspAndInlineEvaluationsRunOnTheTrainingThread) {
     Trainer* running = nullptr;
     std::vector<std::thread::id> readers;
     faults.before_observer_read = [&] { readers.push_back(std::this_thread::get_id()); };
+    int replicas = 0;
     const std::vector<EvalLineSteps> lines =
         EvaluatingRun(bsp ? ConsistencyMode::kBsp : ConsistencyMode::kAsp,
-                      /*evaluate_inline=*/!bsp, faults, &running);
+                      /*evaluate_inline=*/!bsp, faults, &running, &replicas);
+    EXPECT_EQ(replicas, 0) << bsp;  // what runs inline needs none
     EXPECT_EQ(RequestedSteps(lines), (std::vector<int64_t>{8, 16, 24, 32, 40, 48, 56})) << bsp;
     // Read at once: each line's step is the one that asked for it.
     for (const EvalLineSteps& line : lines) EXPECT_EQ(line.read, line.requested) << bsp;
