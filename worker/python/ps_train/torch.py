@@ -598,8 +598,8 @@ def report_eval(at=None, **measures):
     as a point of the run's curve: under ps_launch, a line of this worker's PS_METRICS_FILE with
     the step, the shards' updates and the time since init() of `at` (an eval_point(); default:
     now), as ps_worker's --eval_every writes. A staleness sweep draws rank 0's points and takes
-    its time to a target accuracy from them. Thread-safe: an evaluation on a thread beside
-    training reports with the point its weights were taken at. Outside ps_launch it does
+    its time to a target accuracy from them. An evaluation on a thread beside training reports
+    from that thread with the point its weights were taken at. Outside ps_launch it does
     nothing. ValueError for no measure or one that is not a finite number, TypeError for an `at`
     that is not an EvalPoint."""
     config = _require_config()
