@@ -295,10 +295,11 @@ int Train(ps::Model& model, ps::Device& device, ps::GrpcParameterClient& client,
     if (!writer.ok()) return Fail(writer.status());
     metrics = std::move(*writer);
   }
-  ps::Trainer trainer(*options, model, device, client, **train, &test, metrics.get(), PrintEpoch);
   // SSP and ASP evaluate beside training, with a copy of the model on the CPU (whatever the
-  // training device: CudaDevice makes its GPU current only on the thread that created it).
+  // training device: CudaDevice makes its GPU current only on the thread that created it). The
+  // device outlives the trainer, which holds the copy and its buffers.
   ps::CpuDevice eval_device;
+  ps::Trainer trainer(*options, model, device, client, **train, &test, metrics.get(), PrintEpoch);
   trainer.UseEvaluationReplica(eval_device, [&](ps::Device& on) {
     return ps::MakeModel(workload.model, test.shape(), on, eval_batch);
   });
