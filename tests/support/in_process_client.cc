@@ -225,6 +225,13 @@ absl::StatusOr<PushStats> InProcessClient::PushWithRows(int64_t clock,
                                                         absl::Span<const float> gradient,
                                                         absl::Span<const RowsToPush> rows) {
   RETURN_IF_ERROR(BeginCall(&counts_->pushes));
+  return WholePush(clock, base_versions, gradient, rows);
+}
+
+absl::StatusOr<PushStats> InProcessClient::WholePush(int64_t clock,
+                                                     const std::vector<int64_t>& base_versions,
+                                                     absl::Span<const float> gradient,
+                                                     absl::Span<const RowsToPush> rows) {
   const int push = ++push_calls_;
   ASSIGN_OR_RETURN(PushStats stats,
                    PushRanges(clock, base_versions, gradient, WholeRanges(), rows));
@@ -238,12 +245,8 @@ absl::StatusOr<PushPullStats> InProcessClient::PushPull(
     int64_t clock, const std::vector<int64_t>& base_versions, int /*num_samples*/,
     absl::Span<const float> gradient, int64_t pull_clock, absl::Span<float> params) {
   RETURN_IF_ERROR(BeginCall(&counts_->push_pulls));
-  const int push = ++push_calls_;
   PushPullStats stats;
-  ASSIGN_OR_RETURN(stats.pushed, PushRanges(clock, base_versions, gradient, WholeRanges()));
-  if (faults_ != nullptr && push == faults_->drop_push_reply.load()) {
-    ASSIGN_OR_RETURN(stats.pushed, PushRanges(clock, base_versions, gradient, WholeRanges()));
-  }
+  ASSIGN_OR_RETURN(stats.pushed, WholePush(clock, base_versions, gradient));
   ASSIGN_OR_RETURN(stats.pulled,
                    PullRanges(pull_clock, /*no_wait=*/false, params, WholeRanges(), nullptr));
   return stats;

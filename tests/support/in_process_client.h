@@ -86,6 +86,11 @@ class InProcessClient final : public ParameterClient {
                                        absl::Span<const float> gradient,
                                        const std::vector<std::pair<int, KeyRange>>& ranges,
                                        absl::Span<const RowsToPush> rows = {});
+  // A whole push (Push or PushPull) as the real client makes it: numbered for drop_push_reply,
+  // and, when that switch picks it, sent a second time, whose answer (a duplicate's) is returned.
+  absl::StatusOr<PushStats> WholePush(int64_t clock, const std::vector<int64_t>& base_versions,
+                                      absl::Span<const float> gradient,
+                                      absl::Span<const RowsToPush> rows = {});
   absl::StatusOr<PullStats> PullRanges(int64_t clock, bool no_wait, absl::Span<float> params,
                                        const std::vector<std::pair<int, KeyRange>>& ranges,
                                        const std::function<void(size_t)>& after_each,
