@@ -10,28 +10,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 data=data/criteo
 rounds=2
-usage() { echo "usage: bench/dlrm_bench.sh [--data DIR] [--rounds N]" >&2; exit 2; }
-while (($#)); do
-  (($# >= 2)) || usage
-  case "$1" in
-    --data) data="$2" ;;
-    --rounds) rounds="$2" ;;
-    *) usage ;;
-  esac
-  shift 2
-done
 # The peer and every ps_launch run in the background (bench/processes.sh): SIGTERM or Ctrl-C
 # stops the one running at once (ps_launch then stops its shards and workers) and exits 130.
 source bench/processes.sh
+parse_values "bench/dlrm_bench.sh [--data DIR] [--rounds N]" data rounds -- "$@"
 need_count rounds "$rounds" 1
 make_work dlrm_bench
 if [[ ! -f "$data/truth.json" && ! -f "$data/train.tsv" ]]; then
   run_waited build/bin/ps_datagen ctr --out "$data" --train 1000000 --test 100000 --seed 1 >&2
 fi
 for round in $(seq 1 "$rounds"); do
-  run_waited /usr/bin/python3 bench/peers/pytorch_dlrm.py --data "$data" --batch 256 >"$WORK/peer"
-  peer="$(cat "$WORK/peer")"
-  echo "${peer%\}}, \"round\": $round}"
+  run_peer "$round" /usr/bin/python3 bench/peers/pytorch_dlrm.py --data "$data" --batch 256
   for config in "1 256" "2 128"; do
     set -- $config
     dir="$WORK/r$round-$1"

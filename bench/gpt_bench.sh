@@ -12,30 +12,18 @@ cd "$(dirname "$0")/.."
 data=data/text/kjv.txt
 steps=300
 rounds=2
-usage() { echo "usage: bench/gpt_bench.sh [--data FILE] [--steps N] [--rounds N]" >&2; exit 2; }
-while (($#)); do
-  (($# >= 2)) || usage
-  case "$1" in
-    --data) data="$2" ;;
-    --steps) steps="$2" ;;
-    --rounds) rounds="$2" ;;
-    *) usage ;;
-  esac
-  shift 2
-done
 # The peer and every ps_launch run in the background (bench/processes.sh): SIGTERM or Ctrl-C
 # stops the one running at once (ps_launch then stops its shards and workers) and exits 130.
 source bench/processes.sh
+parse_values "bench/gpt_bench.sh [--data FILE] [--steps N] [--rounds N]" data steps rounds -- "$@"
 need_count steps "$steps" 1
 need_count rounds "$rounds" 1
 [[ -f "$data" ]] || { echo "--data: no file $data (scripts/setup.sh writes the default)" >&2; exit 2; }
 shape=(--layers 4 --heads 4 --dim 128 --context 64)
 make_work gpt_bench
 for round in $(seq 1 "$rounds"); do
-  run_waited /usr/bin/python3 bench/peers/pytorch_gpt.py --train --data "$data" "${shape[@]}" \
-    --batch 12 --steps "$steps" >"$WORK/peer"
-  peer="$(cat "$WORK/peer")"
-  echo "${peer%\}}, \"round\": $round}"
+  run_peer "$round" /usr/bin/python3 bench/peers/pytorch_gpt.py --train --data "$data" \
+    "${shape[@]}" --batch 12 --steps "$steps"
   for config in "1 12" "2 6"; do
     set -- $config
     dir="$WORK/r$round-$1"

@@ -1,8 +1,9 @@
 # Sourced by the bench scripts. Their processes are listed in $WORK/pids (WORK: the script's own
 # temporary folder), whatever subshell started them, so that its cleanup (stop_listed) stops every
 # one; run_waited lets SIGTERM or Ctrl-C act at once. A script that sets WORK itself does so before
-# sourcing this; make_work sets it for the others. compare_to_peer prints a run's line against
-# the reference peer of the same round; need_count checks a flag's number before anything starts.
+# sourcing this; make_work sets it for the others. run_peer runs a round's reference peer and
+# compare_to_peer prints a run's line against it; parse_values reads `--name value` arguments and
+# need_count checks a flag's number, before anything starts.
 
 [[ -n "${WORK:-}" ]] && touch "$WORK/pids"
 
@@ -23,6 +24,30 @@ need_count() {
     echo "--$1 must be a whole number >= $3$why" >&2
     exit 2
   fi
+}
+
+# parse_values USAGE NAME... -- ARG...: for each `--NAME VALUE` pair in ARG, sets the shell
+# variable NAME to VALUE. Any other argument, or a NAME without its value, prints USAGE and exits 2.
+# Its own locals start with _pv_ so that no NAME is shadowed by one.
+parse_values() {
+  local _pv_usage="$1" _pv_name _pv_known
+  local -a _pv_names=()
+  shift
+  while [[ "$1" != -- ]]; do
+    _pv_names+=("$1")
+    shift
+  done
+  shift
+  while (($#)); do
+    _pv_known=false
+    for _pv_name in "${_pv_names[@]}"; do [[ "$1" == "--$_pv_name" ]] && _pv_known=true; done
+    if ! $_pv_known || (($# < 2)); then
+      echo "usage: $_pv_usage" >&2
+      exit 2
+    fi
+    printf -v "${1#--}" '%s' "$2"
+    shift 2
+  done
 }
 
 # Whether a process is still running (a zombie, awaiting its parent, is not).
@@ -50,6 +75,16 @@ run_waited() {
   wait "$pid" || status=$?
   sed -i "/^$pid\$/d" "$WORK/pids"
   return "$status"
+}
+
+# run_peer ROUND CMD...: runs the reference peer CMD as run_waited does, keeps its JSON line in
+# $WORK/peer (for compare_to_peer) and prints that line with "round": ROUND added; CMD's status.
+run_peer() {
+  local round="$1" line
+  shift
+  run_waited "$@" >"$WORK/peer" || return
+  line="$(cat "$WORK/peer")"
+  echo "${line%\}}, \"round\": $round}"
 }
 
 # compare_to_peer BENCH RATE_KEY QUALITY_KEY ROUND WORKERS BATCH SUMMARY PEER: the JSON line of one

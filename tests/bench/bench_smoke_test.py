@@ -394,6 +394,10 @@ class BenchSmokeTest(unittest.TestCase):
         code, lines, err = run_script("--rounds", "x", script="dlrm_bench.sh")
         self.assertEqual((code, lines), (2, []), err)
         self.assertIn("--rounds must be a whole number >= 1", err)
+        for args in (["--round", "1"], ["--data"]):  # an unknown name; a value missing
+            code, lines, err = run_script(*args, script="dlrm_bench.sh")
+            self.assertEqual((code, lines), (2, []), err)
+            self.assertEqual(err, "usage: bench/dlrm_bench.sh [--data DIR] [--rounds N]\n")
 
     def test_python_step_bench_rates_server_steps_against_local_ones(self):
         package = os.path.join(os.path.dirname(BIN), "python")
