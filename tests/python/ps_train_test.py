@@ -548,6 +548,8 @@ class StepLines(unittest.TestCase):
             reporter.join()
             pst.report_eval(test_accuracy=0.5, test_loss=2)
             pst.finish(wait_s=10)
+            # After finish() the point still names the step this worker finished at.
+            self.assertEqual((pst.eval_point().step, pst.eval_point().updates), (3, 3))
             with open(os.path.join(tmp, "worker-0.jsonl"), encoding="utf-8") as f:
                 lines = [json.loads(line) for line in f]
         steps = [line for line in lines if line["kind"] == "step"]

@@ -48,6 +48,11 @@ _started = time.perf_counter()  # init()'s time: report_eval's wall_s counts fro
 # nothing, its heartbeats stop, and its lease runs out on the shards. Those of an earlier init()
 # belong to that job (other shards, perhaps gone): finish() leaves them alone.
 _optimizers = weakref.WeakSet()
+# eval_point() may run on a thread beside training: this lock keeps _optimizers from changing
+# while it reads them (a WeakSet raises when another thread adds to it during an iteration), and
+# _finished_step holds the largest clock of the optimizers finish() has taken out.
+_optimizers_lock = threading.Lock()
+_finished_step = 0
 
 
 def _env_int(names, default, negative_is_unset=False):
@@ -140,9 +145,11 @@ def init(servers=None, rank=None, num_workers=None, *, token_file=None, tls_ca=N
     c.retry_s = retry_s if retry_s is not None else float(_env_int(["PS_RETRY_S"], 60))
     c.max_rejoins = max_rejoins
     _config = c
-    global _started, _optimizers
+    global _started, _optimizers, _finished_step
     _started = time.perf_counter()
-    _optimizers = weakref.WeakSet()
+    with _optimizers_lock:
+        _optimizers = weakref.WeakSet()
+        _finished_step = 0
     if (threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL):
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
@@ -293,7 +300,8 @@ class ServerOptimizer:
         self._parts = []
         if overlap:
             self._install_hooks(min_part_bytes)
-        _optimizers.add(self)
+        with _optimizers_lock:
+            _optimizers.add(self)
 
     # -- the parameters as views of the flat buffers ------------------------------------------
 
@@ -589,7 +597,8 @@ def eval_point():
     _require_config()
     wall_s = time.perf_counter() - _started
     updates = max(shard["version"] for shard in status())
-    step = max((opt.clock for opt in _optimizers), default=0)
+    with _optimizers_lock:
+        step = max([_finished_step] + [opt.clock for opt in _optimizers])
     return EvalPoint(step=step, updates=updates, wall_s=wall_s)
 
 
@@ -652,8 +661,8 @@ def finish(wait_s=None, require_all_work=None):
 
     Rank 0 then waits (up to wait_s, default the pull timeout; PsError DEADLINE_EXCEEDED naming
     the workers still expected after that) until no worker can add to the job, pulls the final
-    weights into its parameters and returns the job's work account: gradients expected and applied, and per worker the
-    steps and samples skipped. When work was skipped and all of it was required
+    weights into its parameters and returns the job's work account: gradients expected and
+    applied, and per worker the steps and samples skipped. When work was skipped and all of it was required
     (require_all_work; default PS_REQUIRE_ALL_WORK, else true under BSP), it raises PsError
     DATA_LOSS saying what was skipped, so the job exits non-zero. Other ranks return their own
     part of the account without waiting.
@@ -662,18 +671,23 @@ def finish(wait_s=None, require_all_work=None):
     counters, and the work account) to PS_JOB_REPORT, which becomes part of summary.json, as a
     ps_worker job's evaluation does; report_result() adds the script's own measures to it.
     """
+    global _finished_step
     config = _require_config()
-    if not _optimizers:
+    with _optimizers_lock:
+        live = list(_optimizers)
+    if not live:
         raise RuntimeError("ps_train.finish: no ServerOptimizer was made since init()")
     if wait_s is None:
         wait_s = config.pull_timeout_s if config.rank == 0 else 0.0
     if require_all_work is None:
-        mode = next(iter(_optimizers)).cluster["mode"]
-        require_all_work = _env_bool("PS_REQUIRE_ALL_WORK", mode == "bsp")
+        require_all_work = _env_bool("PS_REQUIRE_ALL_WORK", live[0].cluster["mode"] == "bsp")
     report = os.environ.get("PS_JOB_REPORT", "") if config.rank == 0 else ""
     work = None
-    while _optimizers:
-        work = _optimizers.pop()._finish(wait_s, report, require_all_work)
+    for opt in live:
+        with _optimizers_lock:
+            _optimizers.discard(opt)
+            _finished_step = max(_finished_step, opt.clock)
+        work = opt._finish(wait_s, report, require_all_work)
     if config.rank == 0 and wait_s > 0 and not work["job_done"]:
         waiting = ", ".join(f"{w['rank']} ({w['state']})" for w in work["workers"]
                             if w["state"] in ("live", "pending"))
