@@ -18,7 +18,10 @@ source bench/processes.sh
 parse_values "bench/gpt_bench.sh [--data FILE] [--steps N] [--rounds N]" data steps rounds -- "$@"
 need_count steps "$steps" 1
 need_count rounds "$rounds" 1
-[[ -f "$data" ]] || { echo "--data: no file $data (scripts/setup.sh writes the default)" >&2; exit 2; }
+if [[ ! -f "$data" ]]; then
+  echo "--data: no file $data (scripts/setup.sh writes the default)" >&2
+  exit 2
+fi
 shape=(--layers 4 --heads 4 --dim 128 --context 64)
 make_work gpt_bench
 for round in $(seq 1 "$rounds"); do
@@ -28,8 +31,8 @@ for round in $(seq 1 "$rounds"); do
     set -- $config
     dir="$WORK/r$round-$1"
     run_waited build/bin/ps_launch --shards "$1" --workers "$1" --mode bsp --model gpt \
-      --data "text:$data" "${shape[@]}" --batch_size "$2" --steps "$steps" --optimizer adamw --lr 0.001 \
-      --weight_decay 0.01 --clip_norm 1.0 --metrics_dir "$dir" --quiet >/dev/null
+      --data "text:$data" "${shape[@]}" --batch_size "$2" --steps "$steps" --optimizer adamw \
+      --lr 0.001 --weight_decay 0.01 --clip_norm 1.0 --metrics_dir "$dir" --quiet >/dev/null
     compare_to_peer gpt tokens_per_sec val_loss "$round" "$1" "$2" "$dir/summary.json" "$WORK/peer"
   done
 done

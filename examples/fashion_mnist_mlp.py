@@ -8,8 +8,8 @@ Each worker runs this script (ps_launch --python does it for every rank):
 
 The shards hold the weights and apply the updates with their optimizer; this script only
 computes gradients, and a worker started again (Docker, Kubernetes) resumes at the step the
-shards hold for its rank. Worker r trains on every W-th sample of each epoch's shuffled order, starting
-at r, so the W workers together see each sample once per epoch. Rank 0 measures the final
+shards hold for its rank. Worker r trains on every W-th sample of each epoch's shuffled order,
+starting at r, so the W workers together see each sample once per epoch. Rank 0 measures the final
 weights on the test set and prints `test_accuracy A` (and writes --result as JSON); with
 --eval_each_epoch it also measures its weights after each epoch, the run's curve.
 """
@@ -79,7 +79,8 @@ def main():
     parser.add_argument("--hidden", default="256,128")
     parser.add_argument("--overlap", action="store_true")
     parser.add_argument("--pipeline", action="store_true",
-                        help="SSP (bound >= 1) or ASP: compute the next step while this one travels")
+                        help="SSP (bound >= 1) or ASP: compute the next step while this one "
+                        "travels")
     parser.add_argument("--train_limit", type=int, default=0)
     parser.add_argument("--test_limit", type=int, default=0)
     parser.add_argument("--seed", type=int, default=int(os.environ.get("PS_SEED", 1)))

@@ -190,7 +190,8 @@ class Gradients(unittest.TestCase):
             after = model.state_dict()
             for k in ("unused.weight", "unused.bias"):
                 self.assertTrue(torch.equal(after[k], before[k]), k)
-            self.assertTrue(torch.allclose(after["used.weight"], before["used.weight"] - 0.1 * grad))
+            self.assertTrue(
+                torch.allclose(after["used.weight"], before["used.weight"] - 0.1 * grad))
             # The parameters and gradients are views of the flat buffers again.
             self.assertEqual(used.weight.grad.data_ptr(),
                              opt._flat_grads[:used.weight.numel()].data_ptr())

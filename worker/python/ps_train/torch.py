@@ -65,7 +65,8 @@ def _env_int(names, default, negative_is_unset=False):
             try:
                 number = int(value)
             except ValueError:
-                raise ValueError(f"environment variable {name}='{value}' is not an integer") from None
+                raise ValueError(
+                    f"environment variable {name}='{value}' is not an integer") from None
             if negative_is_unset and number < 0:
                 continue
             return number
@@ -101,8 +102,9 @@ def init(servers=None, rank=None, num_workers=None, *, token_file=None, tls_ca=N
     the shards' word); the TLS files and the token from PS_TLS_CA, PS_TLS_CERT, PS_TLS_KEY,
     PS_TLS_SERVER_NAME, PS_TOKEN_FILE and PS_ALLOW_PLAINTEXT_TOKEN; shared memory with shards on
     this host from PS_SHARED_MEMORY (default on), and with it the calls to those shards over
-    their local sockets instead of gRPC from PS_LOCAL_CALLS (default on). retry_s (PS_RETRY_S, default 60) is how long
-    an unreachable shard is retried before the call fails with UNAVAILABLE (0: forever).
+    their local sockets instead of gRPC from PS_LOCAL_CALLS (default on). retry_s (PS_RETRY_S,
+    default 60) is how long an unreachable shard is retried before the call fails with
+    UNAVAILABLE (0: forever).
 
     Also turns SIGTERM into SystemExit when the process has no handler of its own, so an
     orchestrator's stop ends the loop cleanly.
@@ -584,8 +586,8 @@ def _check_measures(caller, measures):
 
 @dataclass(frozen=True)
 class EvalPoint:
-    """Where a run stood: this worker's step (its optimizers' largest clock), the shards' largest
-    version (updates applied) and the seconds since init()."""
+    """Where a run stood: this worker's step (its optimizers' largest clock, kept after finish()),
+    the shards' largest version (updates applied) and the seconds since init()."""
     step: int
     updates: int
     wall_s: float
@@ -662,10 +664,10 @@ def finish(wait_s=None, require_all_work=None):
     Rank 0 then waits (up to wait_s, default the pull timeout; PsError DEADLINE_EXCEEDED naming
     the workers still expected after that) until no worker can add to the job, pulls the final
     weights into its parameters and returns the job's work account: gradients expected and
-    applied, and per worker the steps and samples skipped. When work was skipped and all of it was required
-    (require_all_work; default PS_REQUIRE_ALL_WORK, else true under BSP), it raises PsError
-    DATA_LOSS saying what was skipped, so the job exits non-zero. Other ranks return their own
-    part of the account without waiting.
+    applied, and per worker the steps and samples skipped. When work was skipped and all of it
+    was required (require_all_work; default PS_REQUIRE_ALL_WORK, else true under BSP), it raises
+    PsError DATA_LOSS saying what was skipped, so the job exits non-zero. Other ranks return their
+    own part of the account without waiting.
 
     Under ps_launch, rank 0 also writes the job's report (the shards' staleness statistics and
     counters, and the work account) to PS_JOB_REPORT, which becomes part of summary.json, as a
