@@ -41,29 +41,14 @@ SCHEDULES=whole,priority,pipeline
 TRANSPORT=false
 TRANSPORT_ARGS="--configs 1x1 --mib 1,16,64 --small --rounds 3"
 WORKER_ARGS=""
-# Its functions (need_count, and the process list below): WORK is set further down.
+# Its functions (parse_values, need_count, and the process list below): WORK is set further down.
 source "$ROOT/bench/processes.sh"
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --transport) TRANSPORT=true; shift; continue ;;
-    --rate_mbit) RATE="${2-}" ;;
-    --models) MODELS="${2-}" ;;
-    --mode) MODE="${2-}" ;;
-    --steps) STEPS="${2-}" ;;
-    --cnn_steps) CNN_STEPS="${2-}" ;;
-    --batch_size) BATCH="${2-}" ;;
-    --schedules) SCHEDULES="${2-}" ;;
-    --transport_args) TRANSPORT_ARGS="${2-}" ;;
-    --worker_args) WORKER_ARGS="${2-}" ;;
-    --bin_dir) BIN="${2-}" ;;
-    --data_dir) DATA="${2-}" ;;
-    --text) TEXT="${2-}" ;;
-    --criteo_dir) CRITEO="${2-}" ;;
-    *) echo "link_bench: unknown argument '$1'" >&2; exit 2 ;;
-  esac
-  [[ $# -ge 2 ]] || { echo "link_bench: $1 needs a value" >&2; exit 2; }
-  shift 2
-done
+usage="bench/link_bench.sh [--rate_mbit N] [--models LIST] [--schedules LIST] [--mode MODE]"
+usage+=" [--steps N] [--cnn_steps N] [--batch_size N] [--transport] [--transport_args ARGS]"
+usage+=" [--worker_args ARGS] [--bin_dir DIR] [--data_dir DIR] [--text FILE] [--criteo_dir DIR]"
+parse_values "$usage" rate_mbit=RATE models=MODELS mode=MODE steps=STEPS cnn_steps=CNN_STEPS \
+  batch_size=BATCH schedules=SCHEDULES transport=TRANSPORT! transport_args=TRANSPORT_ARGS \
+  worker_args=WORKER_ARGS bin_dir=BIN data_dir=DATA text=TEXT criteo_dir=CRITEO -- "$@"
 need_count rate_mbit "$RATE" 0 "0: unshaped"
 # The first 5 steps of a run warm up and are not timed: at least one more must be.
 need_count steps "$STEPS" 6 "5 untimed warm-up steps"

@@ -26,27 +26,38 @@ need_count() {
   fi
 }
 
-# parse_values USAGE NAME... -- ARG...: for each `--NAME VALUE` pair in ARG, sets the shell
-# variable NAME to VALUE. Any other argument, or a NAME without its value, prints USAGE and exits 2.
-# Its own locals start with _pv_ so that no NAME is shadowed by one.
+# parse_values USAGE SPEC... -- ARG...: reads a script's arguments ARG by the SPECs. SPEC NAME
+# takes `--NAME VALUE` into the shell variable NAME; NAME=VAR into VAR instead; a trailing ! makes
+# it a switch, `--NAME` alone setting the variable to true. Anything else (an unknown argument, a
+# value missing) is named, with USAGE (whose first word names the script), and exits 2. The
+# function's own locals start with _pv_ so that no variable set is shadowed by one.
 parse_values() {
-  local _pv_usage="$1" _pv_name _pv_known
-  local -a _pv_names=()
+  local _pv_usage="$1" _pv_spec _pv_name
+  local -A _pv_vars=() _pv_switches=()
   shift
   while [[ "$1" != -- ]]; do
-    _pv_names+=("$1")
+    _pv_spec="${1%!}"
+    _pv_vars["${_pv_spec%%=*}"]="${_pv_spec#*=}"
+    [[ "$1" == *! ]] && _pv_switches["${_pv_spec%%=*}"]=1
     shift
   done
   shift
   while (($#)); do
-    _pv_known=false
-    for _pv_name in "${_pv_names[@]}"; do [[ "$1" == "--$_pv_name" ]] && _pv_known=true; done
-    if ! $_pv_known || (($# < 2)); then
-      echo "usage: $_pv_usage" >&2
+    _pv_name="${1#--}"
+    if [[ "$1" != --?* || -z "${_pv_vars[$_pv_name]+set}" ]]; then
+      printf '%s: unknown argument %s\nusage: %s\n' "${_pv_usage%% *}" "'$1'" "$_pv_usage" >&2
       exit 2
     fi
-    printf -v "${1#--}" '%s' "$2"
-    shift 2
+    if [[ -n "${_pv_switches[$_pv_name]+set}" ]]; then
+      printf -v "${_pv_vars[$_pv_name]}" '%s' true
+      shift
+    elif (($# < 2)); then
+      printf '%s: %s needs a value\nusage: %s\n' "${_pv_usage%% *}" "$1" "$_pv_usage" >&2
+      exit 2
+    else
+      printf -v "${_pv_vars[$_pv_name]}" '%s' "$2"
+      shift 2
+    fi
   done
 }
 

@@ -231,7 +231,11 @@ class BenchSmokeTest(unittest.TestCase):
     def test_link_bench_trains_and_transfers_across_a_veth_pair(self):
         code, _, err = run_script("--bogus")
         self.assertEqual(code, 2, err)
-        self.assertIn("link_bench: unknown argument '--bogus'", err)
+        self.assertTrue(err.startswith("bench/link_bench.sh: unknown argument '--bogus'\nusage: "
+                                       "bench/link_bench.sh [--rate_mbit N]"), err)
+        code, _, err = run_script("--transport", "--steps")  # a switch, then a value missing
+        self.assertEqual(code, 2, err)
+        self.assertTrue(err.startswith("bench/link_bench.sh: --steps needs a value\n"), err)
         for args, message in ((["--steps", "5"], "--steps must be a whole number >= 6 (5 untimed warm-up steps)"),
                               (["--models", "mlp,resnet"], "--models: 'resnet' is not"),
                               (["--schedules", "fast"], "--schedules: 'fast' is not"),
@@ -394,10 +398,12 @@ class BenchSmokeTest(unittest.TestCase):
         code, lines, err = run_script("--rounds", "x", script="dlrm_bench.sh")
         self.assertEqual((code, lines), (2, []), err)
         self.assertIn("--rounds must be a whole number >= 1", err)
-        for args in (["--round", "1"], ["--data"]):  # an unknown name; a value missing
+        for args, said in ((["--round", "1"], "unknown argument '--round'"),
+                           (["--data"], "--data needs a value")):
             code, lines, err = run_script(*args, script="dlrm_bench.sh")
             self.assertEqual((code, lines), (2, []), err)
-            self.assertEqual(err, "usage: bench/dlrm_bench.sh [--data DIR] [--rounds N]\n")
+            self.assertEqual(err, f"bench/dlrm_bench.sh: {said}\n"
+                             "usage: bench/dlrm_bench.sh [--data DIR] [--rounds N]\n")
 
     def test_python_step_bench_rates_server_steps_against_local_ones(self):
         package = os.path.join(os.path.dirname(BIN), "python")
