@@ -18,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "common/storage/checkpoint.h"
 #include "gtest/gtest.h"
+#include "tests/support/scratch_dir.h"
 
 extern char** environ;
 
@@ -51,9 +52,10 @@ uint64_t NewestSequence(const std::string& dir) {
   return newest;
 }
 
-TEST(CheckpointCrash, EveryRestartAfterAKillLoadsACompleteCheckpoint) {
-  const std::string dir = testing::TempDir() + "/ps_ckpt_crash_" + std::to_string(getpid());
-  std::filesystem::remove_all(dir);
+class CheckpointCrash : public ScratchDirTest {};
+
+TEST_F(CheckpointCrash, EveryRestartAfterAKillLoadsACompleteCheckpoint) {
+  const std::string dir = Path("ckpt");  // made by the first writer that gets that far
   constexpr int kKills = 50;
   constexpr uint64_t kFloats = 1 << 20;  // 4 MiB per checkpoint
   std::mt19937 random(12345);
@@ -115,7 +117,6 @@ TEST(CheckpointCrash, EveryRestartAfterAKillLoadsACompleteCheckpoint) {
   // The test must have hit writes in progress, or it proves nothing.
   EXPECT_GE(mid_write, 10) << "kills mid-write: " << mid_write;
   std::printf("%d of %d kills landed mid-write\n", mid_write, kKills);
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

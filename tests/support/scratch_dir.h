@@ -36,8 +36,12 @@ class ScratchDirTest : public testing::Test {
   std::string Path(const std::string& name) const { return dir_ + "/" + name; }
   // Writes `bytes` to Path(name) as they are; returns that path.
   std::string Write(const std::string& name, const std::string& bytes) const {
-    std::ofstream(Path(name), std::ios::binary) << bytes;
+    WriteFile(Path(name), bytes);
     return Path(name);
+  }
+  // Replaces the file at `path` (anywhere) with `bytes`.
+  static void WriteFile(const std::string& path, const std::string& bytes) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
   }
   // Writes `bytes` (a std::string or std::vector<uint8_t>) to Path(name) gzip-compressed.
   template <typename Bytes>

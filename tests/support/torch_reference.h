@@ -2,7 +2,8 @@
 #define PS_TESTS_SUPPORT_TORCH_REFERENCE_H_
 
 // Comparing with a PyTorch reference that /usr/bin/python3 computes (Debian's python3-torch):
-// raw arrays handed over in files both ways, and a relative comparison of the results.
+// raw arrays handed over in files both ways, through a test's scratch folder, and a relative
+// comparison of the results.
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/support/scratch_dir.h"
 
 namespace ps {
 
@@ -19,6 +21,23 @@ namespace ps {
 inline bool HaveTorch() {
   return std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
 }
+
+// A test against a reference script: skipped (GTEST_SKIP) where /usr/bin/python3 has no torch.
+class TorchParityTest : public ScratchDirTest {
+ protected:
+  void SetUp() override {
+    if (!HaveTorch()) GTEST_SKIP() << "no python3-torch";
+    ScratchDirTest::SetUp();
+  }
+  // Runs `script` with `arguments` under /usr/bin/python3; true when it exited 0. A failure
+  // names the command.
+  static bool RunReference(const std::string& script, const std::string& arguments) {
+    const std::string command = "/usr/bin/python3 " + script + " " + arguments;
+    const int status = std::system(command.c_str());
+    EXPECT_EQ(status, 0) << command;
+    return status == 0;
+  }
+};
 
 // `v`'s elements as they lie in memory (little-endian on every host this runs on).
 template <typename T>

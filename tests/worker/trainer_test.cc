@@ -21,6 +21,7 @@
 #include "server/shard_server.h"
 #include "tests/common/device/deferred_copy_device.h"
 #include "tests/support/in_process_client.h"
+#include "tests/support/scratch_dir.h"
 #include "tests/support/test_shards.h"
 #include "worker/grpc_parameter_client.h"
 #include "worker/work_account.h"
@@ -274,17 +275,17 @@ TEST(Trainer, ARestartedWorkerResumesAtTheShardsClock) {
 // checkpoint, while the workers wait for it (their retries have no fixed bound). Both register
 // again with the new process, the rounds resume, and every gradient both declared is applied on
 // both shards: the work account shows nothing skipped.
-TEST(Trainer, AShardRestartedMidRunFromItsCheckpointLosesNoWork) {
+// The shards' checkpoint folders are in the test's scratch folder, which goes after the body's
+// locals: the shards, and the final checkpoint each writes as it stops, are done with it by then.
+class TrainerWithCheckpoints : public ScratchDirTest {};
+
+TEST_F(TrainerWithCheckpoints, AShardRestartedMidRunFromItsCheckpointLosesNoWork) {
   const ImageDataset train = SyntheticData(256, 3);
-  const std::string checkpoints = (std::filesystem::temp_directory_path() /
-                                   ("trainer_test_restart." + std::to_string(getpid())))
-                                      .string();
-  std::filesystem::remove_all(checkpoints);
   const auto start_shard = [&](int id, int port) {
     ShardServerOptions o = SgdShardServer(ConsistencyMode::kBsp, 2, id, 2);
     o.port = port;
     o.shard.optimizer.lr = 0.1f;
-    o.checkpoint_dir = checkpoints + "/ps-" + std::to_string(id);
+    o.checkpoint_dir = Path("ps-" + std::to_string(id));
     o.checkpoint_every_updates = 25;
     return StartShardServer(o);
   };
@@ -337,10 +338,6 @@ TEST(Trainer, AShardRestartedMidRunFromItsCheckpointLosesNoWork) {
   EXPECT_EQ(work.gradients_expected, 2 * 2 * 4 * kEpochs);
   EXPECT_EQ(work.gradients_applied, work.gradients_expected);
   EXPECT_EQ(work.samples_skipped, 0);
-  // The shards first: their checkpoint writers, and the final checkpoint each writes as it stops,
-  // must be done with the folder before it goes.
-  c.servers.clear();
-  std::filesystem::remove_all(checkpoints);
 }
 
 // SSP with s = 0 and one worker: the prefetched pull of step c+1 (--overlap), or the pull that

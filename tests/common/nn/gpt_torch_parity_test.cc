@@ -2,11 +2,7 @@
 // computed in float64): the logits, the loss and every gradient agree to 1e-4 relative. Skipped
 // where /usr/bin/python3 has no torch (Debian's python3-torch).
 
-#include <unistd.h>
-
 #include <cmath>
-#include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -24,8 +20,9 @@
 namespace ps {
 namespace {
 
-TEST(GptTorchParity, LogitsLossAndEveryGradientMatchPyTorch) {
-  if (!HaveTorch()) GTEST_SKIP() << "no python3-torch";
+class GptTorchParity : public TorchParityTest {};
+
+TEST_F(GptTorchParity, LogitsLossAndEveryGradientMatchPyTorch) {
   const int vocab = 11, context = 8, layers = 2, heads = 2, dim = 16, batch = 3;
   CpuDevice dev;
   auto made = MakeGpt(vocab, context, layers, heads, dim, dev, batch);
@@ -49,17 +46,14 @@ TEST(GptTorchParity, LogitsLossAndEveryGradientMatchPyTorch) {
   ASSERT_TRUE(stats.ok()) << stats.status();
   const std::vector<float> logits(model.logits(), model.logits() + batch * context * vocab);
 
-  const std::string dir = testing::TempDir() + "/ps_gpt_parity_" + std::to_string(getpid());
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir + "/meta.json")
+  std::ofstream(Path("meta.json"))
       << "{\"vocab\":" << vocab << ",\"context\":" << context << ",\"layers\":" << layers
       << ",\"heads\":" << heads << ",\"dim\":" << dim << ",\"batch\":" << batch << "}";
-  WriteRaw(dir + "/params.f32", params);
-  WriteRaw(dir + "/tokens.i32", tokens);
-  WriteRaw(dir + "/labels.i32", labels);
-  const std::string command = std::string("/usr/bin/python3 ") + PS_PYTORCH_GPT + " --check " + dir;
-  ASSERT_EQ(std::system(command.c_str()), 0) << command;
-  const std::vector<float> reference = ReadFloats(dir + "/torch.f32");
+  WriteRaw(Path("params.f32"), params);
+  WriteRaw(Path("tokens.i32"), tokens);
+  WriteRaw(Path("labels.i32"), labels);
+  ASSERT_TRUE(RunReference(PS_PYTORCH_GPT, "--check " + dir_));
+  const std::vector<float> reference = ReadFloats(Path("torch.f32"));
   ASSERT_EQ(reference.size(), logits.size() + 1 + params.size());
   ExpectClose(logits.data(), reference.data(), logits.size(), "logits");
   const float loss = static_cast<float>(stats->loss_sum / stats->count);
@@ -70,7 +64,6 @@ TEST(GptTorchParity, LogitsLossAndEveryGradientMatchPyTorch) {
                 "d " + t.name);
     at += t.NumElements();
   }
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -10,7 +10,6 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/common/base/random_vector.h"
-#include "tests/support/scratch_dir.h"
 #include "tests/support/torch_reference.h"
 
 #ifndef PS_TORCH_OPTIMIZER_REFERENCE
@@ -20,10 +19,9 @@
 namespace ps {
 namespace {
 
-class OptimizerTorchParity : public ScratchDirTest {};
+class OptimizerTorchParity : public TorchParityTest {};
 
 TEST_F(OptimizerTorchParity, EveryRuleWithWeightDecayUnderAStepScheduleMatchesPyTorch) {
-  if (!HaveTorch()) GTEST_SKIP() << "no python3-torch";
   constexpr int64_t kSize = 257;
   constexpr int kUpdates = 8;
   const std::vector<float> initial = RandomVector(kSize, 1, -1.0f, 1.0f);
@@ -59,9 +57,7 @@ TEST_F(OptimizerTorchParity, EveryRuleWithWeightDecayUnderAStepScheduleMatchesPy
   Write("configs.json", configs.dump());
   WriteRaw(Path("weights.f32"), initial);
   WriteRaw(Path("gradients.f32"), gradients);
-  const std::string command =
-      std::string("/usr/bin/python3 ") + PS_TORCH_OPTIMIZER_REFERENCE + " " + dir_;
-  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  ASSERT_TRUE(RunReference(PS_TORCH_OPTIMIZER_REFERENCE, dir_));
   const std::vector<float> reference = ReadFloats(Path("torch.f32"));
   ASSERT_EQ(reference.size(), kinds.size() * gradients.size());
 

@@ -1,37 +1,18 @@
 #include "common/storage/checkpoint.h"
 
-#include <unistd.h>
-
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/support/scratch_dir.h"
 
 namespace ps {
 namespace {
 
-std::string TempDir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  std::string dir = std::string(base != nullptr ? base : "/tmp") + "/ps_ckpt_" + name + "_" +
-                    std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
-  return dir;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void WriteAll(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-}
+// Each test's checkpoint folders live in its own scratch folder, removed however it ends.
+class CheckpointDirTest : public ScratchDirTest {};
 
 TEST(ByteCodec, RoundTripsEveryType) {
   ByteWriter w;
@@ -85,9 +66,8 @@ TEST(CheckpointFrame, RoundTripsAndDetectsEveryKindOfDamage) {
   }
 }
 
-TEST(CheckpointDir, KeepsTheNewestAndLoadsTheNewest) {
-  const std::string dir = TempDir("keep");
-  auto d = CheckpointDir::Open(dir, 2);
+TEST_F(CheckpointDirTest, KeepsTheNewestAndLoadsTheNewest) {
+  auto d = CheckpointDir::Open(dir_, 2);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->LoadNewest().status().code(), absl::StatusCode::kNotFound);
   for (uint64_t v : {5, 10, 15}) ASSERT_TRUE(d->Write(v, "state " + std::to_string(v)).ok());
@@ -99,19 +79,17 @@ TEST(CheckpointDir, KeepsTheNewestAndLoadsTheNewest) {
   ASSERT_TRUE(loaded.ok());
   EXPECT_EQ(loaded->payload, "state 15");
   EXPECT_EQ(loaded->info.sequence, 15u);
-  std::filesystem::remove_all(dir);
 }
 
-TEST(CheckpointDir, SkipsACorruptNewestCheckpointAndLoadsTheOneBefore) {
-  const std::string dir = TempDir("corrupt");
-  auto d = CheckpointDir::Open(dir, 3);
+TEST_F(CheckpointDirTest, SkipsACorruptNewestCheckpointAndLoadsTheOneBefore) {
+  auto d = CheckpointDir::Open(dir_, 3);
   ASSERT_TRUE(d.ok());
   ASSERT_TRUE(d->Write(1, "older").ok());
   auto newest = d->Write(2, "newer");
   ASSERT_TRUE(newest.ok());
-  std::string bytes = ReadAll(newest->path);
+  std::string bytes = Read(newest->path);
   bytes[bytes.size() / 2] ^= 0x01;
-  WriteAll(newest->path, bytes);
+  WriteFile(newest->path, bytes);
   std::vector<std::string> skipped;
   auto loaded = d->LoadNewest(&skipped);
   ASSERT_TRUE(loaded.ok());
@@ -125,16 +103,14 @@ TEST(CheckpointDir, SkipsACorruptNewestCheckpointAndLoadsTheOneBefore) {
   // A torn file (cut short) is skipped the same way.
   auto torn = d->Write(3, "newest");
   ASSERT_TRUE(torn.ok());
-  WriteAll(torn->path, ReadAll(torn->path).substr(0, 10));
+  WriteFile(torn->path, Read(torn->path).substr(0, 10));
   skipped.clear();
   EXPECT_EQ(d->LoadNewest(&skipped)->payload, "older");
   EXPECT_EQ(skipped.size(), 1u);
-  std::filesystem::remove_all(dir);
 }
 
-TEST(CheckpointDir, KeepsTheBaseOfAnIncrementalCheckpointAndSkipsRefusedOnes) {
-  const std::string dir = TempDir("base");
-  auto d = CheckpointDir::Open(dir, 2);
+TEST_F(CheckpointDirTest, KeepsTheBaseOfAnIncrementalCheckpointAndSkipsRefusedOnes) {
+  auto d = CheckpointDir::Open(dir_, 2);
   ASSERT_TRUE(d.ok());
   ASSERT_TRUE(d->Write(10, "full 10").ok());
   for (uint64_t v : {11, 12, 13}) ASSERT_TRUE(d->Write(v, "delta", /*base=*/10).ok());
@@ -153,7 +129,7 @@ TEST(CheckpointDir, KeepsTheBaseOfAnIncrementalCheckpointAndSkipsRefusedOnes) {
   EXPECT_EQ(skipped.size(), 2u);
   // Not renamed; the name says the base.
   EXPECT_TRUE(
-      std::filesystem::exists(dir + "/ckpt-00000000000000000013.on-00000000000000000010.ps"));
+      std::filesystem::exists(dir_ + "/ckpt-00000000000000000013.on-00000000000000000010.ps"));
   EXPECT_EQ(d->LoadNewest(nullptr,
                           [](const CheckpointDir::Loaded&) {
                             return absl::FailedPreconditionError("another shard");
@@ -161,12 +137,10 @@ TEST(CheckpointDir, KeepsTheBaseOfAnIncrementalCheckpointAndSkipsRefusedOnes) {
                 .status()
                 .code(),
             absl::StatusCode::kFailedPrecondition);
-  std::filesystem::remove_all(dir);
 }
 
-TEST(CheckpointDir, KeepsTheBasesOfEveryKeptIncrementalCheckpoint) {
-  const std::string dir = TempDir("bases");
-  auto d = CheckpointDir::Open(dir, 2);
+TEST_F(CheckpointDirTest, KeepsTheBasesOfEveryKeptIncrementalCheckpoint) {
+  auto d = CheckpointDir::Open(dir_, 2);
   ASSERT_TRUE(d.ok());
   ASSERT_TRUE(d->Write(10, "full 10").ok());
   ASSERT_TRUE(d->Write(11, "delta 11", /*base=*/10).ok());
@@ -191,30 +165,26 @@ TEST(CheckpointDir, KeepsTheBasesOfEveryKeptIncrementalCheckpoint) {
   ASSERT_EQ(d->List().size(), 2u);
   EXPECT_FALSE(d->Find(21)->base.has_value());
   EXPECT_EQ(*d->Load(21), "full 21");
-  std::filesystem::remove_all(dir);
 }
 
-TEST(CheckpointDir, ChecksARestorableCheckpointAndItsBaseWithoutRenamingThem) {
-  const std::string dir = TempDir("restorable");
-  auto d = CheckpointDir::Open(dir, 3);
+TEST_F(CheckpointDirTest, ChecksARestorableCheckpointAndItsBaseWithoutRenamingThem) {
+  auto d = CheckpointDir::Open(dir_, 3);
   ASSERT_TRUE(d.ok());
   ASSERT_TRUE(d->Write(10, "full 10").ok());
   auto delta = d->Write(11, "delta 11", /*base=*/10);
   ASSERT_TRUE(delta.ok());
   EXPECT_TRUE(d->CheckRestorable(11).ok());
   EXPECT_EQ(d->CheckRestorable(12).code(), absl::StatusCode::kNotFound);
-  std::string bytes = ReadAll(d->Find(10)->path);
+  std::string bytes = Read(d->Find(10)->path);
   bytes[bytes.size() / 2] ^= 0x01;
-  WriteAll(d->Find(10)->path, bytes);
+  WriteFile(d->Find(10)->path, bytes);
   // The increment is intact, its base is not.
   EXPECT_EQ(d->CheckRestorable(11).code(), absl::StatusCode::kDataLoss);
   EXPECT_TRUE(d->Find(10).has_value());
-  std::filesystem::remove_all(dir);
 }
 
-TEST(CheckpointDir, RemovesTheCheckpointsNewerThanTheOneTheRunWentBackTo) {
-  const std::string dir = TempDir("newer");
-  auto d = CheckpointDir::Open(dir, 5);
+TEST_F(CheckpointDirTest, RemovesTheCheckpointsNewerThanTheOneTheRunWentBackTo) {
+  auto d = CheckpointDir::Open(dir_, 5);
   ASSERT_TRUE(d.ok());
   for (uint64_t v : {5, 10, 15, 20}) ASSERT_TRUE(d->Write(v, absl::StrCat("state ", v)).ok());
   auto removed = d->RemoveNewerThan(10);
@@ -226,14 +196,12 @@ TEST(CheckpointDir, RemovesTheCheckpointsNewerThanTheOneTheRunWentBackTo) {
   EXPECT_EQ(left, (std::vector<uint64_t>{5, 10}));
   EXPECT_EQ(d->LoadNewest()->payload, "state 10");
   EXPECT_TRUE(d->RemoveNewerThan(10)->empty());
-  std::filesystem::remove_all(dir);
 }
 
-TEST(CheckpointDir, FindsTheNewestCheckpointEveryFolderCanRestore) {
-  const std::string root = TempDir("common");
+TEST_F(CheckpointDirTest, FindsTheNewestCheckpointEveryFolderCanRestore) {
   std::vector<CheckpointDir> dirs;
   for (int shard = 0; shard < 3; ++shard) {
-    auto d = CheckpointDir::Open(absl::StrCat(root, "/ps-", shard), 5);
+    auto d = CheckpointDir::Open(absl::StrCat(dir_, "/ps-", shard), 5);
     ASSERT_TRUE(d.ok());
     dirs.push_back(*std::move(d));
   }
@@ -248,43 +216,38 @@ TEST(CheckpointDir, FindsTheNewestCheckpointEveryFolderCanRestore) {
   ASSERT_TRUE(dirs[1].Write(15, "delta", /*base=*/10).ok());
   EXPECT_EQ(NewestCommonRestorable(dirs), 15u);
   // A torn checkpoint, or one whose base is torn, is not restorable; by the listing alone it is.
-  std::string bytes = ReadAll(dirs[1].Find(10)->path);
-  WriteAll(dirs[1].Find(10)->path, bytes.substr(0, bytes.size() - 3));
+  std::string bytes = Read(dirs[1].Find(10)->path);
+  WriteFile(dirs[1].Find(10)->path, bytes.substr(0, bytes.size() - 3));
   EXPECT_EQ(NewestCommonRestorable(dirs), 5u);
   EXPECT_EQ(NewestCommonRestorable(dirs, RestorableCheck::kListed), 15u);
   std::filesystem::remove(dirs[1].Find(10)->path);  // 15's base
   EXPECT_EQ(NewestCommonRestorable(dirs, RestorableCheck::kListed), 5u);
-  std::filesystem::remove_all(root);
 }
 
-TEST(CheckpointDir, ReadingLeavesACheckpointBeingWrittenAlone) {
-  const std::string dir = TempDir("reading");
-  auto d = CheckpointDir::Open(dir, 3);
+TEST_F(CheckpointDirTest, ReadingLeavesACheckpointBeingWrittenAlone) {
+  auto d = CheckpointDir::Open(dir_, 3);
   ASSERT_TRUE(d.ok());
   ASSERT_TRUE(d->Write(5, "state 5").ok());
-  WriteAll(dir + "/.tmp-ckpt-00000000000000000010.ps", "a writer's half");
-  const CheckpointDir reader = CheckpointDir::ForReading(dir);
+  WriteFile(dir_ + "/.tmp-ckpt-00000000000000000010.ps", "a writer's half");
+  const CheckpointDir reader = CheckpointDir::ForReading(dir_);
   ASSERT_EQ(reader.List().size(), 1u);
   EXPECT_TRUE(reader.CheckRestorable(5).ok());
   EXPECT_EQ(NewestCommonRestorable({reader}), 5u);
-  EXPECT_TRUE(std::filesystem::exists(dir + "/.tmp-ckpt-00000000000000000010.ps"));
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/.tmp-ckpt-00000000000000000010.ps"));
   // A folder that is not there reads as empty, and is not made.
-  const CheckpointDir missing = CheckpointDir::ForReading(dir + "/none");
+  const CheckpointDir missing = CheckpointDir::ForReading(dir_ + "/none");
   EXPECT_TRUE(missing.List().empty());
-  EXPECT_FALSE(std::filesystem::exists(dir + "/none"));
-  std::filesystem::remove_all(dir);
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/none"));
 }
 
-TEST(CheckpointDir, OpenRemovesLeftoverTemporaryFiles) {
-  const std::string dir = TempDir("tmp");
-  ASSERT_TRUE(CheckpointDir::Open(dir, 1).ok());
-  WriteAll(dir + "/.tmp-ckpt-00000000000000000007.ps", "half a checkpoint");
-  auto d = CheckpointDir::Open(dir, 1);
+TEST_F(CheckpointDirTest, OpenRemovesLeftoverTemporaryFiles) {
+  ASSERT_TRUE(CheckpointDir::Open(dir_, 1).ok());
+  WriteFile(dir_ + "/.tmp-ckpt-00000000000000000007.ps", "half a checkpoint");
+  auto d = CheckpointDir::Open(dir_, 1);
   ASSERT_TRUE(d.ok());
-  EXPECT_FALSE(std::filesystem::exists(dir + "/.tmp-ckpt-00000000000000000007.ps"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/.tmp-ckpt-00000000000000000007.ps"));
   EXPECT_TRUE(d->List().empty());
-  EXPECT_EQ(CheckpointDir::Open(dir, 0).status().code(), absl::StatusCode::kInvalidArgument);
-  std::filesystem::remove_all(dir);
+  EXPECT_EQ(CheckpointDir::Open(dir_, 0).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
