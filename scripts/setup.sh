@@ -26,12 +26,13 @@ PYTHON_PACKAGES=(
   python3-numpy python3-torch
 )
 # What only the tests need (INSTALL_TEST_PACKAGES=1, as scripts/test.sh and scripts/fuzz.sh set):
-# certificates, the fuzzers' compiler, /metrics scraping, network namespaces, the container
-# cluster (a Docker engine of the test's own, compose, base images made with debootstrap when no
-# registry is reachable), PyTorch for the language model's parity test, and matplotlib for the
-# staleness sweep's plots (experiments/run.sh installs it for itself too).
+# certificates, the fuzzers' compiler, the format check (tests/style/check_tree.py), /metrics
+# scraping, network namespaces, the container cluster (a Docker engine of the test's own, compose,
+# base images made with debootstrap when no registry is reachable), PyTorch for the language
+# model's parity test, and matplotlib for the staleness sweep's plots (experiments/run.sh installs
+# it for itself too).
 TEST_PACKAGES=(
-  openssl clang curl iproute2 nftables
+  openssl clang clang-format curl iproute2 nftables
   docker.io docker-compose debootstrap python3-yaml
   python3-torch python3-numpy python3-matplotlib
 )

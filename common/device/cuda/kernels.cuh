@@ -75,9 +75,9 @@ cudaError_t LaunchLayerNormForward(int rows, int dim, const float* x, const floa
 // column's partials added in chunk order. LayerNormParamChunks says how many chunks.
 int LayerNormParamChunks(int rows);
 cudaError_t LaunchLayerNormBackward(int rows, int dim, const float* x, const float* gamma,
-                                    const float* mean, const float* rstd, const float* dy, float* dx,
-                                    float* dgamma, float* dbeta, float grads_beta, float* partials,
-                                    cudaStream_t stream);
+                                    const float* mean, const float* rstd, const float* dy,
+                                    float* dx, float* dgamma, float* dbeta, float grads_beta,
+                                    float* partials, cudaStream_t stream);
 cudaError_t LaunchGeluForward(int64_t n, const float* x, float* y, cudaStream_t stream);
 cudaError_t LaunchGeluBackward(int64_t n, const float* x, const float* dy, float* dx,
                                cudaStream_t stream);
