@@ -8,13 +8,15 @@
 #   CPU-only build already, and runs more of the tests (one build of the tree fewer in CI);
 # - build-asan/: with SANITIZE=1, AddressSanitizer + UndefinedBehaviorSanitizer (CPU only);
 # - the load test (label "load": 32 worker processes for a minute), the network-namespace
-#   test (label "netns": 4 hosts, 5 epochs) and the container cluster (label "docker": builds
-#   the image, runs docker-compose with its faults, about 14 minutes) run in build/ only.
+#   test (label "netns": 4 hosts, 5 epochs), the container cluster (label "docker": builds
+#   the image, runs docker-compose with its faults, about 14 minutes) and the source checks
+#   (label "style": clang-format, sizes, flags; tests/style/check_tree.py) run in build/ only.
 # The fuzzers run separately: scripts/fuzz.sh (CI runs both).
 #
 #   scripts/test.sh           everything above
 #   scripts/test.sh --quick   build/'s unit and in-process tests only (no processes, containers,
-#                             namespaces or other builds): about a minute after a build
+#                             namespaces, source checks or other builds): about a minute after a
+#                             build
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
@@ -24,7 +26,7 @@ for arg in "$@"; do
   case "$arg" in
     --quick) QUICK=1 ;;
     -h | --help)
-      sed -n '2,17p' "$0"
+      sed -n '2,19p' "$0"
       exit 0
       ;;
     *)
@@ -36,7 +38,7 @@ done
 
 if ((QUICK)); then
   scripts/setup.sh
-  (cd build && ctest --output-on-failure -j "$JOBS" -LE "e2e|deploy|load|netns|docker|python")
+  (cd build && ctest --output-on-failure -j "$JOBS" -LE "e2e|deploy|load|netns|docker|python|style")
   exit 0
 fi
 
@@ -50,12 +52,14 @@ timed() {
 
 export INSTALL_TEST_PACKAGES=1
 timed "set-up and build/" scripts/setup.sh
-timed "build/'s tests" bash -c 'cd build && ctest --output-on-failure -j "$1"' _ "$JOBS"
+timed "build/'s tests" bash -c \
+  'cd build && ctest --output-on-failure -j "$1"' _ "$JOBS"
 
 if [[ "${SANITIZE:-0}" != "1" ]] && grep -q '^PS_CUDA_BUILT:INTERNAL=TRUE' build/CMakeCache.txt; then
   BUILD_DIR=build-cpu CMAKE_ARGS="-DPS_ENABLE_CUDA=OFF -DPS_BUILD_BENCH=OFF" \
     timed "build-cpu/" scripts/setup.sh
-  timed "build-cpu/'s tests" bash -c 'cd build-cpu && ctest --output-on-failure -j "$1" -LE "e2e|deploy"' _ "$JOBS"
+  timed "build-cpu/'s tests" bash -c \
+    'cd build-cpu && ctest --output-on-failure -j "$1" -LE "e2e|deploy|style"' _ "$JOBS"
 fi
 
 if [[ "${SANITIZE:-0}" == "1" ]]; then
@@ -64,5 +68,5 @@ if [[ "${SANITIZE:-0}" == "1" ]]; then
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     LSAN_OPTIONS="suppressions=$ROOT/tests/lsan.supp" \
     timed "build-asan/'s tests" bash -c \
-    'cd build-asan && ctest --output-on-failure -j "$1" -LE "load|netns|docker"' _ "$JOBS"
+    'cd build-asan && ctest --output-on-failure -j "$1" -LE "load|netns|docker|style"' _ "$JOBS"
 fi
