@@ -18,8 +18,8 @@ when clang-format is missing (scripts/setup.sh installs it with INSTALL_TEST_PAC
       the problems must be exactly FILE's lines (the check's own test: tests/style/fixtures/)
 
 Functions are found by their braces, not by a compiler: comments, string and character literals
-and preprocessor lines are set aside first, and a brace pair that opens and closes on one line
-(a braced initializer in a constructor's list) stays part of the text around it.
+and preprocessor lines are set aside first, and a brace pair that opens and closes within a line
+without ending it (a braced initializer in a constructor's list) stays part of its statement.
 """
 import argparse
 import os
@@ -115,7 +115,7 @@ def functions(text):
         elif c == "}" and stack:
             match[stack.pop()] = i
     found = []
-    frames = []  # (kind, first line), kind in namespace, class, function, block
+    frames = []  # (kind, first line, statement); kind: namespace, class, function or block
     head = []
     line = 1
     i = 0
@@ -125,7 +125,11 @@ def functions(text):
             line += 1
             head.append(" ")
         elif c == "{" and i in match and "\n" not in code[i:match[i]]:
-            head.append(code[i:match[i] + 1])  # one line: part of the statement
+            # A pair within one line is part of its statement (a member's braced initializer)
+            # unless it ends the line, as a one-line function or initializer does.
+            end_of_line = code.find("\n", match[i])
+            rest = code[match[i] + 1:len(code) if end_of_line < 0 else end_of_line]
+            head = [] if not rest.strip() else head + [code[i:match[i] + 1]]
             i = match[i]
         elif c == "{":
             statement = " ".join("".join(head).split())

@@ -271,14 +271,14 @@ TEST(Trainer, ARestartedWorkerResumesAtTheShardsClock) {
   EXPECT_EQ(AllWeights(once), AllWeights(twice));
 }
 
-// BSP, 2 workers, 2 shards: shard 1 stops mid-run and a new process takes its port, restoring its
-// checkpoint, while the workers wait for it (their retries have no fixed bound). Both register
-// again with the new process, the rounds resume, and every gradient both declared is applied on
-// both shards: the work account shows nothing skipped.
 // The shards' checkpoint folders are in the test's scratch folder, which goes after the body's
 // locals: the shards, and the final checkpoint each writes as it stops, are done with it by then.
 class TrainerWithCheckpoints : public ScratchDirTest {};
 
+// BSP, 2 workers, 2 shards: shard 1 stops mid-run and a new process takes its port, restoring its
+// checkpoint, while the workers wait for it (their retries have no fixed bound). Both register
+// again with the new process, the rounds resume, and every gradient both declared is applied on
+// both shards: the work account shows nothing skipped.
 TEST_F(TrainerWithCheckpoints, AShardRestartedMidRunFromItsCheckpointLosesNoWork) {
   const ImageDataset train = SyntheticData(256, 3);
   const auto start_shard = [&](int id, int port) {
