@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The tree keeps the shape its readers rely on.
 
-Checks, over the C++ and CUDA files git tracks below ROOT (or every such file when ROOT is not a
-git checkout):
+Checks, over the C++ and CUDA files git tracks below ROOT (where git cannot list them, every such
+file outside hidden folders and build trees):
   - each is as clang-format (the repository's .clang-format: Google style, 100 columns) writes it;
   - in the code of the binaries (server/, worker/, deploy/, common/):
     - no file is longer than --max_file_lines lines;
@@ -39,13 +39,21 @@ CONTROL = re.compile(r"^(if|for|while|switch|do|else|try|catch)\b")
 
 
 def tracked_sources(root):
-    """The C++/CUDA files below root, relative, sorted; git's list where root is a checkout."""
+    """The C++/CUDA files below root, relative, sorted: git's list where root is a checkout git
+    will read, else every one outside hidden folders and build trees (a CMakeCache.txt)."""
+    listed = None
     if os.path.isdir(os.path.join(root, ".git")):
-        listed = subprocess.run(["git", "-C", root, "ls-files"], check=True,
-                                capture_output=True, text=True).stdout.split("\n")
-    else:
-        listed = [os.path.relpath(os.path.join(d, f), root)
-                  for d, _, names in os.walk(root) for f in names]
+        result = subprocess.run(["git", "-C", root, "ls-files"], capture_output=True, text=True)
+        if result.returncode == 0:
+            listed = result.stdout.split("\n")
+    if listed is None:
+        listed = []
+        for folder, subfolders, names in os.walk(root):
+            if "CMakeCache.txt" in names:
+                subfolders[:] = []
+                continue
+            subfolders[:] = [d for d in subfolders if not d.startswith(".")]
+            listed += [os.path.relpath(os.path.join(folder, f), root) for f in names]
     return sorted(p for p in listed if p.endswith(SOURCE_SUFFIXES))
 
 
