@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/device/element_kernels.h"
 
 namespace ps {
 
@@ -131,17 +132,11 @@ inline absl::StatusOr<GemmPlan> PlanGemm(bool trans_a, bool trans_b, int m, int 
                   std::max(1, n)};
 }
 
-// The shape of a valid (unpadded, stride 1) convolution of a height x width x channels image
-// with a kernel x kernel window, the same on every device.
-struct ValidConvShape {
-  int out_h = 0;
-  int out_w = 0;
-  int64_t patch_len = 0;  // one im2col row: kernel * kernel * channels
-};
-// INVALID_ARGUMENT, naming `op`, when the kernel does not fit in the image.
+// The shape of a valid convolution (element_kernels.h); INVALID_ARGUMENT, naming `op`, when the
+// kernel does not fit in the image.
 inline absl::StatusOr<ValidConvShape> ValidConvShapeOf(int height, int width, int channels,
                                                        int kernel, const char* op) {
-  ValidConvShape s{height - kernel + 1, width - kernel + 1, int64_t{kernel} * kernel * channels};
+  const ValidConvShape s = ValidConvShapeFor(height, width, channels, kernel);
   if (s.out_h < 1 || s.out_w < 1) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": kernel larger than image"));
   }

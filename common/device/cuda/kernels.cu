@@ -2,6 +2,7 @@
 
 #include "common/device/cuda/grid.cuh"
 #include "common/device/cuda/kernels.cuh"
+#include "common/device/element_kernels.h"
 
 namespace ps::cuda {
 
@@ -103,71 +104,23 @@ __global__ void SumKernel(int64_t n, const float* x, double* out) {
   if (threadIdx.x == 0) *out = partial[0];
 }
 
-// One thread per element of cols (rows, patch), patch = kernel * kernel * channels.
-__global__ void Im2ColKernel(int batch, int height, int width, int channels, int kernel,
-                             const float* x, float* cols) {
-  const int out_h = height - kernel + 1;
-  const int out_w = width - kernel + 1;
-  const int64_t patch = int64_t{kernel} * kernel * channels;
-  const int64_t n = int64_t{batch} * out_h * out_w * patch;
-  for (int64_t i = FirstGridElement(); i < n; i += GridElementStride()) {
-    const int64_t row = i / patch;
-    const int p = static_cast<int>(i % patch);
-    const int ow = static_cast<int>(row % out_w);
-    const int oh = static_cast<int>((row / out_w) % out_h);
-    const int64_t img = row / (int64_t{out_w} * out_h);
-    const int c = p % channels;
-    const int kw = (p / channels) % kernel;
-    const int kh = p / (channels * kernel);
-    cols[i] = x[((img * height + oh + kh) * width + ow + kw) * channels + c];
-  }
+// out[i] = element(i) for every i < n, one thread per element: the indexing ops, with `element` a
+// __device__ lambda over their functions in element_kernels.h.
+template <typename T, typename Element>
+__global__ void GenerateKernel(int64_t n, T* out, Element element) {
+  for (int64_t i = FirstGridElement(); i < n; i += GridElementStride()) out[i] = element(i);
 }
 
-// One thread per element of dx (batch, height, width, channels).
-__global__ void Col2ImKernel(int batch, int height, int width, int channels, int kernel,
-                             const float* dcols, float* dx) {
-  const int out_h = height - kernel + 1;
-  const int out_w = width - kernel + 1;
-  const int64_t patch = int64_t{kernel} * kernel * channels;
-  const int64_t n = int64_t{batch} * height * width * channels;
-  for (int64_t i = FirstGridElement(); i < n; i += GridElementStride()) {
-    const int c = static_cast<int>(i % channels);
-    const int xw = static_cast<int>((i / channels) % width);
-    const int xh = static_cast<int>((i / (int64_t{channels} * width)) % height);
-    const int64_t img = i / (int64_t{channels} * width * height);
-    float sum = 0.0f;
-    for (int kh = 0; kh < kernel; ++kh) {
-      const int oh = xh - kh;
-      if (oh < 0 || oh >= out_h) continue;
-      for (int kw = 0; kw < kernel; ++kw) {
-        const int ow = xw - kw;
-        if (ow < 0 || ow >= out_w) continue;
-        const int64_t row = (img * out_h + oh) * out_w + ow;
-        sum += dcols[row * patch + (int64_t{kh} * kernel + kw) * channels + c];
-      }
-    }
-    dx[i] = sum;
-  }
+template <typename T, typename Element>
+cudaError_t LaunchGenerate(int64_t n, T* out, cudaStream_t stream, Element element) {
+  GenerateKernel<<<BlocksFor(n), kThreads, 0, stream>>>(n, out, element);
+  return cudaGetLastError();
 }
 
-// One thread per element of y (batch, height/pool, width/pool, channels).
-__global__ void MaxPoolForwardKernel(int batch, int height, int width, int channels, int pool,
+__global__ void MaxPoolForwardKernel(int64_t n, int height, int width, int channels, int pool,
                                      const float* x, float* y, int32_t* argmax) {
-  const int out_h = height / pool;
-  const int out_w = width / pool;
-  const int64_t n = int64_t{batch} * out_h * out_w * channels;
   for (int64_t i = FirstGridElement(); i < n; i += GridElementStride()) {
-    const int c = static_cast<int>(i % channels);
-    const int ow = static_cast<int>((i / channels) % out_w);
-    const int oh = static_cast<int>((i / (int64_t{channels} * out_w)) % out_h);
-    const int64_t img = i / (int64_t{channels} * out_w * out_h);
-    int64_t best = ((img * height + oh * pool) * width + ow * pool) * channels + c;
-    for (int ph = 0; ph < pool; ++ph) {
-      for (int pw = 0; pw < pool; ++pw) {
-        const int64_t j = ((img * height + oh * pool + ph) * width + ow * pool + pw) * channels + c;
-        if (x[j] > x[best]) best = j;
-      }
-    }
+    const int64_t best = element::MaxPoolArgmax(height, width, channels, pool, x, i);
     y[i] = x[best];
     argmax[i] = static_cast<int32_t>(best);
   }
@@ -176,98 +129,6 @@ __global__ void MaxPoolForwardKernel(int batch, int height, int width, int chann
 __global__ void MaxPoolScatterKernel(int64_t n, const float* dy, const int32_t* argmax, float* dx) {
   for (int64_t i = FirstGridElement(); i < n; i += GridElementStride()) {
     dx[argmax[i]] = dy[i];
-  }
-}
-
-// One thread per element of y (batch, width + fields * dim).
-__global__ void EmbeddingConcatForwardKernel(int batch, int width, const float* x, int fields,
-                                             int dim, const float* rows, const int32_t* lookups,
-                                             float* y) {
-  const int64_t out_width = width + int64_t{fields} * dim;
-  const int64_t n = int64_t{batch} * out_width;
-  for (int64_t i = FirstGridElement(); i < n; i += GridElementStride()) {
-    const int64_t b = i / out_width;
-    const int64_t c = i % out_width;
-    if (c < width) {
-      y[i] = x[b * width + c];
-    } else {
-      const int64_t f = (c - width) / dim;
-      y[i] = rows[int64_t{lookups[b * fields + f]} * dim + (c - width) % dim];
-    }
-  }
-}
-
-__global__ void CopyColumnsKernel(int batch, int width, int64_t from_width, const float* from,
-                                  float* to) {
-  const int64_t n = int64_t{batch} * width;
-  for (int64_t i = FirstGridElement(); i < n; i += GridElementStride()) {
-    to[i] = from[(i / width) * from_width + i % width];
-  }
-}
-
-// One thread per element of row_grads (unique, dim): it adds its row's lookups in their order,
-// as the CPU does (no atomics, the same sums on every run).
-__global__ void EmbeddingRowGradKernel(int width, const float* dy, int fields, int dim,
-                                       int64_t unique, const int32_t* offsets,
-                                       const int32_t* positions, float* row_grads) {
-  const int64_t out_width = width + int64_t{fields} * dim;
-  const int64_t n = unique * dim;
-  for (int64_t i = FirstGridElement(); i < n; i += GridElementStride()) {
-    const int64_t u = i / dim;
-    const int d = static_cast<int>(i % dim);
-    float sum = 0.0f;
-    for (int32_t k = offsets[u]; k < offsets[u + 1]; ++k) {
-      const int64_t b = positions[k] / fields;
-      const int64_t f = positions[k] % fields;
-      sum += dy[b * out_width + width + f * dim + d];
-    }
-    row_grads[i] = sum;
-  }
-}
-
-// Pair index of (hi, lo), hi > lo, in the order i = 1..n-1, j = 0..i-1.
-__device__ int64_t PairIndex(int hi, int lo) { return int64_t{hi} * (hi - 1) / 2 + lo; }
-
-// One thread per element of y (batch, dim + n * (n - 1) / 2).
-__global__ void DotInteractionForwardKernel(int batch, int n, int dim, const float* x, float* y) {
-  const int64_t pairs = int64_t{n} * (n - 1) / 2;
-  const int64_t out_width = dim + pairs;
-  const int64_t total = int64_t{batch} * out_width;
-  for (int64_t i = FirstGridElement(); i < total; i += GridElementStride()) {
-    const int64_t b = i / out_width;
-    const int64_t c = i % out_width;
-    const float* v = x + b * n * dim;
-    if (c < dim) {
-      y[i] = v[c];
-      continue;
-    }
-    const int64_t k = c - dim;
-    int hi = 1;
-    while (PairIndex(hi + 1, 0) <= k) ++hi;
-    const int lo = static_cast<int>(k - PairIndex(hi, 0));
-    float dot = 0.0f;
-    for (int d = 0; d < dim; ++d) dot += v[int64_t{hi} * dim + d] * v[int64_t{lo} * dim + d];
-    y[i] = dot;
-  }
-}
-
-// One thread per element of dx (batch, n * dim), summing in the CPU's order.
-__global__ void DotInteractionBackwardKernel(int batch, int n, int dim, const float* x,
-                                             const float* dy, float* dx) {
-  const int64_t out_width = dim + int64_t{n} * (n - 1) / 2;
-  const int64_t total = int64_t{batch} * n * dim;
-  for (int64_t e = FirstGridElement(); e < total; e += GridElementStride()) {
-    const int64_t b = e / (int64_t{n} * dim);
-    const int i = static_cast<int>((e / dim) % n);
-    const int d = static_cast<int>(e % dim);
-    const float* v = x + b * n * dim;
-    const float* g = dy + b * out_width;
-    float sum = i == 0 ? g[d] : 0.0f;
-    for (int j = 0; j < n; ++j) {
-      if (j == i) continue;
-      sum += g[dim + PairIndex(max(i, j), min(i, j))] * v[int64_t{j} * dim + d];
-    }
-    dx[e] = sum;
   }
 }
 
@@ -344,24 +205,26 @@ cudaError_t LaunchSum(int64_t n, const float* x, double* out, cudaStream_t strea
 
 cudaError_t LaunchIm2Col(int batch, int height, int width, int channels, int kernel, const float* x,
                          float* cols, cudaStream_t stream) {
-  const int64_t n =
-      int64_t{batch} * (height - kernel + 1) * (width - kernel + 1) * kernel * kernel * channels;
-  return Launch(Im2ColKernel, BlocksFor(n), stream, batch, height, width, channels, kernel, x,
-                cols);
+  const ValidConvShape shape = ValidConvShapeFor(height, width, channels, kernel);
+  const int64_t n = int64_t{batch} * shape.out_h * shape.out_w * shape.patch_len;
+  return LaunchGenerate(n, cols, stream, [=] __device__(int64_t i) {
+    return element::Im2Col(height, width, channels, kernel, x, i);
+  });
 }
 
 cudaError_t LaunchCol2Im(int batch, int height, int width, int channels, int kernel,
                          const float* dcols, float* dx, cudaStream_t stream) {
   const int64_t n = int64_t{batch} * height * width * channels;
-  return Launch(Col2ImKernel, BlocksFor(n), stream, batch, height, width, channels, kernel, dcols,
-                dx);
+  return LaunchGenerate(n, dx, stream, [=] __device__(int64_t i) {
+    return element::Col2Im(height, width, channels, kernel, dcols, i);
+  });
 }
 
 cudaError_t LaunchMaxPoolForward(int batch, int height, int width, int channels, int pool,
                                  const float* x, float* y, int32_t* argmax, cudaStream_t stream) {
   const int64_t n = int64_t{batch} * (height / pool) * (width / pool) * channels;
-  return Launch(MaxPoolForwardKernel, BlocksFor(n), stream, batch, height, width, channels, pool, x,
-                y, argmax);
+  return Launch(MaxPoolForwardKernel, BlocksFor(n), stream, n, height, width, channels, pool, x, y,
+                argmax);
 }
 
 cudaError_t LaunchMaxPoolScatter(int64_t y_size, const float* dy, const int32_t* argmax, float* dx,
@@ -373,32 +236,43 @@ cudaError_t LaunchEmbeddingConcatForward(int batch, int width, const float* x, i
                                          const float* rows, const int32_t* lookups, float* y,
                                          cudaStream_t stream) {
   const int64_t n = int64_t{batch} * (width + int64_t{fields} * dim);
-  return Launch(EmbeddingConcatForwardKernel, BlocksFor(n), stream, batch, width, x, fields, dim,
-                rows, lookups, y);
+  return LaunchGenerate(n, y, stream, [=] __device__(int64_t i) {
+    return element::EmbeddingConcat(width, x, fields, dim, rows, lookups, i);
+  });
 }
 
 cudaError_t LaunchEmbeddingConcatBackward(int batch, int width, const float* dy, int fields,
                                           int dim, int64_t unique, const int32_t* offsets,
                                           const int32_t* positions, float* dx, float* row_grads,
                                           cudaStream_t stream) {
-  if (dx != nullptr && width > 0) {
-    CopyColumnsKernel<<<BlocksFor(int64_t{batch} * width), kThreads, 0, stream>>>(
-        batch, width, width + int64_t{fields} * dim, dy, dx);
+  if (dx != nullptr && width > 0) {  // the dense columns pass through
+    const int64_t dy_width = width + int64_t{fields} * dim;
+    const cudaError_t error = LaunchGenerate(
+        int64_t{batch} * width, dx, stream,
+        [=] __device__(int64_t i) { return dy[(i / width) * dy_width + i % width]; });
+    if (error != cudaSuccess) return error;
   }
-  return Launch(EmbeddingRowGradKernel, BlocksFor(unique * dim), stream, width, dy, fields, dim,
-                unique, offsets, positions, row_grads);
+  // Each row gradient adds its lookups in their order, as the CPU does: no atomics, the same
+  // sums on every run.
+  return LaunchGenerate(unique * dim, row_grads, stream, [=] __device__(int64_t i) {
+    return element::EmbeddingRowGrad(width, dy, fields, dim, offsets, positions, i);
+  });
 }
 
 cudaError_t LaunchDotInteractionForward(int batch, int n, int dim, const float* x, float* y,
                                         cudaStream_t stream) {
   const int64_t total = int64_t{batch} * (dim + int64_t{n} * (n - 1) / 2);
-  return Launch(DotInteractionForwardKernel, BlocksFor(total), stream, batch, n, dim, x, y);
+  return LaunchGenerate(total, y, stream, [=] __device__(int64_t i) {
+    return element::DotInteraction(n, dim, x, i);
+  });
 }
 
 cudaError_t LaunchDotInteractionBackward(int batch, int n, int dim, const float* x, const float* dy,
                                          float* dx, cudaStream_t stream) {
   const int64_t total = int64_t{batch} * n * dim;
-  return Launch(DotInteractionBackwardKernel, BlocksFor(total), stream, batch, n, dim, x, dy, dx);
+  return LaunchGenerate(total, dx, stream, [=] __device__(int64_t i) {
+    return element::DotInteractionGrad(n, dim, x, dy, i);
+  });
 }
 
 cudaError_t LaunchLogisticLoss(int rows, const float* logits, const int32_t* labels, float* probs,

@@ -11,57 +11,37 @@
 #include "common/nn/sparse_lookup.h"
 #include "tests/common/base/random_vector.h"
 #include "tests/common/device/cuda/cuda_parity.h"
+#include "tests/common/device/sparse_op_cases.h"
 
 namespace ps {
 namespace {
 
 TEST_F(CudaParity, EmbeddingConcatForwardAndBackward) {
-  const int batch = 37, width = 5, fields = 4, dim = 6;
-  std::vector<uint64_t> keys(batch * fields);
-  for (size_t i = 0; i < keys.size(); ++i) keys[i] = (i * 7919) % 23;  // repeats
-  const SparseLookups s = DeduplicateKeys(keys.data(), keys.size());
-  const int64_t unique = static_cast<int64_t>(s.unique_keys.size());
-  const auto rows = RandomVector(unique * dim, 3);
-  const auto x = RandomVector(batch * width, 4);
-  const int64_t out = int64_t{batch} * (width + fields * dim);
-  const auto dy = RandomVector(out, 5);
-  std::vector<float> y(out), dx(x.size()), grads(rows.size());
-  ASSERT_TRUE(cpu_.EmbeddingConcatForward(batch, width, x.data(), fields, dim, rows.data(),
-                                          s.lookups.data(), y.data())
+  const EmbeddingConcatCase c = MakeEmbeddingConcatCase();
+  float* gy = Up(std::vector<float>(c.out_size()));
+  float* gdx = Up(std::vector<float>(c.x.size()));
+  float* ggrads = Up(std::vector<float>(c.rows.size(), 9.0f));  // overwritten
+  ASSERT_TRUE(gpu_->EmbeddingConcatForward(c.batch, c.width, Up(c.x), c.fields, c.dim, Up(c.rows),
+                                           Up(c.sparse.lookups), gy)
                   .ok());
-  ASSERT_TRUE(cpu_.EmbeddingConcatBackward(batch, width, dy.data(), fields, dim, unique,
-                                           s.offsets.data(), s.positions.data(), dx.data(),
-                                           grads.data())
+  ASSERT_TRUE(gpu_->EmbeddingConcatBackward(c.batch, c.width, Up(c.dy), c.fields, c.dim, c.unique,
+                                            Up(c.sparse.offsets), Up(c.sparse.positions), gdx,
+                                            ggrads)
                   .ok());
-  float* gy = Up(std::vector<float>(out));
-  float* gdx = Up(std::vector<float>(x.size()));
-  float* ggrads = Up(std::vector<float>(rows.size(), 9.0f));  // overwritten
-  ASSERT_TRUE(
-      gpu_->EmbeddingConcatForward(batch, width, Up(x), fields, dim, Up(rows), Up(s.lookups), gy)
-          .ok());
-  ASSERT_TRUE(gpu_->EmbeddingConcatBackward(batch, width, Up(dy), fields, dim, unique,
-                                            Up(s.offsets), Up(s.positions), gdx, ggrads)
-                  .ok());
-  EXPECT_EQ(Down(gy, out), y);
-  EXPECT_EQ(Down(gdx, dx.size()), dx);
-  EXPECT_EQ(Down(ggrads, grads.size()), grads);
+  EXPECT_EQ(Down(gy, c.y.size()), c.y);
+  EXPECT_EQ(Down(gdx, c.dx.size()), c.dx);
+  EXPECT_EQ(Down(ggrads, c.row_grads.size()), c.row_grads);
 }
 
 TEST_F(CudaParity, DotInteractionForwardAndBackward) {
-  const int batch = 19, n = 27, dim = 16;
-  const auto x = RandomVector(int64_t{batch} * n * dim, 6);
-  const int64_t out = int64_t{batch} * (dim + n * (n - 1) / 2);
-  const auto dy = RandomVector(out, 7);
-  std::vector<float> y(out), dx(x.size());
-  ASSERT_TRUE(cpu_.DotInteractionForward(batch, n, dim, x.data(), y.data()).ok());
-  ASSERT_TRUE(cpu_.DotInteractionBackward(batch, n, dim, x.data(), dy.data(), dx.data()).ok());
-  float* gx = Up(x);
-  float* gy = Up(std::vector<float>(out));
-  float* gdx = Up(std::vector<float>(x.size()));
-  ASSERT_TRUE(gpu_->DotInteractionForward(batch, n, dim, gx, gy).ok());
-  ASSERT_TRUE(gpu_->DotInteractionBackward(batch, n, dim, gx, Up(dy), gdx).ok());
-  ExpectClose(Down(gy, out), y, 1e-5);
-  ExpectClose(Down(gdx, dx.size()), dx, 1e-5);
+  const DotInteractionCase c = MakeDotInteractionCase(19, 27, 16);
+  float* gx = Up(c.x);
+  float* gy = Up(std::vector<float>(c.y.size()));
+  float* gdx = Up(std::vector<float>(c.dx.size()));
+  ASSERT_TRUE(gpu_->DotInteractionForward(c.batch, c.n, c.dim, gx, gy).ok());
+  ASSERT_TRUE(gpu_->DotInteractionBackward(c.batch, c.n, c.dim, gx, Up(c.dy), gdx).ok());
+  ExpectClose(Down(gy, c.y.size()), c.y, 1e-5);
+  ExpectClose(Down(gdx, c.dx.size()), c.dx, 1e-5);
 }
 
 TEST_F(CudaParity, LogisticLossForwardAndBackward) {
