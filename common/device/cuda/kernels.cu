@@ -117,6 +117,7 @@ cudaError_t LaunchGenerate(int64_t n, T* out, cudaStream_t stream, Element eleme
   return cudaGetLastError();
 }
 
+// Max pooling writes two outputs, the maximum and where it came from: its own kernel.
 __global__ void MaxPoolForwardKernel(int64_t n, int height, int width, int channels, int pool,
                                      const float* x, float* y, int32_t* argmax) {
   for (int64_t i = FirstGridElement(); i < n; i += GridElementStride()) {
