@@ -58,11 +58,11 @@ TEST_P(ConvElements, Im2ColAndCol2ImAreCpuDevicesToTheBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, ConvElements,
-                         testing::Values(ConvCase{3, 12, 10, 4, 5},  // the CUDA parity test's
-                                         ConvCase{2, 7, 9, 3, 1},    // 1x1: a copy
-                                         ConvCase{2, 6, 6, 2, 6},    // the whole image: one row
-                                         ConvCase{1, 28, 28, 1, 5},  // the CNN's first layer
-                                         ConvCase{2, 12, 12, 8, 5}));
+                         testing::Values(ConvCase{3, 12, 10, 4, 5},     // the CUDA parity test's
+                                         ConvCase{2, 7, 9, 3, 1},       // 1x1: a copy
+                                         ConvCase{2, 6, 6, 2, 6},       // the whole image: one row
+                                         ConvCase{1, 28, 28, 1, 5},     // the CNN's first layer
+                                         ConvCase{2, 12, 12, 32, 5}));  // its second
 
 TEST(MaxPoolElements, ArgmaxIsCpuDevicesWithTiesToTheFirst) {
   const int batch = 3, h = 12, w = 10, c = 4, pool = 2;
