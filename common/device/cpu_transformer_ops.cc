@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "common/device/cpu_clones.h"
 #include "common/device/cpu_device.h"
 
@@ -273,6 +274,17 @@ PS_CPU_CLONES void CausalAttentionBackwardLoops(int batch, int t, int heads, int
   }
 }
 
+// The token id at ids[r]: INVALID_ARGUMENT unless it is an integer in [0, vocab), the rule the
+// GPU's kernels apply too, in both directions.
+absl::StatusOr<int> TokenIdAt(const float* ids, int64_t r, int vocab) {
+  const int id = static_cast<int>(ids[r]);
+  if (id < 0 || id >= vocab || static_cast<float>(id) != ids[r]) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("token ", ids[r], " at row ", r, " is not an integer in [0, ", vocab, ")"));
+  }
+  return id;
+}
+
 }  // namespace
 
 absl::Status CpuDevice::Axpy(int64_t n, float alpha, const float* x, float* y) {
@@ -321,11 +333,7 @@ absl::Status CpuDevice::TokenEmbeddingForward(int batch, int t, int dim, int voc
                                               const float* ids, const float* wte, const float* wpe,
                                               float* y) {
   for (int64_t r = 0; r < int64_t{batch} * t; ++r) {
-    const int id = static_cast<int>(ids[r]);
-    if (id < 0 || id >= vocab || static_cast<float>(id) != ids[r]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("token ", ids[r], " at row ", r, " is not in [0, ", vocab, ")"));
-    }
+    ASSIGN_OR_RETURN(const int id, TokenIdAt(ids, r, vocab));
     const float* token = wte + int64_t{id} * dim;
     const float* position = wpe + (r % t) * dim;
     float* out = y + r * dim;
@@ -340,11 +348,7 @@ absl::Status CpuDevice::TokenEmbeddingBackward(int batch, int t, int dim, int vo
   ScaleOrZero(int64_t{vocab} * dim, grads_beta, dwte);
   ScaleOrZero(int64_t{t} * dim, grads_beta, dwpe);
   for (int64_t r = 0; r < int64_t{batch} * t; ++r) {
-    const int id = static_cast<int>(ids[r]);
-    if (id < 0 || id >= vocab) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("token ", ids[r], " at row ", r, " is not in [0, ", vocab, ")"));
-    }
+    ASSIGN_OR_RETURN(const int id, TokenIdAt(ids, r, vocab));
     const float* g = dy + r * dim;
     float* token = dwte + int64_t{id} * dim;
     float* position = dwpe + (r % t) * dim;

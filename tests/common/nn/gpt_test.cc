@@ -179,6 +179,31 @@ TEST(TokenPositionEmbedding, AddsTheTokensAndThePositionsRowsAndScattersTheirGra
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(TokenPositionEmbedding, RefusesTheSameIdsForwardAndBackward) {
+  // Not an integer, below 0, past the vocabulary: refused both ways, as the GPU refuses them.
+  CpuDevice dev;
+  const int vocab = 5, dim = 2;
+  const std::vector<float> wte(vocab * dim, 1.0f), wpe(dim, 1.0f), dy(dim, 1.0f);
+  std::vector<float> y(dim), dwte(wte.size()), dwpe(wpe.size());
+  for (const float id : {1.5f, -1.0f, 5.0f}) {
+    EXPECT_EQ(
+        dev.TokenEmbeddingForward(1, 1, dim, vocab, &id, wte.data(), wpe.data(), y.data()).code(),
+        absl::StatusCode::kInvalidArgument)
+        << id;
+    EXPECT_EQ(
+        dev.TokenEmbeddingBackward(1, 1, dim, vocab, &id, dy.data(), dwte.data(), dwpe.data(), 0.0f)
+            .code(),
+        absl::StatusCode::kInvalidArgument)
+        << id;
+  }
+  const float last = 4.0f;
+  EXPECT_TRUE(
+      dev.TokenEmbeddingBackward(1, 1, dim, vocab, &last, dy.data(), dwte.data(), dwpe.data(), 0.0f)
+          .ok());
+  EXPECT_EQ(dwte[4 * dim], 1.0f);
+  EXPECT_EQ(dwte[0], 0.0f);
+}
+
 TEST(Linear, PerPositionWithoutBiasMatchesFiniteDifferences) {
   Linear layer("head", /*in=*/3, /*out=*/4, /*positions=*/2, /*bias=*/false);
   EXPECT_EQ(layer.input_size(), 6);
