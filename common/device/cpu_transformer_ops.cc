@@ -10,6 +10,7 @@
 #include "common/base/status_macros.h"
 #include "common/device/cpu_clones.h"
 #include "common/device/cpu_device.h"
+#include "common/device/element_kernels.h"
 
 namespace ps {
 
@@ -274,11 +275,11 @@ PS_CPU_CLONES void CausalAttentionBackwardLoops(int batch, int t, int heads, int
   }
 }
 
-// The token id at ids[r]: INVALID_ARGUMENT unless it is an integer in [0, vocab), the rule the
-// GPU's kernels apply too, in both directions.
+// The token id at ids[r]: INVALID_ARGUMENT unless it is an integer in [0, vocab), by the rule the
+// GPU's kernels apply too (element::TokenId), in both directions.
 absl::StatusOr<int> TokenIdAt(const float* ids, int64_t r, int vocab) {
-  const int id = static_cast<int>(ids[r]);
-  if (id < 0 || id >= vocab || static_cast<float>(id) != ids[r]) {
+  const int id = element::TokenId(ids, r, vocab);
+  if (id < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("token ", ids[r], " at row ", r, " is not an integer in [0, ", vocab, ")"));
   }

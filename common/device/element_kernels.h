@@ -165,6 +165,15 @@ PS_HOST_DEVICE inline float DotInteractionGrad(int n, int dim, const float* x, c
   return sum;
 }
 
+// The token id stored (as a float) at ids[r], or -1 when it is not an integer in [0, vocab): the
+// one rule both devices refuse token ids by.
+PS_HOST_DEVICE inline int TokenId(const float* ids, int64_t r, int vocab) {
+  const float f = ids[r];
+  if (!(f >= 0.0f && f < static_cast<float>(vocab))) return -1;  // NaN too
+  const int id = static_cast<int>(f);
+  return static_cast<float>(id) == f ? id : -1;
+}
+
 }  // namespace element
 }  // namespace ps
 

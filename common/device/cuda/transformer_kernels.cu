@@ -7,6 +7,7 @@
 
 #include "common/device/cuda/grid.cuh"
 #include "common/device/cuda/kernels.cuh"
+#include "common/device/element_kernels.h"
 
 namespace ps::cuda {
 
@@ -165,14 +166,10 @@ __global__ void CausalSoftmaxBackwardKernel(int64_t rows, int t, const float* at
   }
 }
 
-// The token id in ids[r], or -1 when it is not an integer in [0, vocab) (then *bad_id = 1).
+// element::TokenId, and *bad_id = 1 where it is -1.
 __device__ inline int TokenId(const float* ids, int64_t r, int vocab, int* bad_id) {
-  const float f = ids[r];
-  const int id = static_cast<int>(f);
-  if (id < 0 || id >= vocab || static_cast<float>(id) != f) {
-    *bad_id = 1;
-    return -1;
-  }
+  const int id = element::TokenId(ids, r, vocab);
+  if (id < 0) *bad_id = 1;
   return id;
 }
 

@@ -180,12 +180,13 @@ TEST(TokenPositionEmbedding, AddsTheTokensAndThePositionsRowsAndScattersTheirGra
 }
 
 TEST(TokenPositionEmbedding, RefusesTheSameIdsForwardAndBackward) {
-  // Not an integer, below 0, past the vocabulary: refused both ways, as the GPU refuses them.
+  // Not an integer, below 0, past the vocabulary, past int's range, NaN: refused both ways, as the
+  // GPU refuses them.
   CpuDevice dev;
   const int vocab = 5, dim = 2;
   const std::vector<float> wte(vocab * dim, 1.0f), wpe(dim, 1.0f), dy(dim, 1.0f);
   std::vector<float> y(dim), dwte(wte.size()), dwpe(wpe.size());
-  for (const float id : {1.5f, -1.0f, 5.0f}) {
+  for (const float id : {1.5f, -1.0f, 5.0f, 1e10f, std::nanf("")}) {
     EXPECT_EQ(
         dev.TokenEmbeddingForward(1, 1, dim, vocab, &id, wte.data(), wpe.data(), y.data()).code(),
         absl::StatusCode::kInvalidArgument)
