@@ -112,22 +112,10 @@ absl::Status CpuDevice::SoftmaxCrossEntropy(int rows, int classes, const float* 
   for (int r = 0; r < rows; ++r) {
     const int32_t label = labels[r];
     RETURN_IF_ERROR(CheckLabel(label, r, classes));
-    const float* z = logits + static_cast<int64_t>(r) * classes;
-    float* p = probs + static_cast<int64_t>(r) * classes;
-    int argmax = 0;
-    for (int j = 1; j < classes; ++j) {
-      if (z[j] > z[argmax]) argmax = j;
-    }
-    // Subtracting the max keeps exp() in range; log-sum-exp gives the loss without log(0).
-    const float zmax = z[argmax];
-    double denom = 0.0;
-    for (int j = 0; j < classes; ++j) denom += std::exp(static_cast<double>(z[j] - zmax));
-    const double log_denom = std::log(denom);
-    for (int j = 0; j < classes; ++j) {
-      p[j] = static_cast<float>(std::exp(static_cast<double>(z[j] - zmax) - log_denom));
-    }
-    loss_per_row[r] = static_cast<float>(log_denom - static_cast<double>(z[label] - zmax));
-    correct_per_row[r] = argmax == label ? 1.0f : 0.0f;
+    const element::RowLoss row = element::SoftmaxCrossEntropyRow(
+        classes, logits + int64_t{r} * classes, label, probs + int64_t{r} * classes);
+    loss_per_row[r] = row.loss;
+    correct_per_row[r] = row.correct;
   }
   return absl::OkStatus();
 }
@@ -402,12 +390,9 @@ absl::Status CpuDevice::LogisticLoss(int rows, const float* logits, const int32_
                                      float* probs, float* loss_per_row, float* correct_per_row) {
   for (int r = 0; r < rows; ++r) {
     RETURN_IF_ERROR(CheckLabel(labels[r], r, 2));
-    const double z = logits[r];
-    probs[r] = static_cast<float>(1.0 / (1.0 + std::exp(-z)));
-    // -log p(label) = log(1 + e^z) - z * label, with log(1 + e^z) = max(z, 0) + log1p(e^-|z|).
-    loss_per_row[r] =
-        static_cast<float>(std::max(z, 0.0) + std::log1p(std::exp(-std::abs(z))) - z * labels[r]);
-    correct_per_row[r] = (z > 0) == (labels[r] == 1) ? 1.0f : 0.0f;
+    const element::RowLoss row = element::LogisticRow(logits[r], labels[r], &probs[r]);
+    loss_per_row[r] = row.loss;
+    correct_per_row[r] = row.correct;
   }
   return absl::OkStatus();
 }

@@ -1,16 +1,22 @@
 #ifndef PS_COMMON_DEVICE_ELEMENT_KERNELS_H_
 #define PS_COMMON_DEVICE_ELEMENT_KERNELS_H_
 
-// The bodies of the CUDA kernels that index and gather: element i of an op's output as a function
-// of its inputs. Each CUDA kernel calls its function once per element (common/device/cuda/
-// kernels.cu); the host compiles the same code, so element_kernels_test checks every element
-// against CpuDevice on machines without a GPU, where the CUDA parity tests skip.
+// Code that both devices run, compiled by nvcc for the GPU (__host__ __device__) and by the host
+// compiler for the CPU:
+// - The bodies of the CUDA kernels that index and gather: element i of an op's output as a
+//   function of its inputs. Each CUDA kernel calls its function once per element
+//   (common/device/cuda/kernels.cu). CpuDevice keeps faster loops of its own for these ops, and
+//   element_kernels_test checks every element against them, so the GPU's indexing is tested on
+//   machines without a GPU, where the CUDA parity tests skip.
+// - The rules and formulas both devices apply as they are: token ids, and each row's loss.
 //
 // Contracts: the sizes are those the Device methods have validated (a kernel that fits the image,
-// a pool that divides it, lookups and positions in range); nothing allocates or fails. Sums run
-// in CpuDevice's order: on the host they give its bits, and so does the GPU where a sum only adds
-// (Col2Im, row gradients); where it multiplies too, nvcc may fuse the multiply-adds.
+// a pool that divides it, lookups, positions and labels in range); nothing allocates or fails.
+// Sums run in CpuDevice's order: on the host they give its bits, and so does the GPU where a sum
+// only adds (Col2Im, row gradients); where it multiplies too, nvcc may fuse the multiply-adds,
+// and its exp and log may differ from the host's in the last bits.
 
+#include <cmath>
 #include <cstdint>
 
 #ifdef __CUDACC__
@@ -172,6 +178,43 @@ PS_HOST_DEVICE inline int TokenId(const float* ids, int64_t r, int vocab) {
   if (!(f >= 0.0f && f < static_cast<float>(vocab))) return -1;  // NaN too
   const int id = static_cast<int>(f);
   return static_cast<float>(id) == f ? id : -1;
+}
+
+// What a loss gives for one row besides its probabilities.
+struct RowLoss {
+  float loss = 0.0f;
+  float correct = 0.0f;  // 1 where the prediction is the label
+};
+
+// One row of SoftmaxCrossEntropy, label in [0, classes): the softmax of the logits z into p, the
+// loss -log p[label], and whether the argmax (the first on a tie) is the label. Log-sum-exp in
+// double after subtracting the largest logit, so exp stays in range and the loss never takes
+// log(0).
+PS_HOST_DEVICE inline RowLoss SoftmaxCrossEntropyRow(int classes, const float* z, int label,
+                                                     float* p) {
+  int argmax = 0;
+  for (int j = 1; j < classes; ++j) {
+    if (z[j] > z[argmax]) argmax = j;
+  }
+  const float zmax = z[argmax];
+  double denom = 0.0;
+  for (int j = 0; j < classes; ++j) denom += exp(static_cast<double>(z[j] - zmax));
+  const double log_denom = log(denom);
+  for (int j = 0; j < classes; ++j) {
+    p[j] = static_cast<float>(exp(static_cast<double>(z[j] - zmax) - log_denom));
+  }
+  return RowLoss{static_cast<float>(log_denom - static_cast<double>(z[label] - zmax)),
+                 argmax == label ? 1.0f : 0.0f};
+}
+
+// One row of LogisticLoss, label 0 or 1: p(label 1) into *prob, the loss -log p(label) =
+// log(1 + e^z) - z label with log(1 + e^z) = max(z, 0) + log1p(e^-|z|), and whether z > 0
+// predicts the label.
+PS_HOST_DEVICE inline RowLoss LogisticRow(float logit, int label, float* prob) {
+  const double z = logit;
+  *prob = static_cast<float>(1.0 / (1.0 + exp(-z)));
+  return RowLoss{static_cast<float>(fmax(z, 0.0) + log1p(exp(-fabs(z))) - z * label),
+                 (z > 0) == (label == 1) ? 1.0f : 0.0f};
 }
 
 }  // namespace element

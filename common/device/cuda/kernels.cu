@@ -46,7 +46,7 @@ __global__ void ReluBackwardKernel(int64_t n, const float* y, const float* dy, f
   }
 }
 
-// logits, probs (rows, classes); one thread per row, log-sum-exp in double like the CPU.
+// logits, probs (rows, classes); one thread per row.
 __global__ void SoftmaxCrossEntropyKernel(int rows, int classes, const float* logits,
                                           const int32_t* labels, float* probs, float* loss,
                                           float* correct, int* bad_label) {
@@ -56,21 +56,10 @@ __global__ void SoftmaxCrossEntropyKernel(int rows, int classes, const float* lo
       *bad_label = 1;
       continue;
     }
-    const float* z = logits + int64_t{r} * classes;
-    float* p = probs + int64_t{r} * classes;
-    int argmax = 0;
-    for (int j = 1; j < classes; ++j) {
-      if (z[j] > z[argmax]) argmax = j;
-    }
-    const float zmax = z[argmax];
-    double denom = 0.0;
-    for (int j = 0; j < classes; ++j) denom += exp(static_cast<double>(z[j] - zmax));
-    const double log_denom = log(denom);
-    for (int j = 0; j < classes; ++j) {
-      p[j] = static_cast<float>(exp(static_cast<double>(z[j] - zmax) - log_denom));
-    }
-    loss[r] = static_cast<float>(log_denom - static_cast<double>(z[label] - zmax));
-    correct[r] = argmax == label ? 1.0f : 0.0f;
+    const element::RowLoss row = element::SoftmaxCrossEntropyRow(
+        classes, logits + int64_t{r} * classes, label, probs + int64_t{r} * classes);
+    loss[r] = row.loss;
+    correct[r] = row.correct;
   }
 }
 
@@ -143,10 +132,9 @@ __global__ void LogisticLossKernel(int rows, const float* logits, const int32_t*
       *bad_label = 1;
       continue;
     }
-    const double z = logits[r];
-    probs[r] = static_cast<float>(1.0 / (1.0 + exp(-z)));
-    loss_per_row[r] = static_cast<float>(fmax(z, 0.0) + log1p(exp(-fabs(z))) - z * label);
-    correct_per_row[r] = (z > 0) == (label == 1) ? 1.0f : 0.0f;
+    const element::RowLoss row = element::LogisticRow(logits[r], label, &probs[r]);
+    loss_per_row[r] = row.loss;
+    correct_per_row[r] = row.correct;
   }
 }
 
